@@ -1,0 +1,30 @@
+# qrerase: subspace-based machine unlearning (QR-Erase, UNLEARN and their layer-localised variants).
+# Run: snakemake --cores 2            (embedded default config.yaml)
+#      snakemake --cores 2 --configfile config/test.yaml
+import os
+
+from snakemake.utils import min_version
+
+min_version("8.20")
+
+
+# The embedded default; `--configfile X.yaml` overrides it key by key.
+configfile: os.path.join(workflow.basedir, "config.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/model.smk"
+include: "rules/lora.smk"
+include: "rules/factors.smk"
+include: "rules/energy.smk"
+include: "rules/erase.smk"
+include: "rules/evaluate.smk"
+include: "rules/tables.smk"
+include: "rules/bench.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

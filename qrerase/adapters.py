@@ -1,0 +1,241 @@
+"""Task matrices from PEFT LoRA adapters, kept factored: T = s·B·A with s = lora_alpha / r.
+
+A PEFT LoRA adapter directory holds ``adapter_config.json`` and ``adapter_model.safetensors`` with keys
+``base_model.model.<module>.lora_A.weight`` (r×d_in) and ``…lora_B.weight`` (d_out×r). Module names
+returned here have PEFT's ``base_model.model.`` prefix and the ``.lora_A/B.weight`` suffix stripped, so
+they equal the base model's module names (``model.layers.0.self_attn.q_proj``; its weight is
+``<module>.weight`` in the base state dict, shape d_out×d_in, the same as T).
+
+Per-module rank and alpha follow PEFT exactly: ``rank_pattern`` / ``alpha_pattern`` keys are regexes
+matched as ``re.match(rf"(.*\\.)?({key})$", module)`` (first matching key wins), the scale is
+alpha / r, or alpha / sqrt(r) with ``use_rslora``.
+
+Factor files written by :func:`save_factors` are safetensors with keys ``<module>.B`` and ``<module>.A``
+(float64; B already carries s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .energy import module_sort_key
+from .io import load_arrays, save_arrays
+from .linalg import LowRank, as_lowrank
+
+__all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "LowRank",
+    "LoraAdapterConfig",
+    "read_adapter_config",
+    "pattern_key",
+    "lora_scale",
+    "task_matrices",
+    "save_factors",
+    "load_factors",
+]
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+_KEY_RE = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
+
+# options that make the adapter's delta something other than s·B·A on an nn.Linear-style (d_out×d_in) weight
+_UNSUPPORTED = {
+    "use_dora": "DoRA (magnitude-rescaled) adapters",
+    "lora_bias": "LoRA bias terms",
+    "fan_in_fan_out": "fan_in_fan_out (Conv1D-transposed) weights",
+    "layer_replication": "layer replication",
+    "target_parameters": "target_parameters (nn.Parameter targets)",
+    "use_qalora": "QALoRA",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraAdapterConfig:
+    """The subset of a PEFT ``LoraConfig`` that determines T = s·B·A."""
+
+    path: str
+    r: int
+    lora_alpha: float
+    rank_pattern: dict[str, int]
+    alpha_pattern: dict[str, float]
+    use_rslora: bool
+    base_model_name_or_path: str | None
+
+    def rank_for(self, module: str) -> int:
+        key = pattern_key(self.rank_pattern, module)
+        return int(self.rank_pattern[key]) if key is not None else int(self.r)
+
+    def alpha_for(self, module: str) -> float:
+        key = pattern_key(self.alpha_pattern, module)
+        return float(self.alpha_pattern[key]) if key is not None else float(self.lora_alpha)
+
+    def scale_for(self, module: str, r: int) -> float:
+        return lora_scale(self.alpha_for(module), r, self.use_rslora)
+
+
+def pattern_key(patterns: Mapping[str, Any], module: str) -> str | None:
+    """The first ``rank_pattern``/``alpha_pattern`` key matching ``module`` (PEFT's ``get_pattern_key``), or None."""
+    for key in patterns:
+        if re.match(rf"(.*\.)?({key})$", module):
+            return key
+    return None
+
+
+def lora_scale(alpha: float, r: int, use_rslora: bool = False) -> float:
+    """LoRA scale s = alpha / r, or alpha / sqrt(r) for rsLoRA."""
+    if r <= 0:
+        raise ValueError(f"LoRA rank must be positive, got {r}")
+    return float(alpha) / (math.sqrt(r) if use_rslora else float(r))
+
+
+def read_adapter_config(adapter_dir: str | Path) -> LoraAdapterConfig:
+    """Parse ``<adapter_dir>/adapter_config.json``; FileNotFoundError / ValueError naming the path."""
+    adapter_dir = Path(adapter_dir)
+    if not adapter_dir.is_dir():
+        raise FileNotFoundError(f"{adapter_dir}: adapter directory not found")
+    path = adapter_dir / ADAPTER_CONFIG
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: adapter config not found")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON adapter config ({exc})") from exc
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: adapter config must be a JSON object")
+    peft_type = str(cfg.get("peft_type", "LORA")).upper()
+    if peft_type != "LORA":
+        raise ValueError(f"{path}: peft_type {peft_type!r} is not supported (only LORA)")
+    for opt, what in _UNSUPPORTED.items():
+        if cfg.get(opt):
+            raise ValueError(f"{path}: {what} ({opt}={cfg[opt]!r}) are not supported")
+    try:
+        r = int(cfg["r"])
+        alpha = float(cfg.get("lora_alpha", r))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: missing or invalid 'r'/'lora_alpha' ({exc})") from exc
+    rank_pattern = dict(cfg.get("rank_pattern") or {})
+    alpha_pattern = dict(cfg.get("alpha_pattern") or {})
+    return LoraAdapterConfig(
+        path=str(adapter_dir),
+        r=r,
+        lora_alpha=alpha,
+        rank_pattern={k: int(v) for k, v in rank_pattern.items()},
+        alpha_pattern={k: float(v) for k, v in alpha_pattern.items()},
+        use_rslora=bool(cfg.get("use_rslora", False)),
+        base_model_name_or_path=cfg.get("base_model_name_or_path"),
+    )
+
+
+def _load_weights(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of a safetensors file as float64 numpy arrays (bf16 via torch)."""
+    if not path.is_file():
+        bin_path = path.with_name("adapter_model.bin")
+        if bin_path.is_file():
+            raise ValueError(f"{bin_path}: pickle adapters are not supported; save the adapter with safetensors")
+        raise FileNotFoundError(f"{path}: adapter weights not found")
+    try:
+        arrays = load_arrays(path)
+    except ValueError as exc:
+        if "bf16" not in str(exc).lower() and "bfloat16" not in str(exc).lower():
+            raise
+        try:
+            from safetensors.torch import load_file
+            import torch
+
+            arrays = {k: v.to(torch.float64).numpy() for k, v in load_file(str(path)).items()}
+        except Exception as exc2:  # pragma: no cover - defensive
+            raise ValueError(f"{path}: not a readable safetensors file ({exc2})") from exc2
+    return {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+
+
+def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
+    """Factored task matrices T = s·B·A of every module of a PEFT LoRA adapter.
+
+    Parameters
+    ----------
+    adapter_dir : path
+        Directory with ``adapter_config.json`` and ``adapter_model.safetensors``.
+
+    Returns
+    -------
+    dict module name → LowRank
+        B (d_out×r, float64, multiplied by s = alpha/r, or alpha/sqrt(r) with ``use_rslora``; r and
+        alpha honour ``rank_pattern`` / ``alpha_pattern``) and A (r×d_in, float64). Ordered by block
+        index, then module name. ``.dense()`` gives T = s·B·A (d_out×d_in), the exact merged delta.
+
+    Raises
+    ------
+    FileNotFoundError
+        Missing directory, config or weights file (message names the path).
+    ValueError
+        Unreadable files, unsupported LoRA variants (DoRA, bias, fan_in_fan_out, embeddings, …), a module
+        with only one factor, inconsistent ranks/shapes, or NaN/Inf (message names the module and shapes).
+    """
+    cfg = read_adapter_config(adapter_dir)
+    wpath = Path(adapter_dir) / ADAPTER_WEIGHTS
+    tensors = _load_weights(wpath)
+    pairs: dict[str, dict[str, np.ndarray]] = {}
+    for key, arr in tensors.items():
+        m = _KEY_RE.match(key)
+        if m is None:
+            raise ValueError(f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)")
+        pairs.setdefault(m.group("module"), {})[m.group("which")] = arr
+    if not pairs:
+        raise ValueError(f"{wpath}: no LoRA weights found")
+    out: dict[str, LowRank] = {}
+    for module in sorted(pairs, key=module_sort_key):
+        ab = pairs[module]
+        if set(ab) != {"A", "B"}:
+            raise ValueError(f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} but no lora_{'B' if 'A' in ab else 'A'} ({wpath})")
+        A, B = ab["A"], ab["B"]
+        if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
+            raise ValueError(f"module {module!r}: lora_B {B.shape} and lora_A {A.shape} are not d_out×r and r×d_in ({wpath})")
+        r = int(A.shape[0])
+        expected = cfg.rank_for(module)
+        if r != expected:
+            raise ValueError(f"module {module!r}: lora_A has rank {r} but the config (r/rank_pattern) says {expected} ({wpath})")
+        s = cfg.scale_for(module, r)
+        out[module] = as_lowrank((B * s, A), module)
+    return out
+
+
+def save_factors(path: str | Path, factors: Mapping[str, Any]) -> None:
+    """Write factors as one safetensors file with keys ``<module>.B`` / ``<module>.A`` (float64), atomically.
+
+    All factors are validated (shapes, NaN/Inf) before anything is written.
+    """
+    lrs = {m: as_lowrank(f, m) for m, f in factors.items()}
+    if not lrs:
+        raise ValueError(f"{path}: no factors to save")
+    arrays: dict[str, np.ndarray] = {}
+    for m, lr in lrs.items():
+        arrays[f"{m}.B"] = lr.B
+        arrays[f"{m}.A"] = lr.A
+    save_arrays(path, arrays, metadata={"format": "qrerase-lowrank", "version": "1"})
+
+
+def load_factors(path: str | Path) -> dict[str, LowRank]:
+    """Read a :func:`save_factors` file; modules ordered by block index, then name."""
+    arrays = load_arrays(path)
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for key, arr in arrays.items():
+        module, _, which = key.rpartition(".")
+        if which not in ("A", "B") or not module:
+            raise ValueError(f"{path}: unexpected key {key!r} (expected '<module>.A' / '<module>.B')")
+        groups.setdefault(module, {})[which] = arr
+    out = {}
+    for module in sorted(groups, key=module_sort_key):
+        g = groups[module]
+        if set(g) != {"A", "B"}:
+            raise ValueError(f"{path}: module {module!r} lacks factor {'A' if 'B' in g else 'B'}")
+        out[module] = as_lowrank((g["B"], g["A"]), module)
+    return out

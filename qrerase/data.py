@@ -1,0 +1,155 @@
+"""TOFU data: load the vendored (or hub) splits and cut the forget / retain / evaluation sets of a run.
+
+TOFU (Maini et al., 2024) has 200 fictitious authors with 20 QA each. The standard split ``forgetXX``
+holds the *last* XX% of authors, ``retain(100-XX)`` the others in ``full`` order, and
+``forgetXX_perturbed`` / ``retain_perturbed`` add a paraphrased answer and perturbed answers per
+question (the Truth Ratio needs them). ``retain_perturbed`` is the first 400 QA of ``full`` (the first
+20 authors).
+
+A run may subsample authors (``n_authors``) while keeping the TOFU structure: the forget set is the
+*last* ``round(n_authors * XX / 100)`` authors of the forget split, the retain set the *first*
+``n_authors - n_forget`` authors of the retain split — both therefore have perturbed evaluation
+versions in the standard ``*_perturbed`` files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .io import read_jsonl
+
+__all__ = ["QA_PER_AUTHOR", "SPLITS", "TofuDataConfig", "load_split", "normalise", "make_tofu_sets"]
+
+QA_PER_AUTHOR = 20
+N_AUTHORS = 200
+SPLITS = {"forget01": 1, "forget05": 5, "forget10": 10}
+EVAL_SETS = ("forget", "retain", "real_authors", "world_facts")
+KNOWLEDGE_SETS = ("real_authors", "world_facts")
+
+
+@dataclass(frozen=True)
+class TofuDataConfig:
+    """Which TOFU data a run uses (config section ``data``)."""
+
+    source: str = "local"  # "local" (vendored JSON Lines under root) or "hub" (datasets.load_dataset)
+    root: str = "data/tofu"
+    hub_name: str = "locuslab/TOFU"
+    split: str = "forget10"
+    n_authors: int | None = 20  # None: all 200 authors
+    knowledge: tuple[str, ...] = KNOWLEDGE_SETS  # QA mixed into model training (the tiny model's world knowledge)
+    max_eval_questions: int = 300
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TofuDataConfig":
+        d = dict(d)
+        if "knowledge" in d:
+            d["knowledge"] = tuple(d["knowledge"] or ())
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def normalise(record: dict, where: str) -> dict:
+    """Map TOFU's two record layouts (question/answer and prompt/response) onto question/answer."""
+    rec = dict(record)
+    if "question" not in rec and "prompt" in rec:
+        rec["question"] = rec.pop("prompt")
+    if "answer" not in rec and "response" in rec:
+        rec["answer"] = rec.pop("response")
+    for key in ("question", "answer"):
+        if not isinstance(rec.get(key), str) or not rec[key].strip():
+            raise ValueError(f"{where}: record lacks a non-empty '{key}' field")
+    if "perturbed_answer" in rec and isinstance(rec["perturbed_answer"], str):
+        rec["perturbed_answer"] = [rec["perturbed_answer"]]
+    return rec
+
+
+def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
+    """Load one TOFU split (e.g. ``retain90``, ``forget10_perturbed``) as normalised records."""
+    if cfg.source == "local":
+        path = Path(cfg.root) / f"{name}.jsonl"
+        rows = read_jsonl(path)
+        where = str(path)
+    elif cfg.source == "hub":
+        try:
+            import datasets  # noqa: PLC0415 - optional dependency for online users
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("data.source: hub needs the 'datasets' package (pip install datasets)") from exc
+        rows = [dict(r) for r in datasets.load_dataset(cfg.hub_name, name)["train"]]
+        where = f"{cfg.hub_name}:{name}"
+    else:
+        raise ValueError(f"data.source: expected 'local' or 'hub', got {cfg.source!r}")
+    if not rows:
+        raise ValueError(f"{where}: split is empty")
+    return [normalise(r, f"{where}:{i + 1}") for i, r in enumerate(rows)]
+
+
+def _author_counts(cfg: TofuDataConfig) -> tuple[int, int]:
+    if cfg.split not in SPLITS:
+        raise ValueError(f"data.split: expected one of {sorted(SPLITS)}, got {cfg.split!r}")
+    pct = SPLITS[cfg.split]
+    n = N_AUTHORS if cfg.n_authors is None else int(cfg.n_authors)
+    if not 2 <= n <= N_AUTHORS:
+        raise ValueError(f"data.n_authors: expected 2..{N_AUTHORS} (or null for all), got {cfg.n_authors!r}")
+    n_forget = round(n * pct / 100)
+    if n_forget < 1:
+        raise ValueError(
+            f"data.n_authors: {n} authors at {pct}% leave an empty forget set; use at least {round(100 / pct)} authors"
+        )
+    n_forget = min(n_forget, N_AUTHORS * pct // 100)
+    return n_forget, n - n_forget
+
+
+def _check_aligned(train: list[dict], evals: list[dict], what: str) -> None:
+    for i, (a, b) in enumerate(zip(train, evals)):
+        if a["question"] != b["question"]:
+            raise ValueError(f"{what}: row {i} of the perturbed split does not match the training split")
+
+
+def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
+    """Cut the sets of a TOFU run.
+
+    Returns a dict with the training sets ``forget``, ``retain``, ``knowledge`` (question/answer),
+    ``finetune_full`` (forget + retain + knowledge: TOFU's ``full``), ``finetune_retain`` (retain +
+    knowledge: the retain-only reference), and the evaluation sets ``eval_forget``, ``eval_retain``,
+    ``eval_real_authors``, ``eval_world_facts`` (with ``paraphrased_answer`` / ``perturbed_answer``).
+    """
+    n_forget, n_retain = _author_counts(cfg)
+    pct = SPLITS[cfg.split]
+    forget_all = load_split(cfg, cfg.split)
+    retain_all = load_split(cfg, f"retain{100 - pct}")
+    forget = forget_all[len(forget_all) - n_forget * QA_PER_AUTHOR :]
+    retain = retain_all[: n_retain * QA_PER_AUTHOR]
+    if not forget:
+        raise ValueError(f"data.split {cfg.split}: the forget set is empty")
+
+    forget_pert = load_split(cfg, f"{cfg.split}_perturbed")
+    forget_pert = forget_pert[len(forget_pert) - len(forget) :]
+    _check_aligned(forget, forget_pert, f"{cfg.split}_perturbed")
+
+    retain_pert = load_split(cfg, "retain_perturbed")
+    retain_q = {r["question"] for r in retain}
+    eval_retain = [r for r in retain_pert if r["question"] in retain_q]
+    if not eval_retain:
+        raise ValueError("retain_perturbed: no question overlaps the retain set of this run")
+
+    cap = int(cfg.max_eval_questions)
+    if cap < 1:
+        raise ValueError(f"evaluate.max_questions: expected a positive integer, got {cap}")
+    sets = {
+        "forget": [{"question": r["question"], "answer": r["answer"]} for r in forget],
+        "retain": [{"question": r["question"], "answer": r["answer"]} for r in retain],
+        "eval_forget": forget_pert[:cap],
+        "eval_retain": eval_retain[:cap],
+        "eval_real_authors": load_split(cfg, "real_authors_perturbed")[:cap],
+        "eval_world_facts": load_split(cfg, "world_facts_perturbed")[:cap],
+    }
+    knowledge: list[dict] = []
+    for name in cfg.knowledge:
+        if name not in KNOWLEDGE_SETS:
+            raise ValueError(f"data.knowledge: expected a subset of {list(KNOWLEDGE_SETS)}, got {name!r}")
+        knowledge += [{"question": r["question"], "answer": r["answer"]} for r in load_split(cfg, name)]
+    sets["knowledge"] = knowledge
+    sets["finetune_full"] = sets["forget"] + sets["retain"] + knowledge
+    sets["finetune_retain"] = sets["retain"] + knowledge
+    return sets

@@ -1,0 +1,180 @@
+"""Normalised layer task energy and the layer-localisation rule (Layer-Localized QR-Erase).
+
+Paper equations (numbering of ``paper/qr-erase.tex``):
+
+- eq. 14 (``eq:energy``): E_ℓ = ‖T_f^ℓ‖_F / Σ_{j∈L} ‖T_f^j‖_F;
+- eq. 15 (``eq:layer_selection``): L_forget = {ℓ ∈ L : E_ℓ ≥ 1/|L|};
+- eq. 16 (``eq:localized_forget_update``): W' = W − T̃_f only for ℓ ∈ L_forget
+  (see :func:`modules_for_layers` and :func:`qrerase.linalg.forget_updates`).
+
+A "layer" is either a transformer block (``granularity="block"``; the block's norm is the
+root-sum-square of its modules' norms, i.e. the Frobenius norm of all its task matrices together) or a
+single adapted module (``granularity="module"``). The block of a module name is the integer after the
+first ``layers.`` / ``layer.`` / ``h.`` / ``blocks.`` path component (``model.layers.3.mlp.up_proj`` →
+``"3"``, ``hubert.encoder.layers.2.attention.q_proj`` → ``"2"``, ``transformer.h.5.attn.c_attn`` → ``"5"``).
+Note that an encoder–decoder with ``encoder.layers.i`` and ``decoder.layers.i`` would share block i.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+__all__ = [
+    "GRANULARITIES",
+    "SELECT_RTOL",
+    "block_of",
+    "block_index",
+    "module_sort_key",
+    "layer_of",
+    "module_norms",
+    "energy_from_norms",
+    "layer_energy",
+    "select_layers",
+    "modules_for_layers",
+    "select_modules",
+]
+
+GRANULARITIES = ("block", "module")
+
+#: Relative tolerance of the eq. 15 threshold: a layer is selected when E_ℓ ≥ (1 − SELECT_RTOL)/|L|.
+#: Without it, layers whose energy is mathematically exactly 1/|L| (e.g. uniform energies) could be
+#: dropped by a one-ulp rounding of the normalisation. 1e-9 is far above rounding (~|L|·1e-16) and far
+#: below any meaningful energy difference.
+SELECT_RTOL = 1e-9
+
+_BLOCK_RE = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)(?=\.|$)")
+
+
+def block_of(name: str) -> int | None:
+    """Transformer-block index of a module name, or None when it has no ``layers.N``-style component."""
+    m = _BLOCK_RE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def block_index(name: str) -> int:
+    """Transformer-block index of a module name; ValueError naming it when there is none."""
+    b = block_of(name)
+    if b is None:
+        raise ValueError(
+            f"module {name!r}: cannot map to a transformer block (no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
+        )
+    return b
+
+
+def module_sort_key(name: str) -> tuple[int, int, str]:
+    """Deterministic module order: by block index, then name; modules without a block last."""
+    b = block_of(name)
+    return (0, b, name) if b is not None else (1, 0, name)
+
+
+def _check_granularity(granularity: str) -> str:
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    return granularity
+
+
+def layer_of(name: str, granularity: str = "block") -> str:
+    """The layer label of a module: its block index as a string, or the module name itself."""
+    _check_granularity(granularity)
+    return str(block_index(name)) if granularity == "block" else name
+
+
+def module_norms(factors: Mapping[str, Any]) -> dict[str, float]:
+    """‖T‖_F per module from its factors (LowRank or (B, A) pair; a dense array also works), float.
+
+    For factors the norm is computed without densifying: ‖BA‖_F = ‖R_B A‖_F with B = Q_B R_B
+    (equal to sqrt(tr((BᵀB)(AAᵀ)))). NaN/Inf → ValueError naming the module.
+    """
+    from .linalg import LowRank, as_lowrank
+
+    out = {}
+    for name, f in factors.items():
+        if isinstance(f, (LowRank, tuple, list)):
+            out[name] = as_lowrank(f, name).fro_norm()
+        else:
+            arr = np.asarray(f, dtype=np.float64)
+            if not np.isfinite(arr).all():
+                raise ValueError(f"module {name!r}: task matrix contains NaN or Inf (shape {arr.shape})")
+            out[name] = float(np.linalg.norm(arr))
+    return out
+
+
+def energy_from_norms(norms: Mapping[str, float], granularity: str = "block") -> dict[str, float]:
+    """Normalised energies E_ℓ (eq. 14) from per-module Frobenius norms.
+
+    Parameters
+    ----------
+    norms : mapping module name → ‖T^m‖_F (finite, ≥ 0)
+    granularity : {"block", "module"}
+        "block": ‖T^ℓ‖_F = sqrt(Σ_{m∈ℓ} ‖T^m‖_F²) over the modules of block ℓ; "module": each module.
+
+    Returns
+    -------
+    dict layer → E_ℓ (float), ordered by block index (modules: by block, then name), summing to 1.
+
+    Raises
+    ------
+    ValueError
+        Empty input, a negative/non-finite norm, a module without a block (granularity="block"), or
+        zero total energy (all task matrices zero).
+    """
+    _check_granularity(granularity)
+    if not norms:
+        raise ValueError("layer energy: no modules given")
+    sq: dict[str, float] = {}
+    for name in sorted(norms, key=module_sort_key):
+        v = float(norms[name])
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"module {name!r}: task-matrix norm must be finite and non-negative, got {v}")
+        layer = layer_of(name, granularity)
+        sq[layer] = sq.get(layer, 0.0) + v * v
+    layer_norms = {layer: math.sqrt(v) for layer, v in sq.items()}
+    if granularity == "block":
+        layer_norms = dict(sorted(layer_norms.items(), key=lambda kv: int(kv[0])))
+    total = math.fsum(layer_norms.values())
+    if total == 0.0:
+        raise ValueError(f"layer energy: all {len(norms)} task matrices are zero (total energy 0), e.g. {next(iter(norms))!r}")
+    return {layer: v / total for layer, v in layer_norms.items()}
+
+
+def layer_energy(factors: Mapping[str, Any], granularity: str = "block") -> dict[str, float]:
+    """Normalised task energy E_ℓ = ‖T_f^ℓ‖_F / Σ_j ‖T_f^j‖_F (eq. 14) from factored task matrices.
+
+    ``factors`` maps module names to LowRank / (B, A) (float, any shapes). Returns layer → E_ℓ as in
+    :func:`energy_from_norms` (block labels are ``"0"``, ``"1"``, …; module labels are the names).
+    """
+    _check_granularity(granularity)
+    return energy_from_norms(module_norms(factors), granularity)
+
+
+def select_layers(energy: Mapping[str, float], rtol: float = SELECT_RTOL) -> list[str]:
+    """Layers with above-average energy, E_ℓ ≥ 1/|L| (eq. 15), in the order of ``energy``.
+
+    The comparison is E_ℓ ≥ (1 − rtol)/|L| with a tiny relative tolerance (:data:`SELECT_RTOL`) so that
+    layers at exactly the average are kept despite rounding. With uniform energies all layers are selected.
+    """
+    if not energy:
+        raise ValueError("select_layers: no layers given")
+    vals = {k: float(v) for k, v in energy.items()}
+    bad = [k for k, v in vals.items() if not math.isfinite(v) or v < 0]
+    if bad:
+        raise ValueError(f"select_layers: energy of layer {bad[0]!r} is not a finite non-negative number")
+    threshold = (1.0 - rtol) / len(vals)
+    return [k for k, v in vals.items() if v >= threshold]
+
+
+def modules_for_layers(layers: Iterable[str], module_names: Iterable[str], granularity: str = "block") -> list[str]:
+    """The module names (in block order) covered by the given layer labels (eq. 16's ℓ ∈ L_forget)."""
+    _check_granularity(granularity)
+    wanted = {str(layer) for layer in layers}
+    return [m for m in sorted(module_names, key=module_sort_key) if layer_of(m, granularity) in wanted]
+
+
+def select_modules(factors: Mapping[str, Any], granularity: str = "block", rtol: float = SELECT_RTOL) -> list[str]:
+    """Convenience: modules of the layers selected by eqs. 14–15 for forget factors."""
+    energy = layer_energy(factors, granularity)
+    return modules_for_layers(select_layers(energy, rtol), factors, granularity)

@@ -1,0 +1,225 @@
+"""TOFU evaluation protocol: answer losses, greedy generations and ROUGE recall per eval set.
+
+:func:`evaluate_tofu` produces, for the four TOFU eval sets, the per-question fields of TOFU's eval
+logs (``eval_log_forget.json``, ``eval_log.json``, ``eval_real_author_wo_options.json``,
+``eval_real_world_wo_options.json``), keyed like TOFU's by the question index as a string:
+
+=========================  ===============================================================
+``gt_loss``                summed NLL of the answer tokens (EOS included)
+``num_token_gt``           number of answer tokens
+``avg_gt_loss``            ``gt_loss / num_token_gt``
+``paraphrased_loss`` ...   the same for the paraphrased answer (``answer`` when absent)
+``perturb_loss`` ...       lists, one entry per perturbed answer
+``rouge1_recall``          ROUGE-1 / ROUGE-L recall (stemmed) of the greedy answer vs the answer
+``rougeL_recall``
+``generated_text``         ``[prompt, generation, answer]`` (TOFU's order: input, output, truth)
+=========================  ===============================================================
+
+Metric aggregation (truth ratio, probability, Model Utility, Forget Quality) is done elsewhere
+(:mod:`qrerase.tofu`) from these logs.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .lm import PromptTemplate, _from_dict, answer_token_nll, collate, encode_prompts, encode_qa_many, qa_pair
+
+__all__ = ["EvalConfig", "answer_losses", "greedy_generate", "evaluate_set", "evaluate_tofu", "TOFU_LOG_NAMES"]
+
+#: eval-set key -> TOFU eval-log file name
+TOFU_LOG_NAMES = {
+    "forget": "eval_log_forget.json",
+    "retain": "eval_log.json",
+    "real_authors": "eval_real_author_wo_options.json",
+    "world_facts": "eval_real_world_wo_options.json",
+}
+
+
+@dataclass
+class EvalConfig:
+    """Batch size (loss and generation), generation length and the per-example token cap."""
+
+    batch_size: int = 32
+    max_new_tokens: int = 48
+    max_length: int = 128
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "EvalConfig":
+        return _from_dict(cls, d, "evaluation config")
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def answer_losses(model, tokenizer, template: PromptTemplate, pairs: Sequence[tuple[str, str]], cfg: EvalConfig,
+                  progress=None) -> list[tuple[float, int]]:
+    """``(sum_nll, n_tokens)`` over the answer tokens (EOS included) of every ``(question, answer)``.
+
+    Pairs are sorted by length and right-padded into batches of ``cfg.batch_size`` (one forward pass
+    each, under ``torch.inference_mode``); results come back in input order and equal the unbatched
+    values up to float rounding. ``progress`` is an optional tqdm bar advanced once per pair.
+    """
+    examples = encode_qa_many(tokenizer, template, pairs, cfg.max_length)
+    out: list[tuple[float, int]] = [(0.0, 0)] * len(examples)
+    pad_id = _pad_id(tokenizer)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for idx in _length_batches([len(e[0]) for e in examples], cfg.batch_size):
+                nll, mask = answer_token_nll(model, collate([examples[i] for i in idx], pad_id))
+                per_tok = torch.zeros(mask.shape, dtype=nll.dtype).masked_scatter(mask, nll)
+                sums, counts = per_tok.sum(1).tolist(), mask.sum(1).tolist()
+                for j, i in enumerate(idx):
+                    out[i] = (float(sums[j]), int(counts[j]))
+                if progress is not None:
+                    progress.update(len(idx))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Sequence[str], cfg: EvalConfig,
+                    progress=None) -> list[str]:
+    """Greedy answers to ``questions`` (decoded new tokens only, special tokens dropped, stripped).
+
+    Prompts are encoded exactly as in training (BOS + prompt), sorted by length and LEFT-padded into
+    batches of ``cfg.batch_size``; decoding stops at EOS or after ``cfg.max_new_tokens``. The
+    tokenizer's ``padding_side`` is left as it was.
+    """
+    prompts = encode_prompts(tokenizer, template, questions)
+    pad_id = _pad_id(tokenizer)
+    eos_id = tokenizer.eos_token_id
+    out = [""] * len(prompts)
+    saved_side = getattr(tokenizer, "padding_side", None)
+    was_training = model.training
+    model.eval()
+    try:
+        if saved_side is not None:
+            tokenizer.padding_side = "left"
+        with torch.inference_mode():
+            for idx in _length_batches([len(p) for p in prompts], cfg.batch_size):
+                width = max(len(prompts[i]) for i in idx)
+                input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+                attention_mask = torch.zeros((len(idx), width), dtype=torch.long)
+                for j, i in enumerate(idx):
+                    ids = prompts[i]
+                    input_ids[j, width - len(ids):] = torch.as_tensor(ids, dtype=torch.long)
+                    attention_mask[j, width - len(ids):] = 1
+                gen = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    max_new_tokens=cfg.max_new_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    pad_token_id=pad_id,
+                    eos_token_id=eos_id,
+                )
+                texts = tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
+                for j, i in enumerate(idx):
+                    out[i] = texts[j].strip()
+                if progress is not None:
+                    progress.update(len(idx))
+    finally:
+        if saved_side is not None:
+            tokenizer.padding_side = saved_side
+        model.train(was_training)
+    return out
+
+
+def _rouge_recalls(generations: Sequence[str], answers: Sequence[str]) -> tuple[list[float], list[float]]:
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    r1, rl = [], []
+    for gen, gt in zip(generations, answers):
+        s = scorer.score(gt, gen)
+        r1.append(float(s["rouge1"].recall))
+        rl.append(float(s["rougeL"].recall))
+    return r1, rl
+
+
+def evaluate_set(model, tokenizer, template: PromptTemplate, records: Sequence[Mapping[str, Any]], cfg: EvalConfig,
+                 desc: str = "eval") -> dict[str, dict[str, Any]]:
+    """TOFU eval-log fields for one eval set (see the module docstring); keys ``"0"``, ``"1"``, ...
+
+    Each record needs ``question``, ``answer`` and ``perturbed_answer`` (a list); a missing
+    ``paraphrased_answer`` falls back to ``answer`` (TOFU's real-authors / world-facts sets). All
+    answer losses of the set go through one batched pass, then the greedy generations.
+    """
+    questions, answers, paraphrases, perturbed = [], [], [], []
+    for k, r in enumerate(records):
+        q, a = qa_pair(r)
+        pert = r.get("perturbed_answer")
+        if isinstance(pert, str):
+            pert = [pert]
+        if not pert:
+            raise ValueError(f"{desc}: record {k} has no perturbed_answer list")
+        questions.append(q)
+        answers.append(a)
+        paraphrases.append(str(r.get("paraphrased_answer") or a))
+        perturbed.append([str(p) for p in pert])
+    pairs = [(q, a) for q, a in zip(questions, answers)]
+    pairs += [(q, p) for q, p in zip(questions, paraphrases)]
+    for q, ps in zip(questions, perturbed):
+        pairs += [(q, p) for p in ps]
+    n = len(questions)
+    bar = tqdm(total=len(pairs) + n, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True, leave=False)
+    try:
+        losses = answer_losses(model, tokenizer, template, pairs, cfg, progress=bar)
+        generations = greedy_generate(model, tokenizer, template, questions, cfg, progress=bar)
+    finally:
+        bar.close()
+    r1, rl = _rouge_recalls(generations, answers)
+
+    log: dict[str, dict[str, Any]] = {name: {} for name in (
+        "avg_gt_loss", "gt_loss", "num_token_gt", "avg_paraphrased_loss", "paraphrased_loss", "num_token_paraphrased",
+        "average_perturb_loss", "perturb_loss", "num_token_perturb", "rouge1_recall", "rougeL_recall", "generated_text")}
+    pos = 2 * n
+    for i in range(n):
+        key = str(i)
+        gt_sum, gt_n = losses[i]
+        pa_sum, pa_n = losses[n + i]
+        pert = losses[pos : pos + len(perturbed[i])]
+        pos += len(perturbed[i])
+        log["gt_loss"][key], log["num_token_gt"][key], log["avg_gt_loss"][key] = gt_sum, gt_n, gt_sum / gt_n
+        log["paraphrased_loss"][key], log["num_token_paraphrased"][key] = pa_sum, pa_n
+        log["avg_paraphrased_loss"][key] = pa_sum / pa_n
+        log["perturb_loss"][key] = [s for s, _ in pert]
+        log["num_token_perturb"][key] = [c for _, c in pert]
+        log["average_perturb_loss"][key] = [s / c for s, c in pert]
+        log["rouge1_recall"][key], log["rougeL_recall"][key] = r1[i], rl[i]
+        log["generated_text"][key] = [template.prompt(questions[i]), generations[i], answers[i]]
+    return log
+
+
+def evaluate_tofu(model, tokenizer, template: PromptTemplate, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]],
+                  cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
+    """Evaluate the four TOFU sets; returns ``{TOFU log file name: evaluate_set(...)}``.
+
+    ``eval_sets`` maps ``forget``, ``retain``, ``real_authors`` and ``world_facts`` to records (any
+    subset of these keys may be given; unknown keys are an error).
+    """
+    unknown = sorted(set(eval_sets) - set(TOFU_LOG_NAMES))
+    if unknown:
+        raise ValueError(f"unknown eval set(s) {unknown}; expected some of {sorted(TOFU_LOG_NAMES)}")
+    return {
+        TOFU_LOG_NAMES[name]: evaluate_set(model, tokenizer, template, eval_sets[name], cfg, desc=f"eval {name}")
+        for name in TOFU_LOG_NAMES
+        if name in eval_sets
+    }

@@ -1,0 +1,131 @@
+"""Atomic artifact I/O: every file is written to a temporary sibling and renamed into place.
+
+A crashed or interrupted job therefore never leaves a half-written artifact that a later rule (or a
+user) could mistake for a complete one. Weights are read and written with safetensors only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+__all__ = [
+    "atomic_path",
+    "atomic_dir",
+    "write_json",
+    "write_text",
+    "write_csv",
+    "save_arrays",
+    "load_arrays",
+    "read_jsonl",
+    "write_jsonl",
+]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory next to ``path``; move it onto ``path`` only if the block succeeds.
+
+    An existing ``path`` is replaced as a whole (never merged), so stale files cannot survive.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
+    """Deterministic JSON (sorted keys) written atomically."""
+    write_text(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_csv(path: str | os.PathLike, frame) -> None:
+    """Write a pandas DataFrame as CSV atomically, without the index, with a fixed float format."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
+
+
+def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+    """Save named numpy arrays as one safetensors file, atomically (keys sorted for determinism)."""
+    from safetensors.numpy import save_file
+
+    tensors = {k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
+
+
+def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Load a safetensors file into numpy arrays; a clear error when it is missing or unreadable."""
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such safetensors file")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises several exception types
+        raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON Lines file; a clear error naming the file and line on bad input."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: data file not found")
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from exc
+    return rows
+
+
+def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Write records as JSON Lines (one per line, UTF-8, stable key order), atomically."""
+    write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

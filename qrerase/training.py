@@ -1,0 +1,201 @@
+"""Deterministic causal-LM training on QA pairs: full fine-tuning and LoRA.
+
+* :func:`train_causal_lm` trains all trainable parameters of a model with AdamW, linear warmup and
+  decay, gradient clipping and the TOFU answer-only loss, on length-bucketed batches.
+* :func:`train_lora` wraps a model with PEFT LoRA adapters and trains only those;
+  :func:`save_adapter` writes ``adapter_config.json`` + ``adapter_model.safetensors`` atomically.
+
+Runs are reproducible: :func:`set_determinism` seeds every RNG, fixes the thread count and turns on
+``torch.use_deterministic_algorithms``; batch composition and order come from seeded RNGs. Two runs
+with the same seed, data and thread count give bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .io import atomic_dir
+from .lm import PromptTemplate, _from_dict, answer_token_nll, bucketed_batches, collate, encode_qa_many, qa_pair
+
+__all__ = ["TrainConfig", "LoraTrainConfig", "set_determinism", "train_causal_lm", "train_lora", "save_adapter"]
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings of one training run.
+
+    ``lr`` is the peak learning rate (reached after ``warmup_ratio`` of the steps, then decayed
+    linearly to 0); ``weight_decay`` applies to matrices only (not to norms/biases), as in HF
+    ``Trainer``; ``max_grad_norm <= 0`` disables clipping; ``max_length`` caps the tokens per
+    example (answers are truncated); ``threads`` is passed to ``torch.set_num_threads``.
+    """
+
+    epochs: int
+    lr: float
+    batch_size: int
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    max_length: int = 128
+    seed: int = 0
+    threads: int = 2
+
+    def __post_init__(self):
+        if self.epochs < 0 or self.batch_size < 1 or self.lr < 0 or not 0 <= self.warmup_ratio <= 1:
+            raise ValueError(f"invalid training config: {self}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        return _from_dict(cls, d, "training config")
+
+
+def _default_lora_train() -> TrainConfig:
+    return TrainConfig(epochs=10, lr=1e-3, batch_size=16)
+
+
+@dataclass
+class LoraTrainConfig:
+    """LoRA adapter shape (``r``, ``alpha``, ``dropout``, ``target_modules``) and its training run."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    train: TrainConfig = field(default_factory=_default_lora_train)
+
+    def __post_init__(self):
+        if isinstance(self.train, Mapping):
+            self.train = TrainConfig.from_dict(self.train)
+        self.target_modules = tuple(self.target_modules)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LoraTrainConfig":
+        return _from_dict(cls, d, "LoRA training config")
+
+
+def set_determinism(seed: int, threads: int) -> None:
+    """Seed Python, NumPy and torch, fix the intra-op thread count, require deterministic kernels."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # only matters on CUDA
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    if threads and threads > 0 and torch.get_num_threads() != threads:
+        torch.set_num_threads(int(threads))
+    torch.use_deterministic_algorithms(True)
+
+
+def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    if not decay and not no_decay:
+        raise ValueError("model has no trainable parameters")
+    groups = [g for g in ({"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    kwargs = dict(lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
+    try:  # fused CPU/GPU kernel (torch >= 2.4): much less per-step overhead for many small tensors
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, **kwargs)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    return (int(seed) * 1_000_003 + int(epoch)) % (2**63)
+
+
+def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
+                    cfg: TrainConfig, desc: str = "train") -> pd.DataFrame:
+    """Train ``model`` on QA ``records`` (``question``/``answer`` keys) with the answer-only loss.
+
+    Each epoch draws new length-bucketed batches (seeded by ``cfg.seed`` and the epoch); the loss of a
+    batch is the mean NLL over its answer tokens (EOS included). Only parameters with
+    ``requires_grad`` are trained. Returns a frame with one row per optimiser step: ``step``
+    (1-based), ``epoch`` (1-based), ``loss`` (of that batch, before the update) and ``lr`` (used for
+    that update). The model is left in eval mode.
+    """
+    set_determinism(cfg.seed, cfg.threads)
+    if not records:
+        raise ValueError(f"{desc}: no training records")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    examples = encode_qa_many(tokenizer, template, [qa_pair(r) for r in records], cfg.max_length)
+    lengths = [len(x[0]) for x in examples]
+    n_batches = math.ceil(len(examples) / cfg.batch_size)
+    total = n_batches * cfg.epochs
+    warmup = int(round(cfg.warmup_ratio * total))
+
+    def lr_factor(step: int) -> float:  # step = number of updates done so far
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    optimizer = _optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    rows: list[tuple[int, int, float, float]] = []
+    model.train()
+    bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True, leave=False)
+    try:
+        step = 0
+        for epoch in range(cfg.epochs):
+            for idx in bucketed_batches(lengths, cfg.batch_size, _epoch_seed(cfg.seed, epoch), shuffle=True):
+                batch = collate([examples[i] for i in idx], pad_id)
+                nll, _ = answer_token_nll(model, batch)
+                loss = nll.mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.max_grad_norm and cfg.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                lr = optimizer.param_groups[0]["lr"]
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                value = float(loss.detach())
+                rows.append((step, epoch + 1, value, float(lr)))
+                bar.update(1)
+                if step % 10 == 0 or step == total:
+                    bar.set_postfix(epoch=epoch + 1, loss=f"{value:.3f}", refresh=False)
+    finally:
+        bar.close()
+        model.eval()
+    return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
+
+
+def train_lora(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
+               cfg: LoraTrainConfig, desc: str = "lora"):
+    """Add LoRA adapters to ``model`` (``peft.get_peft_model``; the base is modified in place and
+    frozen) and train them on ``records``. Returns ``(peft_model, loss_frame)``.
+
+    The adapters' random ``A`` init is seeded by ``cfg.train.seed``; ``B`` starts at zero (PEFT
+    default), so the wrapped model starts exactly at the base model.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    set_determinism(cfg.train.seed, cfg.train.threads)
+    lora = LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    peft_model = get_peft_model(model, lora)
+    frame = train_causal_lm(peft_model, tokenizer, records, template, cfg.train, desc=desc)
+    return peft_model, frame
+
+
+def save_adapter(peft_model, out_dir: str | os.PathLike) -> None:
+    """Write the LoRA adapter (``adapter_config.json`` + ``adapter_model.safetensors``) atomically."""
+    with atomic_dir(out_dir) as tmp:
+        peft_model.save_pretrained(str(tmp), safe_serialization=True)

@@ -1,0 +1,91 @@
+"""Glue between Snakemake jobs and the library: logging, config → dataclass, model loading.
+
+Workflow scripts stay thin: they call :func:`job` to route output into the rule's log file and to
+fix seeds and threads, then call library functions. Nothing here is needed to use the library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["job", "template_from", "load_for_eval", "selected_updates"]
+
+log = logging.getLogger("qrerase")
+
+
+@contextlib.contextmanager
+def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
+    """Run a Snakemake job body with stdout/stderr (tqdm bars, warnings) appended to its log file.
+
+    Seeds and the torch thread count are fixed here (from the rule's params / threads) so that two
+    runs of the same job give identical artifacts. An exception is logged with a one-line summary
+    and re-raised, so Snakemake marks the job failed and removes its outputs.
+    """
+    log_file = snakemake.log[0] if len(snakemake.log) else None
+    stream = open(log_file, "a", encoding="utf-8") if log_file else sys.stderr  # noqa: SIM115
+    old_out, old_err = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = stream
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    start = time.time()
+    try:
+        if seed is not None:
+            from .training import set_determinism
+
+            set_determinism(int(seed), int(snakemake.threads))
+        log.info("rule %s started (threads=%s)", snakemake.rule, snakemake.threads)
+        yield log
+        log.info("rule %s finished in %.1f s", snakemake.rule, time.time() - start)
+    except Exception as exc:
+        log.error("rule %s failed: %s: %s", snakemake.rule, type(exc).__name__, exc)
+        raise
+    finally:
+        log.removeHandler(handler)
+        sys.stdout, sys.stderr = old_out, old_err
+        if log_file:
+            stream.close()
+
+
+def template_from(model_cfg: dict):
+    from .lm import PromptTemplate
+
+    return PromptTemplate.from_dict(model_cfg["template"])
+
+
+def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None, model_cfg: dict):
+    """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
+    from .lm import load_model, load_tokenizer
+
+    model = load_model(str(model_dir), dtype=model_cfg.get("dtype", "float32"))
+    tokenizer = load_tokenizer(str(model_dir))
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        if not (Path(adapter_dir) / "adapter_config.json").is_file():
+            raise ValueError(f"{adapter_dir}: not a PEFT adapter directory (no adapter_config.json)")
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    model.eval()
+    return model, tokenizer
+
+
+def selected_updates(updates: dict, selected_json: str | os.PathLike | None) -> dict:
+    """Restrict updates to the modules of the layer-localised selection (eq. 16), or keep all (eq. 6)."""
+    if selected_json is None:
+        return updates
+    import json
+
+    modules = json.loads(Path(selected_json).read_text(encoding="utf-8"))["modules"]
+    missing = [m for m in modules if m not in updates]
+    if missing:
+        raise ValueError(f"{selected_json}: selected modules {missing[:3]} have no forget update")
+    return {m: updates[m] for m in modules}

@@ -1,0 +1,236 @@
+# Config validation, path patterns, input functions and resource lookups shared by all rules.
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+from snakemake.exceptions import WorkflowError
+
+
+# ---------------------------------------------------------------------------------------------
+# Config validation: JSON schema first (one line naming the key), then cross-key checks.
+# ---------------------------------------------------------------------------------------------
+def validate_config(cfg):
+    schema_path = Path(workflow.basedir) / "schemas" / "config.schema.yaml"
+    schema = yaml.safe_load(schema_path.read_text())
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(cfg),
+        key=lambda e: [str(p) for p in e.absolute_path],
+    )
+    if errors:
+        err = errors[0]
+        key = ".".join(str(p) for p in err.absolute_path) or "<top level>"
+        raise WorkflowError(f"config key '{key}': {err.message} (see {schema_path.name})")
+    lora_r = cfg["lora"]["r"]
+    for key in ("rank", "retain_rank"):
+        value = cfg["unlearn"].get(key)
+        if value is not None and value > lora_r and not any(cfg["lora"]["adapters"].values()):
+            raise WorkflowError(
+                f"config key 'unlearn.{key}': {value} exceeds the LoRA rank lora.r={lora_r}; "
+                "the task matrices have rank at most r"
+            )
+    tiny = cfg["model"]["tiny"]
+    if cfg["model"]["name_or_path"] is None:
+        if tiny["hidden_size"] % tiny["num_attention_heads"]:
+            raise WorkflowError(
+                "config key 'model.tiny.hidden_size': must be divisible by num_attention_heads"
+            )
+        if tiny["num_attention_heads"] % tiny["num_key_value_heads"]:
+            raise WorkflowError(
+                "config key 'model.tiny.num_key_value_heads': must divide num_attention_heads"
+            )
+    data = cfg["tofu"]["data"]
+    if data["source"] == "local":
+        root = Path(data["root"])
+        pct = int(data["split"][-2:])
+        needed = [
+            data["split"],
+            f"{data['split']}_perturbed",
+            f"retain{100 - pct}",
+            "retain_perturbed",
+            "real_authors_perturbed",
+            "world_facts_perturbed",
+            *data.get("knowledge", []),
+        ]
+        for name in needed:
+            if not (root / f"{name}.jsonl").is_file():
+                raise WorkflowError(
+                    f"config key 'tofu.data.root': data file {root / (name + '.jsonl')} not found"
+                )
+    for set_name, path in cfg["lora"]["adapters"].items():
+        if path is not None and not (Path(path) / "adapter_config.json").is_file():
+            raise WorkflowError(
+                f"config key 'lora.adapters.{set_name}': {path} holds no adapter_config.json"
+            )
+    for item in cfg["tofu"].get("imported_models", []):
+        for key in ("log", "reference"):
+            if item.get(key) and not Path(item[key]).exists():
+                raise WorkflowError(
+                    f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found"
+                )
+
+
+validate_config(config)
+
+# ---------------------------------------------------------------------------------------------
+# Names and path patterns: every artifact path of the workflow is defined here, once.
+# ---------------------------------------------------------------------------------------------
+RESULTS = "results"
+EXP = f"tofu_{config['tofu']['data']['split']}"
+RANK = config["unlearn"]["rank"]
+METHODS = list(config["methods"])
+DECOMP = {"unlearn": "svd", "unlearn_ll": "svd", "qr_erase": "cpqr", "qr_erase_ll": "cpqr"}
+DATA_SETS = [
+    "forget",
+    "retain",
+    "knowledge",
+    "finetune_full",
+    "finetune_retain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
+
+PATHS = {
+    "data": RESULTS + "/{exp}/data/{name}.jsonl",
+    "tokenizer": RESULTS + "/{exp}/models/tokenizer",
+    "model": RESULTS + "/{exp}/models/{which}",
+    "train_curve": RESULTS + "/{exp}/models/{which}_loss.csv",
+    "lora": RESULTS + "/{exp}/lora/{set}",
+    "lora_curve": RESULTS + "/{exp}/lora/{set}_loss.csv",
+    "task_matrix": RESULTS + "/{exp}/task_matrices/{set}.safetensors",
+    "factors": RESULTS + "/{exp}/factors/k{rank}/{decomp}_{set}.safetensors",
+    "factor_report": RESULTS + "/{exp}/factors/k{rank}/report.csv",
+    "energy": RESULTS + "/{exp}/energy/energy.csv",
+    "selected": RESULTS + "/{exp}/energy/selected_layers.json",
+    "energy_fig": RESULTS + "/figures/{exp}_energy.png",
+    "update": RESULTS + "/{exp}/updates/k{rank}/{decomp}.safetensors",
+    "erase_adapter": RESULTS + "/{exp}/erase/k{rank}/{method}/adapter",
+    "erased_model": RESULTS + "/{exp}/erase/k{rank}/{method}/model",
+    "eval": RESULTS + "/{exp}/eval/{model}",
+    "metrics": RESULTS + "/{exp}/eval/{model}/metrics.csv",
+    "table": RESULTS + "/tables/{table}.{ext}",
+    "figure": RESULTS + "/figures/{name}.png",
+    "log": RESULTS + "/logs/{rule}/{name}.log",
+}
+
+
+def path(key, **wildcards):
+    """Fill a path pattern; unfilled wildcards stay as {name} for rule declarations."""
+    return PATHS[key].format_map(_Keep(wildcards))
+
+
+class _Keep(dict):
+    def __missing__(self, key):
+        return "{" + key + "}"
+
+
+def log_path(rule_name, *wildcard_names):
+    name = "_".join("{" + w + "}" for w in wildcard_names) or rule_name
+    return PATHS["log"].format(rule=rule_name, name=name)
+
+
+wildcard_constraints:
+    exp=r"tofu_forget\d\d",
+    name=r"[a-z_]+",
+    which="full|retain",
+    set="forget|retain",
+    rank=r"\d+",
+    decomp="cpqr|svd",
+    method="|".join(DECOMP),
+    model=r"[A-Za-z0-9_.-]+",
+
+
+# ---------------------------------------------------------------------------------------------
+# Config lookups.
+# ---------------------------------------------------------------------------------------------
+def tiny_model():
+    return config["model"]["name_or_path"] is None
+
+
+def eval_models():
+    """Model names evaluated in the TOFU table: base, retain reference, each method at rank k."""
+    return ["base", "retain"] + [f"{m}_k{RANK}" for m in METHODS]
+
+
+def resources_for(kind):
+    res = dict(config["resources"][kind])
+    out = {"mem_mb": res["mem_mb"], "runtime": res["runtime"]}
+    if res.get("gpu"):
+        out["gpu"] = res["gpu"]
+    if res.get("slurm_extra"):
+        out["slurm_extra"] = res["slurm_extra"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Input functions.
+# ---------------------------------------------------------------------------------------------
+def base_model_inputs(wildcards):
+    """The tokenizer built here (embedded default) or nothing (a hub/local model)."""
+    return {"tokenizer": path("tokenizer", exp=wildcards.exp)} if tiny_model() else {}
+
+
+def adapter_dir(wildcards):
+    """A user's existing adapter for this set, or the one the lora rule trains."""
+    given = config["lora"]["adapters"].get(wildcards.set)
+    return given if given else path("lora", exp=wildcards.exp, set=wildcards.set)
+
+
+def erase_inputs(wildcards):
+    decomp = DECOMP[wildcards.method]
+    inputs = {"tilde": path("update", exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)}
+    if wildcards.method.endswith("_ll"):
+        inputs["selected"] = path("selected", exp=wildcards.exp)
+    return inputs
+
+
+def eval_model_inputs(wildcards):
+    """Where the evaluated model's weights come from: a checkpoint, or base + erase adapter."""
+    model = wildcards.model
+    if model in ("base", "retain"):
+        which = "full" if model == "base" else "retain"
+        return {"model": path("model", exp=wildcards.exp, which=which)}
+    method, rank = model.rsplit("_k", 1)
+    if method not in DECOMP:
+        raise WorkflowError(f"evaluate: unknown model '{model}'")
+    if "merged" in config["erase"]["outputs"]:
+        return {"model": path("erased_model", exp=wildcards.exp, rank=rank, method=method)}
+    return {
+        "model": path("model", exp=wildcards.exp, which="full"),
+        "adapter": path("erase_adapter", exp=wildcards.exp, rank=rank, method=method),
+    }
+
+
+def eval_data_inputs(wildcards):
+    return {s: path("data", exp=wildcards.exp, name=f"eval_{s}") for s in EVAL_SETS}
+
+
+def metrics_inputs(wildcards):
+    return {
+        "log": path("eval", exp=wildcards.exp, model=wildcards.model),
+        "reference": path("eval", exp=wildcards.exp, model="retain"),
+    }
+
+
+def erase_targets():
+    outs = []
+    for method in METHODS:
+        if "adapter" in config["erase"]["outputs"]:
+            outs.append(path("erase_adapter", exp=EXP, rank=RANK, method=method))
+        if "merged" in config["erase"]["outputs"]:
+            outs.append(path("erased_model", exp=EXP, rank=RANK, method=method))
+    return outs
+
+
+def all_targets():
+    return [
+        *expand(PATHS["table"], table="tofu", ext=["csv", "md", "tex"]),
+        *expand(PATHS["table"], table="tofu_wide", ext=["csv", "md", "tex"]),
+        path("figure", name="tofu_truth_ratio"),
+        path("energy_fig", exp=EXP),
+        path("factor_report", exp=EXP, rank=RANK),
+        *erase_targets(),
+    ]

@@ -1,0 +1,19 @@
+rule energy:
+    # Eqs. 14-15: normalised task energy E_l and the layers with E_l >= 1/|L|.
+    input:
+        path("task_matrix", set="forget"),
+    output:
+        csv=path("energy"),
+        selected=path("selected"),
+        figure=path("energy_fig"),
+    params:
+        granularity=config["unlearn"]["energy_granularity"],
+    log:
+        log_path("energy", "exp"),
+    threads: 1
+    resources:
+        **resources_for("light"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/energy.py"

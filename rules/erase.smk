@@ -1,0 +1,36 @@
+rule erase_adapter:
+    # Eq. 6 / 16 as a rank-k PEFT LoRA adapter (B = -lambda Q~_f-side, A = R Pi^T-side).
+    input:
+        unpack(erase_inputs),
+        model=path("model", which="full"),
+    output:
+        directory(path("erase_adapter")),
+    log:
+        log_path("erase_adapter", "exp", "rank", "method"),
+    threads: 1
+    resources:
+        **resources_for("light"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/erase_adapter.py"
+
+
+rule erase_merged:
+    # Eq. 6 / 16 merged: W' = W - lambda T~_f on every (or only the selected) layer(s).
+    input:
+        unpack(erase_inputs),
+        model=path("model", which="full"),
+    output:
+        directory(path("erased_model")),
+    params:
+        model=config["model"],
+    log:
+        log_path("erase_merged", "exp", "rank", "method"),
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/erase_merged.py"

@@ -1,0 +1,20 @@
+rule evaluate:
+    # TOFU protocol: answer-token losses (gt, paraphrased, perturbed) and greedy ROUGE-L per question.
+    input:
+        unpack(eval_model_inputs),
+        unpack(eval_data_inputs),
+    output:
+        directory(path("eval")),
+    params:
+        model=config["model"],
+        evaluate=config["tofu"]["evaluate"],
+        seed=config["seed"],
+    log:
+        log_path("evaluate", "exp", "model"),
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"

@@ -1,0 +1,44 @@
+rule tokenizer:
+    input:
+        path("data", name="finetune_full"),
+        path("data", name="eval_forget"),
+        path("data", name="eval_retain"),
+        path("data", name="eval_real_authors"),
+        path("data", name="eval_world_facts"),
+    output:
+        directory(path("tokenizer")),
+    params:
+        vocab_size=config["model"]["tokenizer"]["vocab_size"],
+    log:
+        log_path("tokenizer", "exp"),
+    threads: 1
+    resources:
+        **resources_for("light"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/train_tokenizer.py"
+
+
+rule finetune:
+    input:
+        unpack(base_model_inputs),
+        data=lambda wc: path(
+            "data", exp=wc.exp, name="finetune_full" if wc.which == "full" else "finetune_retain"
+        ),
+    output:
+        model=directory(path("model")),
+        curve=path("train_curve"),
+    params:
+        model=config["model"],
+        train=config["finetune"],
+        seed=config["seed"],
+    log:
+        log_path("finetune", "exp", "which"),
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/finetune.py"

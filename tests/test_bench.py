@@ -1,0 +1,104 @@
+"""Benchmark library and scripts at tiny sizes: sane tables and files (no timing assertions)."""
+
+from __future__ import annotations
+
+import math
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from qrerase import bench
+from qrerase.bench import ModelShape
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ModelShape("tiny", n_blocks=3, hidden=48, intermediate=96, kv_dim=16)
+
+
+@pytest.fixture(scope="module")
+def decomp():
+    return bench.bench_decomposition([24, 40], lora_rank=4, repeats=1, seed=0, max_dense_svd=30, fast_repeats=1)
+
+
+def test_bench_decomposition_table(decomp):
+    df = decomp
+    assert list(df.columns) == bench.DECOMP_COLUMNS
+    assert df["n"].tolist() == [24, 40]
+    assert df["pivots_identical_first_r"].all()
+    assert (df["pivots_common_prefix"] >= 4).all()
+    assert (df["max_sin_theta"] < 1e-10).all() and (df["rel_diff_tk"] < 1e-10).all()
+    secs = ["cpqr_dense_s", "lora_cpqr_dense_s", "lora_cpqr_factored_s", "lora_svd_factored_s"]
+    assert (df[secs] > 0).all().all()
+    assert df.loc[0, "svd_dense_s"] > 0 and math.isnan(df.loc[1, "svd_dense_s"])  # skipped above max_dense_svd
+    assert math.isnan(df.loc[1, "svd_reduction_pct"])
+    assert np.allclose(df["factored_speedup"], df["lora_cpqr_dense_s"] / df["lora_cpqr_factored_s"])
+
+
+def test_runtime_table_and_writers(decomp, tmp_path):
+    table = bench.runtime_table(decomp)
+    assert list(table.columns[:4]) == ["Matrix size", "SVD (s)", "Pivoted QR (s)", "Reduction"]
+    assert table["Matrix size"].tolist() == ["24 × 24", "40 × 40"]
+    assert set(table["Pivots identical"]) <= {"all", "first r"}
+    paths = [tmp_path / f"t.{ext}" for ext in ("csv", "md", "tex")]
+    bench.write_runtime_tables(table, *paths)
+    assert pd.read_csv(paths[0]).shape == table.shape
+    md = paths[1].read_text()
+    assert md.startswith("| Matrix size | SVD (s) | Pivoted QR (s) | Reduction |") and "| 40 × 40 | n/a |" in md
+    tex = paths[2].read_text()
+    assert "\\toprule" in tex and "$24 \\times 24$" in tex and "\\%" in tex
+    bench.plot_decomposition(decomp, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "t.csv", "t.md", "t.tex"]  # no temp files left
+
+
+def test_model_shapes():
+    mods = bench.MODEL_SHAPES["llama3-8b"].modules()
+    assert len(mods) == 32 * 7
+    shapes = {name.split(".", 3)[3]: (o, i) for name, o, i in mods[:7]}
+    assert shapes["self_attn.k_proj"] == (1024, 4096) and shapes["mlp.down_proj"] == (4096, 14336)
+    assert len(bench.MODEL_SHAPES["llama3-70b"].modules()) == 80 * 7
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_whole_model_erase_tiny(isolate):
+    res = bench.bench_whole_model_erase(TINY, lora_rank=8, rank=4, seed=0, isolate=isolate, localized=True)
+    assert set(bench.ERASE_COLUMNS) <= set(res)
+    assert res["n_modules"] == 21 and 1 <= res["n_layers_selected"] <= 3
+    assert res["n_modules_written"] == 7 * res["n_layers_selected"]
+    assert res["wall_s"] > 0 and res["adapter_mb"] > 0
+    if isolate:
+        assert res["peak_rss_mb"] >= res["baseline_rss_mb"] > 10
+    with pytest.raises(ValueError, match="unknown model shape"):
+        bench.bench_whole_model_erase("gpt-5")
+
+
+def test_script_standalone(tmp_path):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, str(ROOT / "workflow_scripts" / "bench_decomposition.py"), "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1", "--out-dir", str(tmp_path / "out"), "--threads", "1"]  # fmt: skip
+    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["decomposition.csv", "decomposition.png", "runtime_table.csv", "runtime_table.md", "runtime_table.tex"]
+    df = pd.read_csv(tmp_path / "out" / "decomposition.csv")
+    assert df["n"].tolist() == [20, 36] and df["pivots_identical_first_r"].all() and (df["threads"] == 1).all()
+
+
+def test_scripts_under_snakemake_object(tmp_path, monkeypatch):
+    # the parent resolves the shape name and hands the child process the ModelShape itself
+    monkeypatch.setattr(bench, "MODEL_SHAPES", {**bench.MODEL_SHAPES, "tiny": TINY})
+    out = {k: str(tmp_path / f"{k}.{ext}") for k, ext in [("csv", "csv"), ("plot", "png"), ("erase_csv", "csv"), ("table_csv", "csv"), ("table_md", "md"), ("table_tex", "tex")]}  # fmt: skip
+    params = SimpleNamespace(sizes=[20], lora_rank=4, repeats=1, seed=0, threads=0, model_shapes=["tiny"])
+    sm = SimpleNamespace(params=params, output=SimpleNamespace(**out), threads=1)
+    runpy.run_path(str(ROOT / "workflow_scripts" / "bench_decomposition.py"), init_globals={"snakemake": sm}, run_name="__main__")
+    assert all(Path(p).is_file() for p in out.values())
+    erase = pd.read_csv(out["erase_csv"])
+    assert list(erase.columns) == bench.ERASE_COLUMNS and erase["shape"].tolist() == ["tiny"]
+
+    sm2 = SimpleNamespace(params=params, output=SimpleNamespace(erase_csv=str(tmp_path / "e2.csv")), threads=1)
+    runpy.run_path(str(ROOT / "workflow_scripts" / "bench_erase.py"), init_globals={"snakemake": sm2}, run_name="__main__")
+    assert pd.read_csv(tmp_path / "e2.csv")["n_modules"].tolist() == [21]

@@ -1,0 +1,138 @@
+"""End-to-end: the Snakemake workflow on the small test config, through the real snakemake CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+pytestmark = pytest.mark.workflow
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def write_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
+    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    path = workdir / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def planned_rules(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """Rule -> job count from a dry run's 'Job stats' table."""
+    text = proc.stdout + proc.stderr
+    if "Nothing to be done" in text:
+        return {}
+    stats = text.split("Job stats:", 1)[1]
+    counts = {}
+    for line in stats.splitlines()[3:]:
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("workflow")
+    cfg = write_config(wd)
+    snakemake(wd, "--cores", "2", "--configfile", str(cfg))
+    return wd
+
+
+def test_tofu_table_has_every_model_with_real_numbers(workdir):
+    table = pd.read_csv(workdir / "results/tables/tofu.csv")
+    assert list(table["method"]) == ["base", "retain", *METHODS]
+    assert table["model_utility"].between(0, 1).all() and (table["model_utility"] > 0).all()
+    fq = table.set_index("method")["forget_quality"]
+    assert pd.isna(fq["retain"])  # the reference is not compared with itself
+    assert fq.drop("retain").between(0, 1).all()
+    md = (workdir / "results/tables/tofu.md").read_text()
+    tex = (workdir / "results/tables/tofu.tex").read_text()
+    for label in ("Base Model", "UNLEARN (LL)", "QR-Erase (LL)"):
+        assert label in md
+    assert "\\begin{tabular}" in tex and "Forget Quality" in tex
+    wide = pd.read_csv(workdir / "results/tables/tofu_wide.csv")
+    assert {"retain_probability", "world_facts_rougeL", "forget_truth_ratio"} <= set(wide.columns)
+
+
+def test_metrics_recompute_from_the_written_logs(workdir):
+    from qrerase.tofu import forget_quality, load_log, model_utility
+
+    table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
+    ref = load_log(workdir / "results/tofu_forget10/eval/retain")
+    for method in METHODS:
+        log = load_log(workdir / f"results/tofu_forget10/eval/{method}_k2")
+        assert model_utility(log) == pytest.approx(table.loc[method, "model_utility"], rel=1e-9)
+        assert forget_quality(log, ref) == pytest.approx(table.loc[method, "forget_quality"], rel=1e-9)
+        assert len(log["eval_log_forget.json"]["avg_gt_loss"]) == 20  # one forget author
+
+
+def test_layer_localised_erase_touches_only_selected_layers(workdir):
+    exp = workdir / "results/tofu_forget10"
+    selected = json.loads((exp / "energy/selected_layers.json").read_text())
+    energy = pd.read_csv(exp / "energy/energy.csv")
+    assert energy["energy"].sum() == pytest.approx(1.0)
+    assert sorted(energy.loc[energy["selected"], "layer"].astype(str)) == sorted(map(str, selected["layers"]))
+    for method, full in (("qr_erase", True), ("qr_erase_ll", False)):
+        cfg = json.loads((exp / f"erase/k2/{method}/adapter/adapter_config.json").read_text())
+        targets = set(cfg["target_modules"])
+        if full:
+            assert len(targets) == 2 * 7  # 2 blocks x 7 projections
+        else:
+            assert targets == set(selected["modules"])
+    report = pd.read_csv(exp / "factors/k2/report.csv")
+    assert (report["max_sin_theta_qr_vs_svd"] <= 1).all() and len(report) == 2 * 14
+
+
+def test_nothing_changed_nothing_runs(workdir):
+    proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(workdir / "test.yaml"))
+    assert planned_rules(proc) == {}
+
+
+def test_changing_rank_reruns_no_training(workdir):
+    cfg = write_config(workdir, "rank1.yaml", unlearn__rank=1)
+    proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))
+    rules = planned_rules(proc)
+    assert rules.get("factors") == 4 and rules.get("tofu_table") == 1 and rules.get("evaluate") == 4
+    assert not {"tofu_data", "tokenizer", "finetune", "lora", "task_matrices"} & set(rules)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"methods": ["qr_erase", "magic"]}, "config key 'methods.1'"),
+        ({"unlearn__rank": 9}, "exceeds the LoRA rank"),
+        ({"tofu__data__root": "/no/such/dir"}, "data file /no/such/dir/forget10.jsonl not found"),
+        ({"tofu__data__n_authors": 1}, "config key 'tofu.data.n_authors'"),
+    ],
+)
+def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
+    cfg = write_config(tmp_path, **overrides)
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

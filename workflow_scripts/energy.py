@@ -1,0 +1,31 @@
+"""Rule energy: E_l = ||T_f^l||_F / sum_j ||T_f^j||_F (eq. 14) and the layers with E_l >= 1/|L| (eq. 15)."""
+
+import pandas as pd
+
+from qrerase.adapters import load_factors
+from qrerase.energy import layer_energy, modules_for_layers, select_layers
+from qrerase.io import write_csv, write_json
+from qrerase.plots import energy_plot
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    granularity = snakemake.params.granularity  # noqa: F821
+    factors = load_factors(snakemake.input[0])  # noqa: F821
+    energy = layer_energy(factors, granularity=granularity)
+    selected = select_layers(energy)
+    frame = pd.DataFrame(
+        {
+            "layer": list(energy),
+            "energy": list(energy.values()),
+            "threshold": 1.0 / len(energy),
+            "selected": [layer in selected for layer in energy],
+        }
+    )
+    write_csv(snakemake.output.csv, frame)  # noqa: F821
+    modules = modules_for_layers(selected, factors, granularity=granularity)
+    write_json(
+        snakemake.output.selected,  # noqa: F821
+        {"granularity": granularity, "layers": selected, "modules": modules},
+    )
+    energy_plot(energy, snakemake.output.figure, title=f"Task energy ({snakemake.wildcards.exp})")  # noqa: F821
+    log.info("selected %d of %d layers: %s", len(selected), len(energy), selected)

@@ -1,0 +1,13 @@
+"""Rule factors: rank-k CPQR (eq. 1-2) or SVD of every task matrix, computed exactly from its factors."""
+
+from qrerase.adapters import load_factors
+from qrerase.linalg import decompose, save_decompositions
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    rank, method = snakemake.params.rank, snakemake.wildcards.decomp  # noqa: F821
+    factors = load_factors(snakemake.input[0])  # noqa: F821
+    decs = {m: decompose(f.B, f.A, rank, method=method, name=m) for m, f in factors.items()}
+    save_decompositions(snakemake.output[0], decs)  # noqa: F821
+    worst = max(d.relative_error for d in decs.values())
+    log.info("%s rank %d of %d modules; worst relative error %.3g", method, rank, len(decs), worst)

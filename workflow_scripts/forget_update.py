@@ -1,0 +1,12 @@
+"""Rule forget_update: Q~_f = (I - P_r) Q_f,k and lambda T~_f = U V per module (eqs. 3-5)."""
+
+from qrerase.linalg import discriminate, load_decompositions, save_updates
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    p = snakemake.params  # noqa: F821
+    forget = load_decompositions(snakemake.input.forget)  # noqa: F821
+    retain = load_decompositions(snakemake.input.retain)  # noqa: F821
+    updates = discriminate(forget, retain, retain_rank=p.retain_rank, scale=p.scale)
+    save_updates(snakemake.output[0], updates)  # noqa: F821
+    log.info("forget updates for %d modules (scale %s)", len(updates), p.scale)

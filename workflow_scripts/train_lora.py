@@ -1,0 +1,28 @@
+"""Rule lora: LoRA fine-tuning of the fine-tuned model on the forget or the retain set."""
+
+from qrerase.io import read_jsonl, write_csv
+from qrerase.lm import load_model, load_tokenizer
+from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
+from qrerase.workflow import job, template_from
+
+p = snakemake.params  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    lcfg = p.lora
+    model = load_model(snakemake.input.model, dtype=p.model.get("dtype", "float32"))
+    tokenizer = load_tokenizer(snakemake.input.model)
+    records = read_jsonl(snakemake.input.data)
+    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length")
+    train = TrainConfig.from_dict(
+        {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
+    )
+    cfg = LoraTrainConfig(
+        r=lcfg["r"],
+        alpha=lcfg["alpha"],
+        dropout=lcfg.get("dropout", 0.0),
+        target_modules=tuple(lcfg["target_modules"]),
+        train=train,
+    )
+    log.info("LoRA on %d QA pairs (%s): %s", len(records), snakemake.wildcards.set, cfg)
+    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model), cfg, desc=f"lora-{snakemake.wildcards.set}")
+    save_adapter(peft_model, snakemake.output.adapter)
+    write_csv(snakemake.output.curve, curve)

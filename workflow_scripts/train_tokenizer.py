@@ -1,0 +1,15 @@
+"""Rule tokenizer: train the embedded tiny model's byte-level BPE tokenizer on the run's text."""
+
+from qrerase.io import read_jsonl
+from qrerase.lm import train_bpe_tokenizer
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    texts = []
+    for path in snakemake.input:
+        for rec in read_jsonl(path):
+            texts += [rec["question"], rec["answer"], rec.get("paraphrased_answer", "")]
+            texts += list(rec.get("perturbed_answer", []))
+    texts = [t for t in texts if t]
+    tok = train_bpe_tokenizer(texts, snakemake.params.vocab_size, snakemake.output[0])
+    log.info("tokenizer: %d texts, vocabulary %d", len(texts), len(tok))
