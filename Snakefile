@@ -25,6 +25,6 @@ include: "rules/bench.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True

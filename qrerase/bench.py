@@ -47,6 +47,8 @@ __all__ = [
     "write_runtime_tables",
     "plot_decomposition",
     "bench_whole_model_erase",
+    "run_decomposition_benchmark",
+    "run_erase_benchmark",
     "DECOMP_COLUMNS",
     "TABLE_COLUMNS",
     "ERASE_COLUMNS",
@@ -629,3 +631,50 @@ def bench_whole_model_erase(
             res = json.loads(res_path.read_text(encoding="utf-8"))
     res["threads"] = int(threads) if threads else _threads()
     return res
+
+
+def run_decomposition_benchmark(
+    sizes: Iterable[int],
+    out_csv: str | os.PathLike,
+    out_plot: str | os.PathLike,
+    table_csv: str | os.PathLike,
+    table_md: str | os.PathLike,
+    table_tex: str | os.PathLike,
+    *,
+    lora_rank: int = 16,
+    repeats: int = 3,
+    seed: int = 0,
+    max_dense_svd: int | None = None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Run :func:`bench_decomposition` and write its CSV, plot and the paper-layout runtime table."""
+    df = bench_decomposition(
+        list(sizes), lora_rank=lora_rank, repeats=repeats, seed=seed,
+        max_dense_svd=max_dense_svd or None, progress=progress,
+    )
+    write_csv(out_csv, df)
+    plot_decomposition(df, out_plot)
+    write_runtime_tables(runtime_table(df), table_csv, table_md, table_tex)
+    return df
+
+
+def run_erase_benchmark(
+    model_shapes: Iterable[str],
+    out_csv: str | os.PathLike,
+    *,
+    lora_rank: int = 16,
+    seed: int = 0,
+    threads: int | None = None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Run :func:`bench_whole_model_erase` for each shape (k = r) and write one CSV row per shape."""
+    import pandas as pd
+
+    rows = []
+    for shape in model_shapes:
+        if progress:
+            progress(f"whole-model erase: {shape}")
+        rows.append(bench_whole_model_erase(shape, lora_rank=lora_rank, rank=lora_rank, seed=seed, threads=threads))
+    frame = pd.DataFrame(rows, columns=ERASE_COLUMNS)
+    write_csv(out_csv, frame)
+    return frame

@@ -225,12 +225,16 @@ def answer_token_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Te
     Returns ``(nll, mask)``: ``nll`` is a float32 tensor of shape ``(n_selected,)`` holding the NLL of
     each target token with ``labels != -100`` (after the causal shift), in row-major order, and
     ``mask`` the boolean ``(batch, seq_len - 1)`` selection, so per-row sums are
-    ``torch.zeros(mask.shape).masked_scatter(mask, nll).sum(1)``. Padding is ignored exactly.
+    ``torch.zeros(mask.shape).masked_scatter(mask, nll).sum(1)``. Padding is ignored exactly (the
+    model must be causal; right padding is what :func:`collate` produces).
     """
     input_ids, labels = batch["input_ids"], batch["labels"]
     attention_mask = batch.get("attention_mask")
-    if attention_mask is not None and bool(attention_mask.all()):
-        attention_mask = None  # no padding: lets SDPA use its plain causal path
+    if attention_mask is not None and bool((attention_mask == attention_mask.cumprod(dim=1)).all()):
+        # Right padding only: under the causal mask no real token can attend to a pad (pads come
+        # after it) and positions are unchanged, so the mask is redundant. Dropping it lets SDPA
+        # use its fast causal kernel; pad positions are never scored.
+        attention_mask = None
     mask = labels[:, 1:] != IGNORE_INDEX
     targets = labels[:, 1:][mask]
     base = _unwrap(model)
@@ -307,15 +311,21 @@ def load_tokenizer(name_or_path: str | os.PathLike, local_files_only: bool = Tru
 
 @dataclass
 class TinyLlamaConfig:
-    """Dimensions of the small Llama-architecture model built from scratch for the default run."""
+    """Dimensions of the small Llama-architecture model built from scratch for the default run.
 
-    hidden_size: int = 256
-    intermediate_size: int = 768
-    num_hidden_layers: int = 4
+    The defaults (1.56 M parameters with a 3000-token vocabulary) were tuned on 617 TOFU + knowledge
+    QA on 2 CPU threads: with ``TrainConfig(epochs=20, lr=2e-3, batch_size=16, warmup_ratio=0.05)``
+    they memorise the training answers (answer loss ~0.05) in about a minute. Untied embeddings and
+    few layers memorise markedly faster than tied / deeper models of the same cost.
+    """
+
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_hidden_layers: int = 3
     num_attention_heads: int = 4
     num_key_value_heads: int = 4
     max_position_embeddings: int = 256
-    tie_word_embeddings: bool = True
+    tie_word_embeddings: bool = False
     rope_theta: float = 10000.0
     initializer_range: float = 0.02
 

@@ -12,7 +12,6 @@ with the same seed, data and thread count give bit-identical weights.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
@@ -61,7 +60,7 @@ class TrainConfig:
 
 
 def _default_lora_train() -> TrainConfig:
-    return TrainConfig(epochs=10, lr=1e-3, batch_size=16)
+    return TrainConfig(epochs=5, lr=1e-3, batch_size=16)
 
 
 @dataclass

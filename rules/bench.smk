@@ -1,21 +1,19 @@
 rule bench_decomposition:
-    # Runtime of dense SVD / dense CPQR vs the exact factored paths, and whole-model erase time/RSS.
+    # Runtime of dense SVD (gesdd) and dense CPQR (xGEQP3) vs the exact factored CPQR / SVD paths.
     output:
-        csv=path("table", table="bench_decomposition", ext="csv"),
-        plot=path("figure", name="bench_decomposition"),
-        erase_csv=path("table", table="bench_erase", ext="csv"),
-        table_csv=path("table", table="runtime", ext="csv"),
-        table_md=path("table", table="runtime", ext="md"),
-        table_tex=path("table", table="runtime", ext="tex"),
+        csv="results/bench/decomposition.csv",
+        plot="results/figures/bench_decomposition.png",
+        table_csv="results/tables/runtime.csv",
+        table_md="results/tables/runtime.md",
+        table_tex="results/tables/runtime.tex",
     params:
-        sizes=config.get("bench", {}).get("sizes", [768, 2048, 4096, 8192]),
-        lora_rank=config.get("bench", {}).get("lora_rank", 16),
-        repeats=config.get("bench", {}).get("repeats", 3),
-        max_dense_svd=config.get("bench", {}).get("max_dense_svd", 8192),
-        model_shapes=config.get("bench", {}).get("model_shapes", ["llama3-8b", "llama3-70b"]),
+        sizes=config["bench"]["sizes"],
+        lora_rank=config["bench"]["lora_rank"],
+        repeats=config["bench"]["repeats"],
+        max_dense_svd=config["bench"]["max_dense_svd"],
         seed=config["seed"],
     log:
-        log_path("bench_decomposition"),
+        "results/logs/bench_decomposition/bench_decomposition.log",
     threads: config["threads"]
     resources:
         **resources_for("linalg"),
@@ -23,3 +21,32 @@ rule bench_decomposition:
         "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/bench_decomposition.py"
+
+
+rule bench_erase:
+    # Whole-model erase (streaming, erase adapter out) with Llama-3-8B / 70B shapes: time and peak RSS.
+    output:
+        "results/bench/erase.csv",
+    params:
+        model_shapes=config["bench"]["model_shapes"],
+        lora_rank=config["bench"]["lora_rank"],
+        seed=config["seed"],
+    log:
+        "results/logs/bench_erase/bench_erase.log",
+    threads: config["threads"]
+    resources:
+        **resources_for("linalg"),
+    conda:
+        "../envs/qrerase.yaml"
+    script:
+        "../workflow_scripts/bench_erase.py"
+
+
+
+
+rule bench:
+    # Both benchmarks: `snakemake bench --cores 2`.
+    input:
+        rules.bench_decomposition.output,
+        rules.bench_erase.output,
+    default_target: False

@@ -20,11 +20,17 @@ def validate_config(cfg):
     if errors:
         err = errors[0]
         key = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-        raise WorkflowError(f"config key '{key}': {err.message} (see {schema_path.name})")
+        raise WorkflowError(
+            f"config key '{key}': {err.message} (see {schema_path.name})"
+        )
     lora_r = cfg["lora"]["r"]
     for key in ("rank", "retain_rank"):
         value = cfg["unlearn"].get(key)
-        if value is not None and value > lora_r and not any(cfg["lora"]["adapters"].values()):
+        if (
+            value is not None
+            and value > lora_r
+            and not any(cfg["lora"]["adapters"].values())
+        ):
             raise WorkflowError(
                 f"config key 'unlearn.{key}': {value} exceeds the LoRA rank lora.r={lora_r}; "
                 "the task matrices have rank at most r"
@@ -55,7 +61,7 @@ def validate_config(cfg):
         for name in needed:
             if not (root / f"{name}.jsonl").is_file():
                 raise WorkflowError(
-                    f"config key 'tofu.data.root': data file {root / (name + '.jsonl')} not found"
+                    f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found"
                 )
     for set_name, path in cfg["lora"]["adapters"].items():
         if path is not None and not (Path(path) / "adapter_config.json").is_file():
@@ -75,11 +81,15 @@ validate_config(config)
 # ---------------------------------------------------------------------------------------------
 # Names and path patterns: every artifact path of the workflow is defined here, once.
 # ---------------------------------------------------------------------------------------------
-RESULTS = "results"
 EXP = f"tofu_{config['tofu']['data']['split']}"
 RANK = config["unlearn"]["rank"]
 METHODS = list(config["methods"])
-DECOMP = {"unlearn": "svd", "unlearn_ll": "svd", "qr_erase": "cpqr", "qr_erase_ll": "cpqr"}
+DECOMP = {
+    "unlearn": "svd",
+    "unlearn_ll": "svd",
+    "qr_erase": "cpqr",
+    "qr_erase_ll": "cpqr",
+}
 DATA_SETS = [
     "forget",
     "retain",
@@ -94,26 +104,26 @@ DATA_SETS = [
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
 
 PATHS = {
-    "data": RESULTS + "/{exp}/data/{name}.jsonl",
-    "tokenizer": RESULTS + "/{exp}/models/tokenizer",
-    "model": RESULTS + "/{exp}/models/{which}",
-    "train_curve": RESULTS + "/{exp}/models/{which}_loss.csv",
-    "lora": RESULTS + "/{exp}/lora/{set}",
-    "lora_curve": RESULTS + "/{exp}/lora/{set}_loss.csv",
-    "task_matrix": RESULTS + "/{exp}/task_matrices/{set}.safetensors",
-    "factors": RESULTS + "/{exp}/factors/k{rank}/{decomp}_{set}.safetensors",
-    "factor_report": RESULTS + "/{exp}/factors/k{rank}/report.csv",
-    "energy": RESULTS + "/{exp}/energy/energy.csv",
-    "selected": RESULTS + "/{exp}/energy/selected_layers.json",
-    "energy_fig": RESULTS + "/figures/{exp}_energy.png",
-    "update": RESULTS + "/{exp}/updates/k{rank}/{decomp}.safetensors",
-    "erase_adapter": RESULTS + "/{exp}/erase/k{rank}/{method}/adapter",
-    "erased_model": RESULTS + "/{exp}/erase/k{rank}/{method}/model",
-    "eval": RESULTS + "/{exp}/eval/{model}",
-    "metrics": RESULTS + "/{exp}/eval/{model}/metrics.csv",
-    "table": RESULTS + "/tables/{table}.{ext}",
-    "figure": RESULTS + "/figures/{name}.png",
-    "log": RESULTS + "/logs/{rule}/{name}.log",
+    "data": "results/{exp}/data/{name}.jsonl",
+    "tokenizer": "results/{exp}/models/tokenizer",
+    "model": "results/{exp}/models/{which}",
+    "train_curve": "results/{exp}/models/{which}_loss.csv",
+    "lora": "results/{exp}/lora/{set}",
+    "lora_curve": "results/{exp}/lora/{set}_loss.csv",
+    "task_matrix": "results/{exp}/task_matrices/{set}.safetensors",
+    "factors": "results/{exp}/factors/k{rank}/{decomp}_{set}.safetensors",
+    "factor_report": "results/{exp}/factors/k{rank}/report.csv",
+    "energy": "results/{exp}/energy/energy.csv",
+    "selected": "results/{exp}/energy/selected_layers.json",
+    "energy_fig": "results/figures/{exp}_energy.png",
+    "update": "results/{exp}/updates/k{rank}/{decomp}.safetensors",
+    "erase_adapter": "results/{exp}/erase/k{rank}/{method}/adapter",
+    "erased_model": "results/{exp}/erase/k{rank}/{method}/model",
+    "eval": "results/{exp}/eval/{model}",
+    "metrics": "results/{exp}/eval/{model}/metrics.csv",
+    "table": "results/tables/{table}.{ext}",
+    "figure": "results/figures/{name}.png",
+    "log": "results/logs/{rule}/{name}.log",
 }
 
 
@@ -124,11 +134,11 @@ def path(key, **wildcards):
 
 class _Keep(dict):
     def __missing__(self, key):
-        return "{" + key + "}"
+        return f"{{{key}}}"
 
 
 def log_path(rule_name, *wildcard_names):
-    name = "_".join("{" + w + "}" for w in wildcard_names) or rule_name
+    name = "_".join(f"{{{w}}}" for w in wildcard_names) or rule_name
     return PATHS["log"].format(rule=rule_name, name=name)
 
 
@@ -168,6 +178,24 @@ def resources_for(kind):
 # ---------------------------------------------------------------------------------------------
 # Input functions.
 # ---------------------------------------------------------------------------------------------
+def tofu_data_files(wildcards):
+    """The vendored files the data rule reads (so editing one re-runs everything downstream)."""
+    data = config["tofu"]["data"]
+    if data["source"] != "local":
+        return []
+    pct = int(data["split"][-2:])
+    names = [
+        data["split"],
+        f"{data['split']}_perturbed",
+        f"retain{100 - pct}",
+        "retain_perturbed",
+        "real_authors_perturbed",
+        "world_facts_perturbed",
+        *data.get("knowledge", []),
+    ]
+    return [str(Path(data["root"]) / f"{n}.jsonl") for n in names]
+
+
 def base_model_inputs(wildcards):
     """The tokenizer built here (embedded default) or nothing (a hub/local model)."""
     return {"tokenizer": path("tokenizer", exp=wildcards.exp)} if tiny_model() else {}
@@ -181,7 +209,9 @@ def adapter_dir(wildcards):
 
 def erase_inputs(wildcards):
     decomp = DECOMP[wildcards.method]
-    inputs = {"tilde": path("update", exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)}
+    inputs = {
+        "tilde": path("update", exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)
+    }
     if wildcards.method.endswith("_ll"):
         inputs["selected"] = path("selected", exp=wildcards.exp)
     return inputs
@@ -197,7 +227,9 @@ def eval_model_inputs(wildcards):
     if method not in DECOMP:
         raise WorkflowError(f"evaluate: unknown model '{model}'")
     if "merged" in config["erase"]["outputs"]:
-        return {"model": path("erased_model", exp=wildcards.exp, rank=rank, method=method)}
+        return {
+            "model": path("erased_model", exp=wildcards.exp, rank=rank, method=method)
+        }
     return {
         "model": path("model", exp=wildcards.exp, which="full"),
         "adapter": path("erase_adapter", exp=wildcards.exp, rank=rank, method=method),

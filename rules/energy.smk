@@ -6,14 +6,14 @@ rule energy:
         csv=path("energy"),
         selected=path("selected"),
         figure=path("energy_fig"),
-    params:
-        granularity=config["unlearn"]["energy_granularity"],
     log:
         log_path("energy", "exp"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: 1
     resources:
         **resources_for("light"),
-    conda:
-        "../envs/qrerase.yaml"
+    params:
+        granularity=config["unlearn"]["energy_granularity"],
     script:
         "../workflow_scripts/energy.py"

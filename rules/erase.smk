@@ -7,11 +7,11 @@ rule erase_adapter:
         directory(path("erase_adapter")),
     log:
         log_path("erase_adapter", "exp", "rank", "method"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: 1
     resources:
         **resources_for("light"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/erase_adapter.py"
 
@@ -23,14 +23,14 @@ rule erase_merged:
         model=path("model", which="full"),
     output:
         directory(path("erased_model")),
-    params:
-        model=config["model"],
     log:
         log_path("erase_merged", "exp", "rank", "method"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
-    conda:
-        "../envs/qrerase.yaml"
+    params:
+        model=config["model"],
     script:
         "../workflow_scripts/erase_merged.py"

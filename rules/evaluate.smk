@@ -5,16 +5,16 @@ rule evaluate:
         unpack(eval_data_inputs),
     output:
         directory(path("eval")),
+    log:
+        log_path("evaluate", "exp", "model"),
+    conda:
+        "../envs/qrerase.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
     params:
         model=config["model"],
         evaluate=config["tofu"]["evaluate"],
         seed=config["seed"],
-    log:
-        log_path("evaluate", "exp", "model"),
-    threads: config["threads"]
-    resources:
-        **resources_for("evaluate"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/evaluate.py"

@@ -6,11 +6,11 @@ rule task_matrices:
         path("task_matrix"),
     log:
         log_path("task_matrices", "exp", "set"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/task_matrices.py"
 
@@ -21,15 +21,15 @@ rule factors:
         path("task_matrix"),
     output:
         path("factors"),
-    params:
-        rank=lambda wc: int(wc.rank),
     log:
         log_path("factors", "exp", "rank", "decomp", "set"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
-    conda:
-        "../envs/qrerase.yaml"
+    params:
+        rank=lambda wc: int(wc.rank),
     script:
         "../workflow_scripts/factors.py"
 
@@ -41,17 +41,17 @@ rule factor_report:
         retain=path("task_matrix", set="retain"),
     output:
         path("factor_report"),
+    log:
+        log_path("factor_report", "exp", "rank"),
+    conda:
+        "../envs/qrerase.yaml"
+    threads: 1
+    resources:
+        **resources_for("linalg"),
     params:
         rank=lambda wc: int(wc.rank),
         retain_rank=config["unlearn"]["retain_rank"],
         granularity=config["unlearn"]["energy_granularity"],
-    log:
-        log_path("factor_report", "exp", "rank"),
-    threads: 1
-    resources:
-        **resources_for("linalg"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/factor_report.py"
 
@@ -63,15 +63,15 @@ rule forget_update:
         retain=path("factors", set="retain"),
     output:
         path("update"),
-    params:
-        retain_rank=config["unlearn"]["retain_rank"],
-        scale=config["unlearn"]["scale"],
     log:
         log_path("forget_update", "exp", "rank", "decomp"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
-    conda:
-        "../envs/qrerase.yaml"
+    params:
+        retain_rank=config["unlearn"]["retain_rank"],
+        scale=config["unlearn"]["scale"],
     script:
         "../workflow_scripts/forget_update.py"

@@ -5,16 +5,16 @@ rule lora:
     output:
         adapter=directory(path("lora")),
         curve=path("lora_curve"),
+    log:
+        log_path("lora", "exp", "set"),
+    conda:
+        "../envs/qrerase.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
     params:
         model=config["model"],
         lora=config["lora"],
         seed=config["seed"],
-    log:
-        log_path("lora", "exp", "set"),
-    threads: config["threads"]
-    resources:
-        **resources_for("train"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/train_lora.py"

@@ -7,15 +7,15 @@ rule tokenizer:
         path("data", name="eval_world_facts"),
     output:
         directory(path("tokenizer")),
-    params:
-        vocab_size=config["model"]["tokenizer"]["vocab_size"],
     log:
         log_path("tokenizer", "exp"),
+    conda:
+        "../envs/qrerase.yaml"
     threads: 1
     resources:
         **resources_for("light"),
-    conda:
-        "../envs/qrerase.yaml"
+    params:
+        vocab_size=config["model"]["tokenizer"]["vocab_size"],
     script:
         "../workflow_scripts/train_tokenizer.py"
 
@@ -24,21 +24,23 @@ rule finetune:
     input:
         unpack(base_model_inputs),
         data=lambda wc: path(
-            "data", exp=wc.exp, name="finetune_full" if wc.which == "full" else "finetune_retain"
+            "data",
+            exp=wc.exp,
+            name="finetune_full" if wc.which == "full" else "finetune_retain",
         ),
     output:
         model=directory(path("model")),
         curve=path("train_curve"),
+    log:
+        log_path("finetune", "exp", "which"),
+    conda:
+        "../envs/qrerase.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
     params:
         model=config["model"],
         train=config["finetune"],
         seed=config["seed"],
-    log:
-        log_path("finetune", "exp", "which"),
-    threads: config["threads"]
-    resources:
-        **resources_for("train"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/finetune.py"

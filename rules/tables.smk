@@ -10,17 +10,17 @@ rule tofu_table:
             for ext in ("csv", "md", "tex")
         },
         truth_ratio=path("figure", name="tofu_truth_ratio"),
+    log:
+        log_path("tofu_table"),
+    conda:
+        "../envs/qrerase.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
     params:
         models=eval_models(),
         reference="retain",
         imported=config["tofu"].get("imported_models", []),
         rank=RANK,
-    log:
-        log_path("tofu_table"),
-    threads: 1
-    resources:
-        **resources_for("light"),
-    conda:
-        "../envs/qrerase.yaml"
     script:
         "../workflow_scripts/tofu_table.py"

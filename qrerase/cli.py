@@ -1,0 +1,63 @@
+"""Command line: ``qrerase <command>``.
+
+- ``qrerase tofu LOG [--reference REF]``: TOFU metrics (Model Utility, Forget Quality and the twelve
+  components) of a TOFU-format eval log (an ``eval_log_aggregated.json`` file or a directory with
+  the four per-set files), printed as CSV.
+- ``qrerase factors ADAPTER_DIR --rank K``: task matrices of a PEFT LoRA adapter with their energy
+  and the CPQR/SVD diagnostics of :func:`qrerase.linalg.factor_report` for a retain adapter, as CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _tofu(args: argparse.Namespace) -> int:
+    from .tofu import load_log, metrics_frame
+
+    log = load_log(args.log)
+    ref = load_log(args.reference) if args.reference else None
+    frame = metrics_frame(log, ref, model=args.name or str(args.log))
+    frame.to_csv(sys.stdout, index=False, float_format="%.6g")
+    return 0
+
+
+def _factors(args: argparse.Namespace) -> int:
+    from .adapters import task_matrices
+    from .linalg import factor_report
+
+    forget = task_matrices(args.forget)
+    retain = task_matrices(args.retain)
+    report = factor_report(forget, retain, args.rank, energy_granularity=args.granularity)
+    report.to_csv(sys.stdout, index=False, float_format="%.6g")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("tofu", help="TOFU metrics of a TOFU-format eval log")
+    p.add_argument("log", help="eval_log_aggregated.json, or a directory holding the four eval_*.json files")
+    p.add_argument("--reference", help="the retain-only reference model's log (for Forget Quality)")
+    p.add_argument("--name", help="model name for the 'model' column")
+    p.set_defaults(func=_tofu)
+
+    p = sub.add_parser("factors", help="CPQR/SVD diagnostics of a forget/retain LoRA adapter pair")
+    p.add_argument("forget", help="forget-set PEFT LoRA adapter directory")
+    p.add_argument("retain", help="retain-set PEFT LoRA adapter directory")
+    p.add_argument("--rank", type=int, required=True, help="k")
+    p.add_argument("--granularity", choices=["block", "module"], default="block")
+    p.set_defaults(func=_factors)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"qrerase {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
