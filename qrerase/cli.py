@@ -3,6 +3,8 @@
 - ``qrerase tofu LOG [--reference REF]``: TOFU metrics (Model Utility, Forget Quality and the twelve
   components) of a TOFU-format eval log (an ``eval_log_aggregated.json`` file or a directory with
   the four per-set files), printed as CSV.
+- ``qrerase bench --sizes 768 2048 --out-dir DIR [--model-shapes llama3-8b]``: the decomposition
+  runtime benchmark (and the whole-model erase benchmark), outside Snakemake.
 - ``qrerase factors ADAPTER_DIR --rank K``: task matrices of a PEFT LoRA adapter with their energy
   and the CPQR/SVD diagnostics of :func:`qrerase.linalg.factor_report` for a retain adapter, as CSV.
 """
@@ -34,6 +36,32 @@ def _factors(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    import os
+
+    from . import bench
+
+    bench.set_blas_threads(args.threads)
+    out = args.out_dir
+    say = lambda msg: print(f"[qrerase bench] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    bench.run_decomposition_benchmark(
+        args.sizes,
+        os.path.join(out, "decomposition.csv"),
+        os.path.join(out, "decomposition.png"),
+        os.path.join(out, "runtime.csv"),
+        os.path.join(out, "runtime.md"),
+        os.path.join(out, "runtime.tex"),
+        lora_rank=args.lora_rank, repeats=args.repeats, seed=args.seed,
+        max_dense_svd=args.max_dense_svd, progress=say,
+    )
+    if args.model_shapes:
+        bench.run_erase_benchmark(
+            args.model_shapes, os.path.join(out, "erase.csv"),
+            lora_rank=args.lora_rank, seed=args.seed, threads=args.threads or None, progress=say,
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rank", type=int, required=True, help="k")
     p.add_argument("--granularity", choices=["block", "module"], default="block")
     p.set_defaults(func=_factors)
+
+    p = sub.add_parser("bench", help="decomposition runtime (and whole-model erase) benchmark")
+    p.add_argument("--sizes", type=int, nargs="+", required=True, help="square matrix sizes n")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="BLAS threads (0: leave as is)")
+    p.add_argument("--max-dense-svd", type=int, default=None, help="skip the dense SVD above this size")
+    p.add_argument("--model-shapes", nargs="*", default=[], choices=["llama3-8b", "llama3-70b"])
+    p.set_defaults(func=_bench)
 
     args = parser.parse_args(argv)
     try:

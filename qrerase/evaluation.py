@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .lm import PromptTemplate, _from_dict, answer_token_nll, collate, encode_prompts, encode_qa_many, qa_pair
+from .lm import PromptTemplate, _from_dict, answer_token_nll, model_device, collate, encode_prompts, encode_qa_many, qa_pair
 
 __all__ = ["EvalConfig", "answer_losses", "greedy_generate", "evaluate_set", "evaluate_tofu", "TOFU_LOG_NAMES"]
 
@@ -119,8 +119,8 @@ def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Seque
                     input_ids[j, width - len(ids):] = torch.as_tensor(ids, dtype=torch.long)
                     attention_mask[j, width - len(ids):] = 1
                 gen = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
+                    input_ids=input_ids.to(model_device(model)),
+                    attention_mask=attention_mask.to(model_device(model)),
                     max_new_tokens=cfg.max_new_tokens,
                     do_sample=False,
                     num_beams=1,

@@ -38,6 +38,8 @@ __all__ = [
     "encode_prompts",
     "bucketed_batches",
     "collate",
+    "model_device",
+    "resolve_device",
     "answer_token_nll",
     "train_bpe_tokenizer",
     "TinyLlamaConfig",
@@ -219,6 +221,20 @@ def _unwrap(model):
     return get_base() if callable(get_base) else model
 
 
+def model_device(model) -> torch.device:
+    """The device of a model's first parameter (CPU for a parameter-less module)."""
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto``: the first CUDA GPU when one is visible, else the CPU; or an explicit torch device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
 def answer_token_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token NLL of the labelled (answer) positions of a right-padded batch.
 
@@ -228,8 +244,11 @@ def answer_token_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Te
     ``torch.zeros(mask.shape).masked_scatter(mask, nll).sum(1)``. Padding is ignored exactly (the
     model must be causal; right padding is what :func:`collate` produces).
     """
-    input_ids, labels = batch["input_ids"], batch["labels"]
+    device = model_device(model)
+    input_ids, labels = batch["input_ids"].to(device), batch["labels"].to(device)
     attention_mask = batch.get("attention_mask")
+    if attention_mask is not None:
+        attention_mask = attention_mask.to(device)
     if attention_mask is not None and bool((attention_mask == attention_mask.cumprod(dim=1)).all()):
         # Right padding only: under the causal mask no real token can attend to a pad (pads come
         # after it) and positions are unchanged, so the mask is redundant. Dropping it lets SDPA
@@ -409,7 +428,9 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.flo
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
-def load_model(name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True):
+def load_model(
+    name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True, device: str = "cpu"
+):
     """``AutoModelForCausalLM.from_pretrained`` in ``dtype``, in eval mode.
 
     ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model
@@ -429,7 +450,7 @@ def load_model(name_or_path: str | os.PathLike, dtype: str = "float32", local_fi
     if model.generation_config.pad_token_id is None and model.config.eos_token_id is not None:
         eos = model.config.eos_token_id
         model.generation_config.pad_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-    return model.eval()
+    return model.to(resolve_device(device)).eval()
 
 
 def save_model(model, tokenizer, out_dir: str | os.PathLike) -> None:

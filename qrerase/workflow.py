@@ -66,7 +66,7 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
     """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
     from .lm import load_model, load_tokenizer
 
-    model = load_model(str(model_dir), dtype=model_cfg.get("dtype", "float32"))
+    model = load_model(str(model_dir), dtype=model_cfg.get("dtype", "float32"), device=model_cfg.get("device", "cpu"))
     tokenizer = load_tokenizer(str(model_dir))
     if adapter_dir is not None:
         from peft import PeftModel

@@ -120,7 +120,7 @@ PATHS = {
     "erase_adapter": "results/{exp}/erase/k{rank}/{method}/adapter",
     "erased_model": "results/{exp}/erase/k{rank}/{method}/model",
     "eval": "results/{exp}/eval/{model}",
-    "metrics": "results/{exp}/eval/{model}/metrics.csv",
+    "metrics": "results/{exp}/metrics/{model}.csv",
     "table": "results/tables/{table}.{ext}",
     "figure": "results/figures/{name}.png",
     "log": "results/logs/{rule}/{name}.log",
@@ -240,11 +240,26 @@ def eval_data_inputs(wildcards):
     return {s: path("data", exp=wildcards.exp, name=f"eval_{s}") for s in EVAL_SETS}
 
 
+def imported_models():
+    return {m["name"]: m for m in config["tofu"].get("imported_models", [])}
+
+
 def metrics_inputs(wildcards):
-    return {
-        "log": path("eval", exp=wildcards.exp, model=wildcards.model),
-        "reference": path("eval", exp=wildcards.exp, model="retain"),
-    }
+    """A model's eval log and the retain reference's (none for the reference itself)."""
+    local_ref = path("eval", exp=wildcards.exp, model="retain")
+    item = imported_models().get(wildcards.model)
+    if item is not None:
+        return {"log": item["log"], "reference": item.get("reference") or local_ref}
+    inputs = {"log": path("eval", exp=wildcards.exp, model=wildcards.model)}
+    if wildcards.model != "retain":
+        inputs["reference"] = local_ref
+    return inputs
+
+
+def metrics_name(wildcards):
+    """The table's row key: the method (rank suffix dropped), base, retain or the imported name."""
+    model = wildcards.model
+    return model.rsplit("_k", 1)[0] if model.rsplit("_k", 1)[0] in DECOMP else model
 
 
 def erase_targets():

@@ -1,8 +1,30 @@
+rule tofu_metrics:
+    # Per model: Probability, ROUGE-L, Truth Ratio per set, Model Utility, Forget Quality (tidy CSV).
+    input:
+        unpack(metrics_inputs),
+    output:
+        path("metrics"),
+    log:
+        log_path("tofu_metrics", "exp", "model"),
+    conda:
+        "../envs/qrerase.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        name=metrics_name,
+    script:
+        "../workflow_scripts/tofu_metrics.py"
+
+
 rule tofu_table:
     # The paper's TOFU table: Model Utility and Forget Quality (KS p-value vs the retain reference).
     input:
-        logs=lambda wc: [path("eval", exp=EXP, model=m) for m in eval_models()],
-        imported=[m["log"] for m in config["tofu"].get("imported_models", [])],
+        metrics=[
+            path("metrics", exp=EXP, model=m)
+            for m in [*eval_models(), *imported_models()]
+        ],
+        logs=[path("eval", exp=EXP, model=m) for m in eval_models()],
     output:
         **{
             f"{table}_{ext}": path("table", table=table, ext=ext)
@@ -20,7 +42,7 @@ rule tofu_table:
     params:
         models=eval_models(),
         reference="retain",
-        imported=config["tofu"].get("imported_models", []),
+        imported={n: m.get("label", n) for n, m in imported_models().items()},
         rank=RANK,
     script:
         "../workflow_scripts/tofu_table.py"

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -78,27 +76,20 @@ def test_whole_model_erase_tiny(isolate):
         bench.bench_whole_model_erase("gpt-5")
 
 
-def test_script_standalone(tmp_path):
+def test_cli_standalone(tmp_path):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, str(ROOT / "workflow_scripts" / "bench_decomposition.py"), "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1", "--out-dir", str(tmp_path / "out"), "--threads", "1"]  # fmt: skip
+    cmd = [sys.executable, "-m", "qrerase.cli", "bench", "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1", "--out-dir", str(tmp_path / "out"), "--threads", "1"]  # fmt: skip
     subprocess.run(cmd, check=True, env=env, capture_output=True)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["decomposition.csv", "decomposition.png", "runtime_table.csv", "runtime_table.md", "runtime_table.tex"]
+    assert names == ["decomposition.csv", "decomposition.png", "runtime.csv", "runtime.md", "runtime.tex"]
     df = pd.read_csv(tmp_path / "out" / "decomposition.csv")
     assert df["n"].tolist() == [20, 36] and df["pivots_identical_first_r"].all() and (df["threads"] == 1).all()
 
 
-def test_scripts_under_snakemake_object(tmp_path, monkeypatch):
+def test_erase_benchmark_writes_one_row_per_shape(tmp_path, monkeypatch):
     # the parent resolves the shape name and hands the child process the ModelShape itself
     monkeypatch.setattr(bench, "MODEL_SHAPES", {**bench.MODEL_SHAPES, "tiny": TINY})
-    out = {k: str(tmp_path / f"{k}.{ext}") for k, ext in [("csv", "csv"), ("plot", "png"), ("erase_csv", "csv"), ("table_csv", "csv"), ("table_md", "md"), ("table_tex", "tex")]}  # fmt: skip
-    params = SimpleNamespace(sizes=[20], lora_rank=4, repeats=1, seed=0, threads=0, model_shapes=["tiny"])
-    sm = SimpleNamespace(params=params, output=SimpleNamespace(**out), threads=1)
-    runpy.run_path(str(ROOT / "workflow_scripts" / "bench_decomposition.py"), init_globals={"snakemake": sm}, run_name="__main__")
-    assert all(Path(p).is_file() for p in out.values())
-    erase = pd.read_csv(out["erase_csv"])
+    frame = bench.run_erase_benchmark(["tiny"], tmp_path / "erase.csv", lora_rank=4, seed=0, threads=1)
+    erase = pd.read_csv(tmp_path / "erase.csv")
     assert list(erase.columns) == bench.ERASE_COLUMNS and erase["shape"].tolist() == ["tiny"]
-
-    sm2 = SimpleNamespace(params=params, output=SimpleNamespace(erase_csv=str(tmp_path / "e2.csv")), threads=1)
-    runpy.run_path(str(ROOT / "workflow_scripts" / "bench_erase.py"), init_globals={"snakemake": sm2}, run_name="__main__")
-    assert pd.read_csv(tmp_path / "e2.csv")["n_modules"].tolist() == [21]
+    assert erase["n_modules"].tolist() == [21] and len(frame) == 1

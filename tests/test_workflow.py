@@ -58,14 +58,26 @@ def planned_rules(proc: subprocess.CompletedProcess) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     wd = tmp_path_factory.mktemp("workflow")
-    cfg = write_config(wd)
+    logs = REPO / "data" / "tofu_reference_logs"
+    imported = [
+        {
+            "name": "llama2_7b_full",
+            "label": "Llama-2-7B full (TOFU log)",
+            "log": str(logs / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json"),
+            "reference": str(logs / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json"),
+        }
+    ]
+    cfg = write_config(wd, tofu__imported_models=imported)
     snakemake(wd, "--cores", "2", "--configfile", str(cfg))
     return wd
 
 
 def test_tofu_table_has_every_model_with_real_numbers(workdir):
     table = pd.read_csv(workdir / "results/tables/tofu.csv")
-    assert list(table["method"]) == ["base", "retain", *METHODS]
+    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *METHODS]
+    imported = table.set_index("method").loc["llama2_7b_full"]
+    assert round(imported["model_utility"], 4) == 0.6227 and imported["forget_quality"] < 1e-10
+    table = table[table["method"] != "llama2_7b_full"]
     assert table["model_utility"].between(0, 1).all() and (table["model_utility"] > 0).all()
     fq = table.set_index("method")["forget_quality"]
     assert pd.isna(fq["retain"])  # the reference is not compared with itself
@@ -75,6 +87,7 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
     for label in ("Base Model", "UNLEARN (LL)", "QR-Erase (LL)"):
         assert label in md
     assert "\\begin{tabular}" in tex and "Forget Quality" in tex
+    assert "Llama-2-7B full (TOFU log)" in md
     wide = pd.read_csv(workdir / "results/tables/tofu_wide.csv")
     assert {"retain_probability", "world_facts_rougeL", "forget_truth_ratio"} <= set(wide.columns)
 
@@ -106,6 +119,15 @@ def test_layer_localised_erase_touches_only_selected_layers(workdir):
             assert targets == set(selected["modules"])
     report = pd.read_csv(exp / "factors/k2/report.csv")
     assert (report["max_sin_theta_qr_vs_svd"] <= 1).all() and len(report) == 2 * 14
+
+
+def test_benchmark_target(workdir):
+    snakemake(workdir, "bench", "--cores", "2", "--configfile", str(workdir / "test.yaml"))
+    runtime = pd.read_csv(workdir / "results/tables/runtime.csv")
+    assert len(runtime) == 2  # sizes 64 and 128 in the test config
+    decomposition = pd.read_csv(workdir / "results/bench/decomposition.csv")
+    assert decomposition["pivots_identical_first_r"].all()
+    assert (decomposition["max_sin_theta"] < 1e-10).all()
 
 
 def test_nothing_changed_nothing_runs(workdir):

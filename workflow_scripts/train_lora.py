@@ -8,7 +8,7 @@ from qrerase.workflow import job, template_from
 p = snakemake.params  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     lcfg = p.lora
-    model = load_model(snakemake.input.model, dtype=p.model.get("dtype", "float32"))
+    model = load_model(snakemake.input.model, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"))  # noqa: F821
     tokenizer = load_tokenizer(snakemake.input.model)
     records = read_jsonl(snakemake.input.data)
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length")

@@ -1,0 +1,12 @@
+"""Rule tofu_metrics: tidy per-model TOFU metrics (one row per metric) from its eval log."""
+
+from qrerase.io import write_csv
+from qrerase.tofu import load_log, metrics_frame
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    inp, p = snakemake.input, snakemake.params  # noqa: F821
+    reference = load_log(inp.reference) if "reference" in inp.keys() else None
+    frame = metrics_frame(load_log(inp.log), reference, model=p.name)
+    write_csv(snakemake.output[0], frame)  # noqa: F821
+    log.info("%s: %s", p.name, dict(zip(frame["metric"], frame["value"].round(4))))
