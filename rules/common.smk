@@ -1,5 +1,5 @@
 # Config validation, path patterns, input functions and resource lookups shared by all rules.
-import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -77,6 +77,14 @@ def validate_config(cfg):
 
 
 validate_config(config)
+
+# Jobs import the qrerase library of this checkout, in any software environment (plain venv, conda
+# envs from envs/, or a cluster node): the workflow and its library never drift apart.
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        p for p in (workflow.basedir, os.environ.get("PYTHONPATH", "")) if p
+    )
+)
 
 # ---------------------------------------------------------------------------------------------
 # Names and path patterns: every artifact path of the workflow is defined here, once.
