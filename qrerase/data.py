@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .io import read_jsonl
 
-__all__ = ["QA_PER_AUTHOR", "SPLITS", "TofuDataConfig", "load_split", "normalise", "make_tofu_sets"]
+__all__ = ["QA_PER_AUTHOR", "SPLITS", "TofuDataConfig", "required_splits", "load_split", "normalise", "make_tofu_sets"]
 
 QA_PER_AUTHOR = 20
 N_AUTHORS = 200
@@ -47,6 +47,21 @@ class TofuDataConfig:
             d["knowledge"] = tuple(d["knowledge"] or ())
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def required_splits(split: str, knowledge=KNOWLEDGE_SETS) -> list[str]:
+    """Names of the TOFU splits a run of ``split`` reads (the workflow checks and tracks these files)."""
+    if split not in SPLITS:
+        raise ValueError(f"data.split: expected one of {sorted(SPLITS)}, got {split!r}")
+    return [
+        split,
+        f"{split}_perturbed",
+        f"retain{100 - SPLITS[split]}",
+        "retain_perturbed",
+        "real_authors_perturbed",
+        "world_facts_perturbed",
+        *knowledge,
+    ]
 
 
 def normalise(record: dict, where: str) -> dict:

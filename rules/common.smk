@@ -1,10 +1,15 @@
 # Config validation, path patterns, input functions and resource lookups shared by all rules.
 import os
+import sys
 from pathlib import Path
 
 import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
+
+# The qrerase library of this checkout, also without an install.
+sys.path.insert(0, workflow.basedir)
+from qrerase.data import required_splits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,17 +53,7 @@ def validate_config(cfg):
     data = cfg["tofu"]["data"]
     if data["source"] == "local":
         root = Path(data["root"])
-        pct = int(data["split"][-2:])
-        needed = [
-            data["split"],
-            f"{data['split']}_perturbed",
-            f"retain{100 - pct}",
-            "retain_perturbed",
-            "real_authors_perturbed",
-            "world_facts_perturbed",
-            *data.get("knowledge", []),
-        ]
-        for name in needed:
+        for name in required_splits(data["split"], data.get("knowledge", [])):
             if not (root / f"{name}.jsonl").is_file():
                 raise WorkflowError(
                     f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found"
@@ -191,16 +186,7 @@ def tofu_data_files(wildcards):
     data = config["tofu"]["data"]
     if data["source"] != "local":
         return []
-    pct = int(data["split"][-2:])
-    names = [
-        data["split"],
-        f"{data['split']}_perturbed",
-        f"retain{100 - pct}",
-        "retain_perturbed",
-        "real_authors_perturbed",
-        "world_facts_perturbed",
-        *data.get("knowledge", []),
-    ]
+    names = required_splits(data["split"], data.get("knowledge", []))
     return [str(Path(data["root"]) / f"{n}.jsonl") for n in names]
 
 
