@@ -5,8 +5,8 @@
   the four per-set files), printed as CSV.
 - ``qrerase bench --sizes 768 2048 --out-dir DIR [--model-shapes llama3-8b]``: the decomposition
   runtime benchmark (and the whole-model erase benchmark), outside Snakemake.
-- ``qrerase factors ADAPTER_DIR --rank K``: task matrices of a PEFT LoRA adapter with their energy
-  and the CPQR/SVD diagnostics of :func:`qrerase.linalg.factor_report` for a retain adapter, as CSV.
+- ``qrerase factors FORGET_ADAPTER RETAIN_ADAPTER --rank K``: the per-module factor report of
+  :func:`qrerase.linalg.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
 """
 
 from __future__ import annotations

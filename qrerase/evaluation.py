@@ -118,9 +118,10 @@ def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Seque
                     ids = prompts[i]
                     input_ids[j, width - len(ids):] = torch.as_tensor(ids, dtype=torch.long)
                     attention_mask[j, width - len(ids):] = 1
+                device = model_device(model)
                 gen = model.generate(
-                    input_ids=input_ids.to(model_device(model)),
-                    attention_mask=attention_mask.to(model_device(model)),
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
                     max_new_tokens=cfg.max_new_tokens,
                     do_sample=False,
                     num_beams=1,

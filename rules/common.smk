@@ -168,6 +168,17 @@ def eval_models():
     return ["base", "retain"] + [f"{m}_k{RANK}" for m in METHODS]
 
 
+def split_model(model):
+    """'qr_erase_k4' -> ('qr_erase', '4'); any other model name -> (name, None)."""
+    method, _, rank = model.rpartition("_k")
+    return (method, rank) if method in DECOMP and rank.isdigit() else (model, None)
+
+
+def row_key(model):
+    """The table's row key of a model: its method (rank dropped), base, retain or imported name."""
+    return split_model(model)[0]
+
+
 def resources_for(kind):
     res = dict(config["resources"][kind])
     out = {"mem_mb": res["mem_mb"], "runtime": res["runtime"]}
@@ -217,8 +228,8 @@ def eval_model_inputs(wildcards):
     if model in ("base", "retain"):
         which = "full" if model == "base" else "retain"
         return {"model": path("model", exp=wildcards.exp, which=which)}
-    method, rank = model.rsplit("_k", 1)
-    if method not in DECOMP:
+    method, rank = split_model(model)
+    if rank is None:
         raise WorkflowError(f"evaluate: unknown model '{model}'")
     if "merged" in config["erase"]["outputs"]:
         return {
@@ -251,9 +262,7 @@ def metrics_inputs(wildcards):
 
 
 def metrics_name(wildcards):
-    """The table's row key: the method (rank suffix dropped), base, retain or the imported name."""
-    model = wildcards.model
-    return model.rsplit("_k", 1)[0] if model.rsplit("_k", 1)[0] in DECOMP else model
+    return row_key(wildcards.model)
 
 
 def erase_targets():

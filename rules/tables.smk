@@ -40,7 +40,7 @@ rule tofu_table:
     resources:
         **resources_for("light"),
     params:
-        models=eval_models(),
+        rows=[row_key(m) for m in eval_models()],
         reference="retain",
         imported={n: m.get("label", n) for n, m in imported_models().items()},
         rank=RANK,

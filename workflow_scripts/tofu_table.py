@@ -31,9 +31,9 @@ with job(snakemake) as log:  # noqa: F821
             df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"],
             caption=caption, label=f"tab:{key}", environment="table*" if wide else "table",
         )
-    ratios = {}
-    for model, directory in zip(p.models, inp.logs):
-        name = model.rsplit("_k", 1)[0]
-        ratios[labels.get(name, name)] = truth_ratios(load_log(directory)["eval_log_forget.json"])
+    ratios = {
+        labels.get(row, row): truth_ratios(load_log(directory)["eval_log_forget.json"])
+        for row, directory in zip(p.rows, inp.logs)
+    }
     pvalues = truth_ratio_plot(ratios, labels[p.reference], out.truth_ratio)
     log.info("forget-set truth-ratio KS p-values: %s", pvalues)
