@@ -86,7 +86,7 @@ os.environ.update(
 # ---------------------------------------------------------------------------------------------
 EXP = f"tofu_{config['tofu']['data']['split']}"
 RANK = config["unlearn"]["rank"]
-METHODS = list(config["methods"])
+METHODS = list(config["methods"]["tofu"])
 DECOMP = {
     "unlearn": "svd",
     "unlearn_ll": "svd",
@@ -161,6 +161,16 @@ wildcard_constraints:
 # ---------------------------------------------------------------------------------------------
 def tiny_model():
     return config["model"]["name_or_path"] is None
+
+
+def model_exp(exp):
+    """The experiment whose fine-tuned models an experiment unlearns from (its own, for TOFU)."""
+    return exp
+
+
+def base_model(wildcards):
+    """The fine-tuned ("full") model an experiment's LoRA adapters and erase edits start from."""
+    return path("model", exp=model_exp(wildcards.exp), which="full")
 
 
 def eval_models():
@@ -275,7 +285,7 @@ def erase_targets():
     return outs
 
 
-def all_targets():
+def tofu_targets():
     return [
         *expand(PATHS["table"], table="tofu", ext=["csv", "md", "tex"]),
         *expand(PATHS["table"], table="tofu_wide", ext=["csv", "md", "tex"]),
@@ -284,3 +294,27 @@ def all_targets():
         path("factor_report", exp=EXP, rank=RANK),
         *erase_targets(),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The default target: every configured track; each track's section registers its targets below.
+# ---------------------------------------------------------------------------------------------
+TRACK_TARGETS = {"tofu": tofu_targets}
+
+
+def all_targets():
+    return [t for track in config["tracks"] for t in TRACK_TARGETS[track]()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-lingual track.
+# ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# Speech track.
+# ---------------------------------------------------------------------------------------------
+
+# ---------------------------------------------------------------------------------------------
+# Optimisation baselines.
+# ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@ rule erase_adapter:
     # Eq. 6 / 16 as a rank-k PEFT LoRA adapter (B = -lambda Q~_f-side, A = R Pi^T-side).
     input:
         unpack(erase_inputs),
-        model=path("model", which="full"),
+        model=base_model,
     output:
         directory(path("erase_adapter")),
     log:
@@ -20,7 +20,7 @@ rule erase_merged:
     # Eq. 6 / 16 merged: W' = W - lambda T~_f on every (or only the selected) layer(s).
     input:
         unpack(erase_inputs),
-        model=path("model", which="full"),
+        model=base_model,
     output:
         directory(path("erased_model")),
     log:

@@ -1,6 +1,6 @@
 rule lora:
     input:
-        model=path("model", which="full"),
+        model=base_model,
         data=path("data", name="{set}"),
     output:
         adapter=directory(path("lora")),

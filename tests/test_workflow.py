@@ -146,7 +146,7 @@ def test_changing_rank_reruns_no_training(workdir):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"methods": ["qr_erase", "magic"]}, "config key 'methods.1'"),
+        ({"methods": {"tofu": ["qr_erase", "magic"]}}, "config key 'methods.tofu.1'"),
         ({"unlearn__rank": 9}, "exceeds the LoRA rank"),
         ({"tofu__data__root": "/no/such/dir"}, "data file /no/such/dir/forget10.jsonl not found"),
         ({"tofu__data__n_authors": 1}, "config key 'tofu.data.n_authors'"),
