@@ -146,7 +146,7 @@ def log_path(rule_name, *wildcard_names):
 
 
 wildcard_constraints:
-    exp=r"tofu_forget\d\d",
+    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech_(sample|class)",
     name=r"[a-z_]+",
     which="full|retain",
     set="forget|retain",
