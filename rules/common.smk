@@ -146,7 +146,7 @@ def log_path(rule_name, *wildcard_names):
 
 
 wildcard_constraints:
-    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech_(sample|class)",
+    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)",
     name=r"[a-z_]+",
     which="full|retain",
     set="forget|retain",
@@ -164,8 +164,13 @@ def tiny_model():
 
 
 def model_exp(exp):
-    """The experiment whose fine-tuned models an experiment unlearns from (its own, for TOFU)."""
-    return exp
+    """The experiment whose fine-tuned models an experiment unlearns from.
+
+    TOFU experiments own their models; 'xling_<lang>' unlearns from the multilingual 'xling' models
+    and 'speech_<setting>' from the 'speech' model.
+    """
+    track, _, _ = exp.partition("_")
+    return track if track in ("xling", "speech") else exp
 
 
 def base_model(wildcards):
