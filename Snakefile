@@ -20,6 +20,7 @@ include: "rules/factors.smk"
 include: "rules/energy.smk"
 include: "rules/erase.smk"
 include: "rules/evaluate.smk"
+include: "rules/baselines.smk"
 include: "rules/tables.smk"
 include: "rules/bench.smk"
 

@@ -9,7 +9,8 @@ share lives here, so that both see exactly the same token sequences:
   closes the answer) count, as in TOFU.
 * :func:`bucketed_batches` and :func:`collate` batch examples of similar length (little padding).
 * :func:`answer_token_nll` computes per-token NLL on answer positions only (the LM head is applied
-  to answer positions only where the architecture allows it).
+  to answer positions only where the architecture allows it); :func:`answer_token_logits` gives the
+  logits there, :func:`sequence_nll` / :func:`per_sequence` the per-sequence sums.
 * :func:`train_bpe_tokenizer` and :func:`build_tiny_llama` build the small, fully local model of
   the default run; :func:`load_model`, :func:`load_tokenizer` and :func:`save_model` read and write
   Hugging Face checkpoints (atomically, safetensors only).
@@ -40,7 +41,10 @@ __all__ = [
     "collate",
     "model_device",
     "resolve_device",
+    "answer_token_logits",
     "answer_token_nll",
+    "per_sequence",
+    "sequence_nll",
     "train_bpe_tokenizer",
     "TinyLlamaConfig",
     "build_tiny_llama",
@@ -235,14 +239,15 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def answer_token_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next-token NLL of the labelled (answer) positions of a right-padded batch.
+def answer_token_logits(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Next-token logits at the labelled (answer) positions of a right-padded batch.
 
-    Returns ``(nll, mask)``: ``nll`` is a float32 tensor of shape ``(n_selected,)`` holding the NLL of
-    each target token with ``labels != -100`` (after the causal shift), in row-major order, and
-    ``mask`` the boolean ``(batch, seq_len - 1)`` selection, so per-row sums are
-    ``torch.zeros(mask.shape).masked_scatter(mask, nll).sum(1)``. Padding is ignored exactly (the
-    model must be causal; right padding is what :func:`collate` produces).
+    Returns ``(logits, targets, mask)``: ``logits`` of shape ``(n_selected, vocab)`` (model dtype),
+    one row per target token with ``labels != -100`` (after the causal shift), in row-major order;
+    ``targets`` the ``(n_selected,)`` token ids they predict; ``mask`` the boolean
+    ``(batch, seq_len - 1)`` selection. Padding is ignored exactly (the model must be causal; right
+    padding is what :func:`collate` produces). The LM head is applied to the selected positions
+    only where the architecture allows it.
     """
     device = model_device(model)
     input_ids, labels = batch["input_ids"].to(device), batch["labels"].to(device)
@@ -263,8 +268,43 @@ def answer_token_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Te
         logits = base.get_output_embeddings()(hidden[:, :-1][mask])
     else:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1][mask]
+    return logits, targets, mask
+
+
+def answer_token_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token NLL of the labelled (answer) positions of a right-padded batch.
+
+    Returns ``(nll, mask)``: ``nll`` is a float32 tensor of shape ``(n_selected,)`` holding the NLL of
+    each target token with ``labels != -100`` (after the causal shift), in row-major order, and
+    ``mask`` the boolean ``(batch, seq_len - 1)`` selection, so per-row sums are
+    :func:`per_sequence` ``(nll, mask)``. Padding is ignored exactly (see :func:`answer_token_logits`).
+    """
+    logits, targets, mask = answer_token_logits(model, batch)
     nll = F.cross_entropy(logits.float(), targets, reduction="none")
     return nll, mask
+
+
+def per_sequence(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sums of per-token ``values`` laid out by ``mask`` (as :func:`answer_token_nll` returns them).
+
+    ``values`` has shape ``(mask.sum(),)``; returns ``(sums, counts)``, both of shape
+    ``(mask.shape[0],)``: ``sums[i] = Σ_t values[i, t]`` over the selected positions of row ``i``
+    (differentiable) and ``counts[i]`` their number (float). Raises ``ValueError`` on a size mismatch.
+    """
+    if values.ndim != 1 or values.shape[0] != int(mask.sum()):
+        raise ValueError(f"per_sequence: expected {int(mask.sum())} values, got shape {tuple(values.shape)}")
+    grid = torch.zeros(mask.shape, dtype=values.dtype, device=values.device).masked_scatter(mask, values)
+    return grid.sum(dim=1), mask.sum(dim=1).to(values.dtype)
+
+
+def sequence_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sequence answer NLL of a batch: ``(sums, counts)``, each of shape ``(batch,)``.
+
+    ``sums[i] = −log π(y_i | x_i) = −Σ_t log π(y_it | x_i, y_i,<t)`` over the answer tokens (EOS
+    included) of row ``i``; ``counts[i]`` is their number. float32, differentiable.
+    """
+    nll, mask = answer_token_nll(model, batch)
+    return per_sequence(nll, mask.to(nll.device))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ __all__ = [
     "table_csv_frame",
     "write_table",
     "tofu_table",
+    "cost_table",
 ]
 
 #: raw method key -> display name (Markdown, CSV ``display_label``, plots).
@@ -472,3 +473,23 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     keep = ["method"] + [c.name for c in columns]
     spec = TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", "retain"))
     return wide_df[keep].reset_index(drop=True), spec
+
+
+def cost_table(costs: pd.DataFrame) -> tuple[pd.DataFrame, TableSpec]:
+    """The TOFU table's companion: wall time per method (:func:`qrerase.bench.method_costs` frame).
+
+    Columns: LoRA training, task matrices, closed-form erase, baseline training, the unlearning step
+    (erase or baseline training) and the total, in seconds; not ranked (timings vary between runs).
+    Returns ``(df, spec)`` for :func:`write_table`.
+    """
+    columns = (
+        Column("lora_s", "LoRA adapters (s)", None, "{:.1f}"),
+        Column("task_matrices_s", "Task matrices (s)", None, "{:.1f}"),
+        Column("erase_s", "Closed-form erase (s)", None, "{:.1f}"),
+        Column("baseline_s", "Baseline training (s)", None, "{:.1f}"),
+        Column("unlearn_s", "Unlearning step (s)", None, "{:.1f}"),
+        Column("total_s", "Total (s)", None, "{:.1f}"),
+    )
+    if "method" not in costs.columns:
+        raise ValueError(f"cost_table: need a 'method' column (got {list(costs.columns)})")
+    return costs[["method", *(c.name for c in columns)]].copy(), TableSpec(columns=columns)

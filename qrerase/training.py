@@ -2,8 +2,10 @@
 
 * :func:`train_causal_lm` trains all trainable parameters of a model with AdamW, linear warmup and
   decay, gradient clipping and the TOFU answer-only loss, on length-bucketed batches.
-* :func:`train_lora` wraps a model with PEFT LoRA adapters and trains only those;
+* :func:`train_lora` wraps a model with PEFT LoRA adapters (:func:`add_lora`) and trains only those;
   :func:`save_adapter` writes ``adapter_config.json`` + ``adapter_model.safetensors`` atomically.
+* :func:`train_steps` is the optimisation loop itself (any per-step loss), shared with the
+  unlearning baselines of :mod:`qrerase.baselines`.
 
 Runs are reproducible: :func:`set_determinism` seeds every RNG, fixes the thread count and turns on
 ``torch.use_deterministic_algorithms``; batch composition and order come from seeded RNGs. Two runs
@@ -17,7 +19,7 @@ import os
 import random
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +29,18 @@ from tqdm.auto import tqdm
 from .io import atomic_dir
 from .lm import PromptTemplate, _from_dict, answer_token_nll, bucketed_batches, collate, encode_qa_many, qa_pair
 
-__all__ = ["TrainConfig", "LoraTrainConfig", "set_determinism", "train_causal_lm", "train_lora", "save_adapter"]
+__all__ = [
+    "TrainConfig",
+    "LoraTrainConfig",
+    "set_determinism",
+    "train_steps",
+    "epoch_batches",
+    "pad_token_id",
+    "train_causal_lm",
+    "add_lora",
+    "train_lora",
+    "save_adapter",
+]
 
 
 @dataclass
@@ -113,24 +126,19 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return (int(seed) * 1_000_003 + int(epoch)) % (2**63)
 
 
-def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
-                    cfg: TrainConfig, desc: str = "train") -> pd.DataFrame:
-    """Train ``model`` on QA ``records`` (``question``/``answer`` keys) with the answer-only loss.
+def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
+                loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]], desc: str = "train") -> list[dict]:
+    """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines.
 
-    Each epoch draws new length-bucketed batches (seeded by ``cfg.seed`` and the epoch); the loss of a
-    batch is the mean NLL over its answer tokens (EOS included). Only parameters with
-    ``requires_grad`` are trained. Returns a frame with one row per optimiser step: ``step``
-    (1-based), ``epoch`` (1-based), ``loss`` (of that batch, before the update) and ``lr`` (used for
-    that update). The model is left in eval mode.
+    ``steps`` lists one ``(epoch, payload)`` per optimiser step (epoch 1-based); ``loss_fn(payload)``
+    returns ``(loss, terms)``: the scalar to minimise and extra floats to log. Each step: AdamW
+    (:func:`_optimizer`; weight decay on matrices only) with linear warmup over ``cfg.warmup_ratio``
+    of the steps then linear decay to 0, gradient clipping at ``cfg.max_grad_norm`` (``<= 0``: off).
+    Only parameters with ``requires_grad`` are trained. Returns one dict per step: ``step``
+    (1-based), ``epoch``, ``loss`` (before the update), ``lr`` (used for that update), then the
+    terms. The model is left in eval mode; a tqdm bar on stderr shows progress.
     """
-    set_determinism(cfg.seed, cfg.threads)
-    if not records:
-        raise ValueError(f"{desc}: no training records")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    examples = encode_qa_many(tokenizer, template, [qa_pair(r) for r in records], cfg.max_length)
-    lengths = [len(x[0]) for x in examples]
-    n_batches = math.ceil(len(examples) / cfg.batch_size)
-    total = n_batches * cfg.epochs
+    total = len(steps)
     warmup = int(round(cfg.warmup_ratio * total))
 
     def lr_factor(step: int) -> float:  # step = number of updates done so far
@@ -141,39 +149,71 @@ def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], temp
     optimizer = _optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    rows: list[tuple[int, int, float, float]] = []
+    rows: list[dict] = []
     model.train()
     bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True, leave=False)
     try:
-        step = 0
-        for epoch in range(cfg.epochs):
-            for idx in bucketed_batches(lengths, cfg.batch_size, _epoch_seed(cfg.seed, epoch), shuffle=True):
-                batch = collate([examples[i] for i in idx], pad_id)
-                nll, _ = answer_token_nll(model, batch)
-                loss = nll.mean()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                lr = optimizer.param_groups[0]["lr"]
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                value = float(loss.detach())
-                rows.append((step, epoch + 1, value, float(lr)))
-                bar.update(1)
-                if step % 10 == 0 or step == total:
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{value:.3f}", refresh=False)
+        for step, (epoch, payload) in enumerate(steps, start=1):
+            loss, terms = loss_fn(payload)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.max_grad_norm and cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            scheduler.step()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
+            rows.append({"step": step, "epoch": int(epoch), "loss": value, "lr": float(lr), **{k: float(v) for k, v in terms.items()}})
+            bar.update(1)
+            if step % 10 == 0 or step == total:
+                bar.set_postfix(epoch=epoch, loss=f"{value:.3f}", refresh=False)
     finally:
         bar.close()
         model.eval()
+    return rows
+
+
+def epoch_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """The shuffled, length-bucketed batches of one epoch (0-based), seeded by ``seed`` and ``epoch``."""
+    return bucketed_batches(lengths, batch_size, _epoch_seed(seed, epoch), shuffle=True)
+
+
+def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
+                    cfg: TrainConfig, desc: str = "train") -> pd.DataFrame:
+    """Train ``model`` on QA ``records`` (``question``/``answer`` keys) with the answer-only loss.
+
+    Each epoch draws new length-bucketed batches (seeded by ``cfg.seed`` and the epoch); the loss of a
+    batch is the mean NLL over its answer tokens (EOS included). Only parameters with
+    ``requires_grad`` are trained (:func:`train_steps`). Returns a frame with one row per optimiser
+    step: ``step`` (1-based), ``epoch`` (1-based), ``loss`` (of that batch, before the update) and
+    ``lr`` (used for that update). The model is left in eval mode.
+    """
+    set_determinism(cfg.seed, cfg.threads)
+    if not records:
+        raise ValueError(f"{desc}: no training records")
+    pad_id = pad_token_id(tokenizer)
+    examples = encode_qa_many(tokenizer, template, [qa_pair(r) for r in records], cfg.max_length)
+    lengths = [len(x[0]) for x in examples]
+    steps = [(epoch + 1, idx) for epoch in range(cfg.epochs)
+             for idx in epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)]
+
+    def loss_fn(idx):
+        nll, _ = answer_token_nll(model, collate([examples[i] for i in idx], pad_id))
+        return nll.mean(), {}
+
+    rows = train_steps(model, cfg, steps, loss_fn, desc=desc)
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
 
 
-def train_lora(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
-               cfg: LoraTrainConfig, desc: str = "lora"):
-    """Add LoRA adapters to ``model`` (``peft.get_peft_model``; the base is modified in place and
-    frozen) and train them on ``records``. Returns ``(peft_model, loss_frame)``.
+def pad_token_id(tokenizer) -> int:
+    """The tokenizer's pad id, else its EOS id (padding is masked out everywhere)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def add_lora(model, cfg: LoraTrainConfig):
+    """Wrap ``model`` with PEFT LoRA adapters of shape ``cfg`` (base modified in place and frozen).
 
     The adapters' random ``A`` init is seeded by ``cfg.train.seed``; ``B`` starts at zero (PEFT
     default), so the wrapped model starts exactly at the base model.
@@ -189,7 +229,15 @@ def train_lora(model, tokenizer, records: Sequence[Mapping[str, Any]], template:
         bias="none",
         task_type="CAUSAL_LM",
     )
-    peft_model = get_peft_model(model, lora)
+    return get_peft_model(model, lora)
+
+
+def train_lora(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
+               cfg: LoraTrainConfig, desc: str = "lora"):
+    """Add LoRA adapters to ``model`` (:func:`add_lora`; the base is modified in place and frozen)
+    and train them on ``records``. Returns ``(peft_model, loss_frame)``.
+    """
+    peft_model = add_lora(model, cfg)
     frame = train_causal_lm(peft_model, tokenizer, records, template, cfg.train, desc=desc)
     return peft_model, frame
 

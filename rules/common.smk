@@ -179,8 +179,12 @@ def base_model(wildcards):
 
 
 def eval_models():
-    """Model names evaluated in the TOFU table: base, retain reference, each method at rank k."""
-    return ["base", "retain"] + [f"{m}_k{RANK}" for m in METHODS]
+    """Model names evaluated in the TOFU table: base, retain reference, each method (subspace
+    methods at rank k: '<method>_k<rank>'; optimisation baselines by their name, e.g. 'npo').
+    """
+    return ["base", "retain"] + [
+        m if m in BASELINES else f"{m}_k{RANK}" for m in METHODS
+    ]
 
 
 def split_model(model):
@@ -238,11 +242,14 @@ def erase_inputs(wildcards):
 
 
 def eval_model_inputs(wildcards):
-    """Where the evaluated model's weights come from: a checkpoint, or base + erase adapter."""
+    """Where the evaluated model's weights come from: a checkpoint (base, retain, a baseline's, a
+    merged erase), or base + erase adapter."""
     model = wildcards.model
     if model in ("base", "retain"):
         which = "full" if model == "base" else "retain"
         return {"model": path("model", exp=wildcards.exp, which=which)}
+    if model in BASELINES:
+        return {"model": path("baseline_model", exp=wildcards.exp, method=model)}
     method, rank = split_model(model)
     if rank is None:
         raise WorkflowError(f"evaluate: unknown model '{model}'")
@@ -282,7 +289,7 @@ def metrics_name(wildcards):
 
 def erase_targets():
     outs = []
-    for method in METHODS:
+    for method in [m for m in METHODS if m in DECOMP]:
         if "adapter" in config["erase"]["outputs"]:
             outs.append(path("erase_adapter", exp=EXP, rank=RANK, method=method))
         if "merged" in config["erase"]["outputs"]:
@@ -323,3 +330,135 @@ def all_targets():
 # ---------------------------------------------------------------------------------------------
 # Optimisation baselines.
 # ---------------------------------------------------------------------------------------------
+# Baseline methods = the schema's methods.tofu enum minus the subspace methods (kept torch-free;
+# tests check it equals qrerase.baselines.METHODS).
+BASELINES = [
+    m
+    for m in yaml.safe_load(
+        (Path(workflow.basedir) / "schemas" / "config.schema.yaml").read_text()
+    )["properties"]["methods"]["properties"]["tofu"]["items"]["enum"]
+    if m not in DECOMP
+]
+TOFU_BASELINES = [m for m in METHODS if m in BASELINES]
+TOFU_SUBSPACE = [m for m in METHODS if m in DECOMP]
+
+PATHS.update(
+    {
+        "baseline_model": "results/{exp}/baselines/{method}/model",
+        "baseline_curve": "results/{exp}/baselines/{method}_loss.csv",
+        "benchmark": "results/benchmarks/{rule}/{name}.tsv",
+    }
+)
+
+
+def benchmark_path(rule_name, *wildcard_names):
+    """Snakemake benchmark file (wall time, RSS) of a rule's job: results/benchmarks/<rule>/<wcs>.tsv."""
+    name = "_".join(f"{{{w}}}" for w in wildcard_names) or rule_name
+    return PATHS["benchmark"].format(rule=rule_name, name=name)
+
+
+def validate_baselines_config(cfg):
+    """Every baseline listed in a track's methods has its settings in `baselines.<method>`."""
+    for track, methods in cfg["methods"].items():
+        for i, method in enumerate(methods):
+            if method in BASELINES and not cfg.get("baselines", {}).get(method):
+                raise WorkflowError(
+                    f"config key 'methods.{track}.{i}': baseline '{method}' has no "
+                    f"'baselines.{method}' settings (epochs, lr, batch_size, ...)"
+                )
+    refusals = cfg.get("baselines", {}).get("refusals")
+    if refusals is not None and not Path(refusals).is_file():
+        raise WorkflowError(f"config key 'baselines.refusals': {refusals} not found")
+
+
+validate_baselines_config(config)
+
+
+def refusals_file():
+    """DPO / FLAT template answers: baselines.refusals, else idontknow.txt next to the TOFU data."""
+    given = config["baselines"].get("refusals")
+    return (
+        given if given else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
+    )
+
+
+def baseline_inputs(wildcards):
+    """The fine-tuned model of the experiment's model family, its forget/retain sets (any exp)."""
+    inputs = {
+        "model": base_model(wildcards),
+        "forget": path("data", exp=wildcards.exp, name="forget"),
+        "retain": path("data", exp=wildcards.exp, name="retain"),
+    }
+    if wildcards.method in ("dpo", "flat"):
+        inputs["refusals"] = refusals_file()
+    return inputs
+
+
+def baseline_params(wildcards):
+    """qrerase.baselines.BaselineConfig fields of one method (seed and threads added by the job)."""
+    bl = config["baselines"]
+    lora = bl["lora"]
+    return {
+        "method": wildcards.method,
+        **bl[wildcards.method],
+        "mode": bl["mode"],
+        "max_length": bl["max_length"],
+        "lora_r": lora["r"],
+        "lora_alpha": lora["alpha"],
+        "lora_dropout": lora.get("dropout", 0.0),
+        "lora_target_modules": list(lora["target_modules"]),
+    }
+
+
+def cost_components(exp):
+    """Per TOFU method, the benchmark files of the jobs that produce its evaluated model.
+
+    Subspace methods: LoRA training (forget + retain; none for given adapters), task-matrix
+    extraction, and the closed-form erase (factors of both sets, [energy], forget_update, erase).
+    Baselines: their training job. Shared jobs count fully for every method that needs them.
+    """
+    erase_rule = (
+        "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter"
+    )
+    out = {}
+    sets = ("forget", "retain")
+
+    def bench(rule, name):
+        return PATHS["benchmark"].format(rule=rule, name=name)
+
+    for method in TOFU_SUBSPACE:
+        decomp = DECOMP[method]
+        erase = [bench("factors", f"{exp}_{RANK}_{decomp}_{s}") for s in sets]
+        if method.endswith("_ll"):
+            erase.append(bench("energy", exp))
+        erase += [
+            bench("forget_update", f"{exp}_{RANK}_{decomp}"),
+            bench(erase_rule, f"{exp}_{RANK}_{method}"),
+        ]
+        out[method] = {
+            "lora_s": [
+                bench("lora", f"{exp}_{s}")
+                for s in sets
+                if not config["lora"]["adapters"].get(s)
+            ],
+            "task_matrices_s": [bench("task_matrices", f"{exp}_{s}") for s in sets],
+            "erase_s": erase,
+        }
+    for method in TOFU_BASELINES:
+        out[method] = {"baseline_s": [bench("baseline", f"{exp}_{method}")]}
+    return out
+
+
+def tofu_baseline_targets():
+    return [
+        *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
+        *expand(PATHS["table"], table="tofu_cost", ext=["csv", "md"]),
+    ]
+
+
+def tofu_with_baselines_targets():
+    """The TOFU track's targets plus the baselines' loss curves and the cost table."""
+    return [*tofu_targets(), *tofu_baseline_targets()]
+
+
+TRACK_TARGETS["tofu"] = tofu_with_baselines_targets

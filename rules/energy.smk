@@ -8,6 +8,8 @@ rule energy:
         figure=path("energy_fig"),
     log:
         log_path("energy", "exp"),
+    benchmark:
+        benchmark_path("energy", "exp")
     conda:
         "../envs/qrerase.yaml"
     threads: 1

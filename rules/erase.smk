@@ -7,6 +7,8 @@ rule erase_adapter:
         directory(path("erase_adapter")),
     log:
         log_path("erase_adapter", "exp", "rank", "method"),
+    benchmark:
+        benchmark_path("erase_adapter", "exp", "rank", "method")
     conda:
         "../envs/qrerase.yaml"
     threads: 1
@@ -25,6 +27,8 @@ rule erase_merged:
         directory(path("erased_model")),
     log:
         log_path("erase_merged", "exp", "rank", "method"),
+    benchmark:
+        benchmark_path("erase_merged", "exp", "rank", "method")
     conda:
         "../envs/qrerase.yaml"
     threads: config["threads"]

@@ -6,6 +6,8 @@ rule task_matrices:
         path("task_matrix"),
     log:
         log_path("task_matrices", "exp", "set"),
+    benchmark:
+        benchmark_path("task_matrices", "exp", "set")
     conda:
         "../envs/qrerase.yaml"
     threads: 1
@@ -23,6 +25,8 @@ rule factors:
         path("factors"),
     log:
         log_path("factors", "exp", "rank", "decomp", "set"),
+    benchmark:
+        benchmark_path("factors", "exp", "rank", "decomp", "set")
     conda:
         "../envs/qrerase.yaml"
     threads: 1
@@ -65,6 +69,8 @@ rule forget_update:
         path("update"),
     log:
         log_path("forget_update", "exp", "rank", "decomp"),
+    benchmark:
+        benchmark_path("forget_update", "exp", "rank", "decomp")
     conda:
         "../envs/qrerase.yaml"
     threads: 1

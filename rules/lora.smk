@@ -7,6 +7,8 @@ rule lora:
         curve=path("lora_curve"),
     log:
         log_path("lora", "exp", "set"),
+    benchmark:
+        benchmark_path("lora", "exp", "set")
     conda:
         "../envs/qrerase.yaml"
     threads: config["threads"]

@@ -93,3 +93,46 @@ def test_erase_benchmark_writes_one_row_per_shape(tmp_path, monkeypatch):
     erase = pd.read_csv(tmp_path / "erase.csv")
     assert list(erase.columns) == bench.ERASE_COLUMNS and erase["shape"].tolist() == ["tiny"]
     assert erase["n_modules"].tolist() == [21] and len(frame) == 1
+
+
+def _benchmark_tsv(path, seconds):
+    """A Snakemake benchmark file as its `benchmark:` directive writes it (header + one row per run)."""
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    rows = "".join(f"{s:.4f}\t0:00:{int(s):02d}\t100.1\t200.2\t50.0\t60.0\t0.0\t1.0\t50.0\t{s:.2f}\n" for s in seconds)
+    path.write_text(header + rows)
+    return path
+
+
+def test_method_costs_sum_benchmarks_per_component(tmp_path):
+    from qrerase.bench import method_costs, read_snakemake_benchmark
+    from qrerase.tables import cost_table, write_table
+
+    f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
+         [("lora_f", 10.0), ("lora_r", 30.0), ("tm_f", 1.5), ("tm_r", 1.5), ("fac_f", 0.5), ("fac_r", 0.75),
+          ("upd", 0.25), ("erase", 2.0), ("ga", 42.0)]}
+    assert read_snakemake_benchmark(_benchmark_tsv(tmp_path / "twice.tsv", [1.0, 3.0])) == 2.0  # repeated runs: mean
+    costs = method_costs({
+        "qr_erase": {"lora_s": [f["lora_f"], f["lora_r"]], "task_matrices_s": [f["tm_f"], f["tm_r"]],
+                     "erase_s": [f["fac_f"], f["fac_r"], f["upd"], f["erase"]]},
+        "ga": {"baseline_s": [f["ga"]]},
+    }).set_index("method")
+    assert costs.loc["qr_erase", ["lora_s", "task_matrices_s", "erase_s"]].tolist() == [40.0, 3.0, 3.5]
+    assert costs.loc["qr_erase", "unlearn_s"] == 3.5 and costs.loc["qr_erase", "total_s"] == 46.5
+    assert costs.loc["ga", "baseline_s"] == 42.0 == costs.loc["ga", "unlearn_s"] == costs.loc["ga", "total_s"]
+    assert pd.isna(costs.loc["ga", "erase_s"]) and pd.isna(costs.loc["qr_erase", "baseline_s"])
+    df, spec = cost_table(costs.reset_index())
+    write_table(df, spec, tmp_path / "cost.csv", tmp_path / "cost.md", None)
+    md = (tmp_path / "cost.md").read_text()
+    assert "| Gradient Ascent | — | — | — | 42.0 | 42.0 | 42.0 |" in md and "QR-Erase" in md
+
+
+def test_method_costs_bad_input(tmp_path):
+    from qrerase.bench import method_costs, read_snakemake_benchmark
+
+    with pytest.raises(ValueError, match="benchmark file not found"):
+        read_snakemake_benchmark(tmp_path / "missing.tsv")
+    (tmp_path / "bad.tsv").write_text("seconds\n1.0\n")
+    with pytest.raises(ValueError, match="not a Snakemake benchmark file"):
+        read_snakemake_benchmark(tmp_path / "bad.tsv")
+    with pytest.raises(ValueError, match="unknown component"):
+        method_costs({"ga": {"train_s": []}})

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.workflow
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+BASELINES = ["ga", "npo"]  # config/test.yaml
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -74,7 +75,7 @@ def workdir(tmp_path_factory) -> Path:
 
 def test_tofu_table_has_every_model_with_real_numbers(workdir):
     table = pd.read_csv(workdir / "results/tables/tofu.csv")
-    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *METHODS]
+    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *BASELINES, *METHODS]
     imported = table.set_index("method").loc["llama2_7b_full"]
     assert round(imported["model_utility"], 4) == 0.6227 and imported["forget_quality"] < 1e-10
     table = table[table["method"] != "llama2_7b_full"]
@@ -84,7 +85,7 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
     assert fq.drop("retain").between(0, 1).all()
     md = (workdir / "results/tables/tofu.md").read_text()
     tex = (workdir / "results/tables/tofu.tex").read_text()
-    for label in ("Base Model", "UNLEARN (LL)", "QR-Erase (LL)"):
+    for label in ("Base Model", "UNLEARN (LL)", "QR-Erase (LL)", "Gradient Ascent", "NPO"):
         assert label in md
     assert "\\begin{tabular}" in tex and "Forget Quality" in tex
     assert "Llama-2-7B full (TOFU log)" in md
@@ -97,8 +98,9 @@ def test_metrics_recompute_from_the_written_logs(workdir):
 
     table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
     ref = load_log(workdir / "results/tofu_forget10/eval/retain")
-    for method in METHODS:
-        log = load_log(workdir / f"results/tofu_forget10/eval/{method}_k2")
+    for method in [*METHODS, *BASELINES]:
+        model = method if method in BASELINES else f"{method}_k2"
+        log = load_log(workdir / f"results/tofu_forget10/eval/{model}")
         assert model_utility(log) == pytest.approx(table.loc[method, "model_utility"], rel=1e-9)
         assert forget_quality(log, ref) == pytest.approx(table.loc[method, "forget_quality"], rel=1e-9)
         assert len(log["eval_log_forget.json"]["avg_gt_loss"]) == 20  # one forget author
@@ -121,6 +123,38 @@ def test_layer_localised_erase_touches_only_selected_layers(workdir):
     assert (report["max_sin_theta_qr_vs_svd"] <= 1).all() and len(report) == 2 * 14
 
 
+def test_baselines_unlearn_with_curves_and_costs(workdir):
+    exp = workdir / "results/tofu_forget10"
+    base = load_log_frame(exp / "eval/base")
+    for method in BASELINES:
+        curve = pd.read_csv(exp / f"baselines/{method}_loss.csv")
+        assert len(curve) == 2 * 3 and curve["step"].tolist() == list(range(1, 7))  # 2 epochs x ceil(20 / 8)
+        assert curve["forget_nll"].iloc[-1] > curve["forget_nll"].iloc[0]
+        files = {p.name for p in (exp / f"baselines/{method}/model").iterdir()}
+        assert "model.safetensors" in files and "config.json" in files and not any(f.endswith(".bin") for f in files)
+        # evaluated on the model the rule wrote: the forget answers got less likely than in the base model
+        assert load_log_frame(exp / f"eval/{method}") > base
+    costs = pd.read_csv(workdir / "results/tables/tofu_cost.csv").set_index("method")
+    assert list(costs.index) == [*BASELINES, *METHODS]
+    assert (costs.loc[BASELINES, "baseline_s"] > 0).all() and costs.loc[BASELINES, "erase_s"].isna().all()
+    assert (costs.loc[METHODS, ["lora_s", "task_matrices_s", "erase_s"]] > 0).all().all()
+    assert costs.loc[METHODS, "baseline_s"].isna().all()
+    sub = costs.loc[METHODS]
+    assert ((sub["total_s"] - sub[["lora_s", "task_matrices_s", "erase_s"]].sum(axis=1)).abs() < 1e-9).all()
+    assert (costs["unlearn_s"] == costs["baseline_s"].fillna(costs["erase_s"])).all()
+    md = (workdir / "results/tables/tofu_cost.md").read_text()
+    assert "Closed-form erase (s)" in md and "Gradient Ascent" in md
+    assert (workdir / "results/benchmarks/baseline/tofu_forget10_npo.tsv").is_file()
+
+
+def load_log_frame(directory: Path) -> float:
+    """Mean forget-set answer NLL of an eval log."""
+    from qrerase.tofu import load_log
+
+    losses = load_log(directory)["eval_log_forget.json"]["avg_gt_loss"]
+    return float(pd.Series(list(losses.values()) if isinstance(losses, dict) else losses).mean())
+
+
 def test_benchmark_target(workdir):
     snakemake(workdir, "bench", "--cores", "2", "--configfile", str(workdir / "test.yaml"))
     runtime = pd.read_csv(workdir / "results/tables/runtime.csv")
@@ -140,7 +174,7 @@ def test_changing_rank_reruns_no_training(workdir):
     proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))
     rules = planned_rules(proc)
     assert rules.get("factors") == 4 and rules.get("tofu_table") == 1 and rules.get("evaluate") == 4
-    assert not {"tofu_data", "tokenizer", "finetune", "lora", "task_matrices"} & set(rules)
+    assert not {"tofu_data", "tokenizer", "finetune", "lora", "task_matrices", "baseline"} & set(rules)
 
 
 @pytest.mark.parametrize(
@@ -150,6 +184,10 @@ def test_changing_rank_reruns_no_training(workdir):
         ({"unlearn__rank": 9}, "exceeds the LoRA rank"),
         ({"tofu__data__root": "/no/such/dir"}, "data file /no/such/dir/forget10.jsonl not found"),
         ({"tofu__data__n_authors": 1}, "config key 'tofu.data.n_authors'"),
+        ({"baselines__npo": None}, "config key 'methods.tofu.1': baseline 'npo' has no 'baselines.npo' settings"),
+        ({"baselines__npo__gamma": 1}, "config key 'baselines.npo'"),
+        ({"baselines__npo__beta": 0}, "config key 'baselines.npo.beta'"),
+        ({"baselines__refusals": "/no/such/idk.txt"}, "config key 'baselines.refusals': /no/such/idk.txt not found"),
     ],
 )
 def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):

@@ -1,0 +1,412 @@
+"""Optimisation-based unlearning baselines: GA, Gradient Difference, KL, NPO, DPO and FLAT.
+
+Each baseline fine-tunes the fine-tuned model (all weights, or LoRA adapters merged back at the end)
+with an unlearning objective built from answer-token log-likelihoods. Notation, for a QA pair
+``(x, y)`` with answer tokens ``y_1..y_n`` (EOS included, as in TOFU):
+
+* ``log π(y|x) = Σ_t log π(y_t | x, y_<t)`` — the sequence log-likelihood (the negative of
+  :func:`qrerase.lm.sequence_nll`'s sums), ``n`` its token count;
+* ``π_ref`` — the frozen fine-tuned model the run starts from;
+* ``D_f`` / ``D_r`` — the forget / retain set; ``B_f`` / ``B_r`` a batch of them;
+* ``ℓ_tok(B) = Σ_{i∈B} −log π(y_i|x_i) / Σ_{i∈B} n_i`` — the token-mean answer NLL (the fine-tuning loss).
+
+Objectives (minimised; one function each below):
+
+=========  ==================================================================================
+ga         ``L = −ℓ_tok(B_f)``  (gradient *ascent* on the forget NLL; Jang et al. 2023)
+graddiff   ``L = −ℓ_tok(B_f) + w · ℓ_tok(B_r)``  (Liu et al. 2022)
+kl         ``L = −ℓ_tok(B_f) + w · KL(π_ref ‖ π_θ)`` on the retain answer tokens
+npo        ``L = (2/β) · mean_{B_f} log(1 + (π_θ(y|x) / π_ref(y|x))^β)``  (Zhang et al. 2024)
+dpo        ``L = −mean_{B_f} log σ(β[(log π_θ(y_w|x) − log π_ref(y_w|x)) − (log π_θ(y_l|x) − log π_ref(y_l|x))])``
+           with ``y_w`` a refusal ("I don't know"-style) and ``y_l`` the forget answer (Rafailov et al. 2023)
+flat       ``L = −g*(P̄_e) + f*(g*(P̄_f))`` with ``P̄`` the batch mean of the per-sequence mean token
+           probability of the template (refusal) answer ``e`` and of the forget answer ``f``, and
+           ``(g*, f*)`` the variational pair of an f-divergence (Wang et al. 2025; forget data only)
+=========  ==================================================================================
+
+:func:`train_baseline` runs one of them deterministically (:func:`qrerase.training.train_steps`:
+AdamW, linear warmup/decay, clipping, seeded length-bucketed batches) and returns the unlearned
+model and its loss curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .lm import (
+    PromptTemplate,
+    _from_dict,
+    answer_token_logits,
+    answer_token_nll,
+    collate,
+    encode_qa_many,
+    per_sequence,
+    qa_pair,
+    sequence_nll,
+)
+from .training import (
+    LoraTrainConfig,
+    TrainConfig,
+    add_lora,
+    epoch_batches,
+    pad_token_id,
+    set_determinism,
+    train_steps,
+)
+
+__all__ = [
+    "METHODS",
+    "NEEDS_REFERENCE",
+    "NEEDS_RETAIN",
+    "NEEDS_REFUSALS",
+    "DIVERGENCES",
+    "BaselineConfig",
+    "token_mean_nll",
+    "ga_loss",
+    "graddiff_loss",
+    "kl_divergence",
+    "kl_loss",
+    "npo_loss",
+    "dpo_loss",
+    "flat_loss",
+    "read_refusals",
+    "train_baseline",
+]
+
+#: The text baselines, in the paper's table order.
+METHODS = ("ga", "graddiff", "kl", "npo", "dpo", "flat")
+#: Methods whose objective compares with the frozen fine-tuned model π_ref.
+NEEDS_REFERENCE = frozenset({"kl", "npo", "dpo"})
+#: Methods with a retain-set term.
+NEEDS_RETAIN = frozenset({"graddiff", "kl"})
+#: Methods that train towards a refusal / template answer.
+NEEDS_REFUSALS = frozenset({"dpo", "flat"})
+#: FLAT's f-divergences: name -> (g*, f*∘g*) as functions of a probability-valued tensor.
+DIVERGENCES = ("tv", "kl", "js", "pearson")
+
+
+@dataclass
+class BaselineConfig:
+    """One baseline run.
+
+    ``method``: one of :data:`METHODS`. Optimisation (as :class:`qrerase.training.TrainConfig`):
+    ``epochs`` over the forget set, peak ``lr``, ``batch_size`` (forget examples per step; retain
+    batches have the same size), ``weight_decay``, ``warmup_ratio``, ``max_grad_norm``,
+    ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
+    inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl, >= 0), ``divergence`` (FLAT's
+    f-divergence, one of :data:`DIVERGENCES`). ``mode``: ``full`` (all weights) or ``lora``
+    (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end).
+    """
+
+    method: str
+    epochs: int = 5
+    lr: float = 1e-5
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    max_length: int = 128
+    beta: float = 0.1
+    retain_weight: float = 1.0
+    divergence: str = "tv"
+    mode: str = "full"
+    lora_r: int = 8
+    lora_alpha: float = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    seed: int = 0
+    threads: int = 2
+
+    def __post_init__(self):
+        self.lora_target_modules = tuple(self.lora_target_modules)
+        if self.method not in METHODS:
+            raise ValueError(f"baseline config: unknown method {self.method!r}; expected one of {list(METHODS)}")
+        checks = [
+            (self.epochs >= 1, "epochs", "an integer >= 1"),
+            (self.lr > 0, "lr", "> 0"),
+            (self.batch_size >= 1, "batch_size", "an integer >= 1"),
+            (self.weight_decay >= 0, "weight_decay", ">= 0"),
+            (0 <= self.warmup_ratio <= 1, "warmup_ratio", "in [0, 1]"),
+            (self.max_length >= 2, "max_length", ">= 2"),
+            (math.isfinite(self.beta) and self.beta > 0, "beta", "a finite number > 0"),
+            (math.isfinite(self.retain_weight) and self.retain_weight >= 0, "retain_weight", "a finite number >= 0"),
+            (self.divergence in DIVERGENCES, "divergence", f"one of {list(DIVERGENCES)}"),
+            (self.mode in ("full", "lora"), "mode", "'full' or 'lora'"),
+            (self.lora_r >= 1, "lora_r", "an integer >= 1"),
+            (self.lora_alpha > 0, "lora_alpha", "> 0"),
+            (0 <= self.lora_dropout < 1, "lora_dropout", "in [0, 1)"),
+            (len(self.lora_target_modules) > 0, "lora_target_modules", "a non-empty list"),
+        ]
+        for ok, key, expected in checks:
+            if not ok:
+                raise ValueError(f"baseline config ({self.method}): '{key}' must be {expected}, got {getattr(self, key)!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BaselineConfig":
+        """Strict construction: unknown keys are a ``ValueError`` naming them."""
+        return _from_dict(cls, d, "baseline config")
+
+    def train_config(self) -> TrainConfig:
+        """The optimisation part as a :class:`~qrerase.training.TrainConfig`."""
+        names = {f.name for f in dataclasses.fields(TrainConfig)}
+        return TrainConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
+
+    def lora_config(self) -> LoraTrainConfig:
+        return LoraTrainConfig(r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout,
+                               target_modules=self.lora_target_modules, train=self.train_config())
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses. Inputs are per-sequence answer NLL sums ``nll`` (= −log π(y|x), float, shape (B,)) and
+# token counts ``n`` (shape (B,)), unless stated otherwise. Each returns a scalar tensor.
+# --------------------------------------------------------------------------------------------------
+
+
+def token_mean_nll(nll: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``ℓ_tok = Σ_i nll_i / Σ_i n_i``: the mean answer-token NLL of a batch (the fine-tuning loss)."""
+    return nll.sum() / n.sum().clamp_min(1)
+
+
+def ga_loss(forget_nll: torch.Tensor, forget_n: torch.Tensor) -> torch.Tensor:
+    """Gradient Ascent: ``L = −ℓ_tok(B_f)`` (minimising it maximises the forget-answer NLL)."""
+    return -token_mean_nll(forget_nll, forget_n)
+
+
+def graddiff_loss(forget_nll, forget_n, retain_nll, retain_n, retain_weight: float) -> torch.Tensor:
+    """Gradient Difference: ``L = −ℓ_tok(B_f) + w · ℓ_tok(B_r)``."""
+    return ga_loss(forget_nll, forget_n) + retain_weight * token_mean_nll(retain_nll, retain_n)
+
+
+def kl_divergence(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """``mean_t KL(π_ref(·|t) ‖ π_θ(·|t)) = mean_t Σ_v p_ref(v) (log p_ref(v) − log p_θ(v))``.
+
+    ``ref_logits`` and ``logits``: ``(n_tokens, vocab)`` next-token logits at the same positions
+    (e.g. :func:`qrerase.lm.answer_token_logits` of both models on one batch); computed in float32.
+    Zero iff the two next-token distributions agree at every position.
+    """
+    if ref_logits.shape != logits.shape:
+        raise ValueError(f"kl_divergence: shapes differ {tuple(ref_logits.shape)} vs {tuple(logits.shape)}")
+    ref_logp = F.log_softmax(ref_logits.float(), dim=-1)
+    logp = F.log_softmax(logits.float(), dim=-1)
+    per_token = (ref_logp.exp() * (ref_logp - logp)).sum(dim=-1)
+    return per_token.mean() if per_token.numel() else per_token.sum()
+
+
+def kl_loss(forget_nll, forget_n, ref_retain_logits, retain_logits, retain_weight: float) -> torch.Tensor:
+    """KL Minimisation: ``L = −ℓ_tok(B_f) + w · KL(π_ref ‖ π_θ)`` on the retain answer tokens."""
+    return ga_loss(forget_nll, forget_n) + retain_weight * kl_divergence(ref_retain_logits, retain_logits)
+
+
+def npo_loss(forget_nll: torch.Tensor, ref_forget_nll: torch.Tensor, beta: float) -> torch.Tensor:
+    """NPO: ``L = (2/β) · mean_i log(1 + (π_θ(y_i|x_i) / π_ref(y_i|x_i))^β)``.
+
+    With ``log π = −nll`` the ratio term is ``exp(β (ref_nll − nll))``, so
+    ``L = (2/β) · mean softplus(β (ref_forget_nll − forget_nll))`` (numerically stable). At
+    ``π_θ = π_ref`` it equals ``2 log 2 / β``; as ``β → 0`` its gradient tends to that of
+    ``−mean_i nll_i`` (gradient ascent on sequence NLLs).
+    """
+    if beta <= 0:
+        raise ValueError(f"npo_loss: beta must be > 0, got {beta}")
+    return (2.0 / beta) * F.softplus(beta * (ref_forget_nll - forget_nll)).mean()
+
+
+def dpo_loss(chosen_nll, rejected_nll, ref_chosen_nll, ref_rejected_nll, beta: float) -> torch.Tensor:
+    """DPO: ``L = −mean_i log σ(β [(log π_θ(y_w) − log π_ref(y_w)) − (log π_θ(y_l) − log π_ref(y_l))])``.
+
+    ``chosen`` = the preferred answer ``y_w`` (a refusal), ``rejected`` = the dispreferred ``y_l``
+    (the forget answer); all four are per-sequence NLL sums (``log π = −nll``). At ``π_θ = π_ref``
+    it equals ``log 2``.
+    """
+    if beta <= 0:
+        raise ValueError(f"dpo_loss: beta must be > 0, got {beta}")
+    margin = (ref_chosen_nll - chosen_nll) - (ref_rejected_nll - rejected_nll)
+    return -F.logsigmoid(beta * margin).mean()
+
+
+def _flat_pair(divergence: str):
+    """``(g*, f*∘g*)`` of an f-divergence's variational form (FLAT, following its reference code)."""
+    log2 = math.log(2.0)
+    if divergence == "tv":  # total variation: g*(v) = tanh(v)/2, f*(u) = u
+        return (lambda v: torch.tanh(v) / 2), (lambda v: torch.tanh(v) / 2)
+    if divergence == "kl":  # g*(v) = v, f*(u) = exp(u − 1)
+        return (lambda v: v), (lambda v: torch.exp(v - 1))
+    if divergence == "js":  # g*(v) = log 2 − log(1 + e^{−v}), f*(u) = −log(2 − e^u)
+        return (lambda v: log2 - F.softplus(-v)), (lambda v: -log2 + v + F.softplus(-v))
+    if divergence == "pearson":  # g*(v) = v, f*(u) = u²/4 + u
+        return (lambda v: v), (lambda v: v * v / 4 + v)
+    raise ValueError(f"flat_loss: unknown divergence {divergence!r}; expected one of {list(DIVERGENCES)}")
+
+
+def flat_loss(template_prob: torch.Tensor, forget_prob: torch.Tensor, divergence: str = "tv") -> torch.Tensor:
+    """FLAT: ``L = −g*(P̄_e) + f*(g*(P̄_f))``.
+
+    ``template_prob`` / ``forget_prob``: per-sequence mean answer-token probabilities
+    ``P(y|x) = (1/n) Σ_t π_θ(y_t | x, y_<t)`` of the template (refusal) answer and of the forget
+    answer, shape ``(B,)``; ``P̄`` is their batch mean. Minimising ``L`` raises the template
+    answer's probability and lowers the forget answer's, weighted by the divergence's pair
+    ``(g*, f*)`` (:data:`DIVERGENCES`). (The reference code averages token probabilities over all
+    positions of a padded batch; here each sequence's answer tokens weigh equally.)
+    """
+    g, fg = _flat_pair(divergence)
+    return -g(template_prob.mean()) + fg(forget_prob.mean())
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+
+
+def read_refusals(path) -> list[str]:
+    """Refusal answers, one per non-empty line (TOFU's ``idontknow.txt``); ``ValueError`` when none."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: refusal file not found")
+    lines = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: no refusal answers (expected one per line)")
+    return lines
+
+
+def _frozen(model):
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+@torch.no_grad()
+def _reference_nll(ref_model, examples, pad_id: int, batch_size: int) -> torch.Tensor:
+    """Per-example answer NLL sums under the frozen reference (computed once, before training)."""
+    out = torch.empty(len(examples), dtype=torch.float32)
+    order = np.argsort([len(e[0]) for e in examples], kind="stable")
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size].tolist()
+        sums, _ = sequence_nll(ref_model, collate([examples[i] for i in idx], pad_id))
+        out[idx] = sums.float().cpu()
+    return out
+
+
+def _retain_stream(lengths: Sequence[int], batch_size: int, seed: int):
+    """Endless seeded retain batches: successive shuffled bucketed passes over the retain set."""
+    stream_seed = (int(seed) + 0x5EED) % (2**63)
+    k = 0
+    while True:
+        yield from epoch_batches(lengths, batch_size, stream_seed, k)
+        k += 1
+
+
+def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, Any]], retain: Sequence[Mapping[str, Any]],
+                   template: PromptTemplate, cfg: BaselineConfig, refusals: Sequence[str] | None = None,
+                   desc: str | None = None):
+    """Unlearn ``forget`` from ``model`` with baseline ``cfg.method``; returns ``(model, curve)``.
+
+    ``model``: the fine-tuned causal LM (trained in place in ``full`` mode; in ``lora`` mode LoRA
+    adapters are added, trained and merged, so the result is always a plain ``PreTrainedModel``).
+    ``ref_model``: a frozen copy of the same fine-tuned model (π_ref), required by
+    :data:`NEEDS_REFERENCE` methods, ignored otherwise. ``forget`` / ``retain``: QA records
+    (``question``/``answer`` or TOFU keys); ``retain`` is used by :data:`NEEDS_RETAIN` methods.
+    ``refusals``: template answers for :data:`NEEDS_REFUSALS` methods; each forget question gets
+    one, drawn once with the configured seed.
+
+    One epoch = one pass over the forget set in shuffled length-bucketed batches of
+    ``cfg.batch_size`` (retain batches of the same size are drawn from an endless seeded stream).
+    Returns the model in eval mode and the loss curve: one dict per step with ``step``, ``epoch``,
+    ``loss``, ``lr``, ``forget_nll`` (token-mean NLL of the forget batch) and the method's own terms
+    (``retain_nll``, ``retain_kl``, ``refusal_nll``, ``forget_prob``, ``refusal_prob``).
+    """
+    method = cfg.method
+    desc = desc or method
+    if not forget:
+        raise ValueError(f"{desc}: the forget set is empty")
+    if method in NEEDS_RETAIN and not retain:
+        raise ValueError(f"{desc}: method {method!r} needs a non-empty retain set")
+    if method in NEEDS_REFERENCE and ref_model is None:
+        raise ValueError(f"{desc}: method {method!r} needs the reference (fine-tuned) model")
+    if method in NEEDS_REFUSALS and not refusals:
+        raise ValueError(f"{desc}: method {method!r} needs refusal answers (e.g. TOFU's idontknow.txt)")
+    set_determinism(cfg.seed, cfg.threads)
+    pad_id = pad_token_id(tokenizer)
+    forget_pairs = [qa_pair(r) for r in forget]
+    forget_ex = encode_qa_many(tokenizer, template, forget_pairs, cfg.max_length)
+    retain_ex = encode_qa_many(tokenizer, template, [qa_pair(r) for r in retain], cfg.max_length) if method in NEEDS_RETAIN else []
+    refusal_ex = []
+    if method in NEEDS_REFUSALS:
+        rng = np.random.default_rng(cfg.seed)
+        picks = rng.integers(len(refusals), size=len(forget_pairs))
+        refusal_ex = encode_qa_many(tokenizer, template, [(q, refusals[int(j)]) for (q, _), j in zip(forget_pairs, picks)],
+                                    cfg.max_length)
+    if method in NEEDS_REFERENCE:
+        _frozen(ref_model)
+    ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if method in ("npo", "dpo") else None
+    ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if method == "dpo" else None
+
+    if cfg.mode == "lora":
+        model = add_lora(model, cfg.lora_config())
+    set_determinism(cfg.seed, cfg.threads)
+    lengths = [len(x[0]) for x in forget_ex]
+    steps = [(epoch + 1, idx) for epoch in range(cfg.epochs)
+             for idx in epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)]
+    retain_batches = _retain_stream([len(x[0]) for x in retain_ex], cfg.batch_size, cfg.seed) if retain_ex else None
+
+    def forward(examples, idx):
+        return sequence_nll(model, collate([examples[i] for i in idx], pad_id))
+
+    def loss_fn(idx):
+        terms: dict[str, float] = {}
+        if method == "dpo":
+            both = [refusal_ex[i] for i in idx] + [forget_ex[i] for i in idx]
+            nll, n = sequence_nll(model, collate(both, pad_id))
+            k = len(idx)
+            chosen, rejected = nll[:k], nll[k:]
+            loss = dpo_loss(chosen, rejected, ref_refusal[idx].to(nll.device), ref_forget[idx].to(nll.device), cfg.beta)
+            terms["forget_nll"] = float(token_mean_nll(rejected, n[k:]).detach())
+            terms["refusal_nll"] = float(token_mean_nll(chosen, n[:k]).detach())
+            return loss, terms
+        if method == "flat":
+            both = [refusal_ex[i] for i in idx] + [forget_ex[i] for i in idx]
+            tok_nll, mask = answer_token_nll(model, collate(both, pad_id))
+            mask = mask.to(tok_nll.device)
+            nll, n = per_sequence(tok_nll, mask)
+            prob_sum, _ = per_sequence(torch.exp(-tok_nll), mask)
+            prob = prob_sum / n.clamp_min(1)
+            k = len(idx)
+            loss = flat_loss(prob[:k], prob[k:], cfg.divergence)
+            terms["forget_nll"] = float(token_mean_nll(nll[k:], n[k:]).detach())
+            terms["forget_prob"] = float(prob[k:].mean().detach())
+            terms["refusal_prob"] = float(prob[:k].mean().detach())
+            return loss, terms
+        nll, n = forward(forget_ex, idx)
+        terms["forget_nll"] = float(token_mean_nll(nll, n).detach())
+        if method == "ga":
+            return ga_loss(nll, n), terms
+        if method == "npo":
+            return npo_loss(nll, ref_forget[idx].to(nll.device), cfg.beta), terms
+        ridx = next(retain_batches)
+        if method == "graddiff":
+            r_nll, r_n = forward(retain_ex, ridx)
+            terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
+            return graddiff_loss(nll, n, r_nll, r_n, cfg.retain_weight), terms
+        # kl
+        batch = collate([retain_ex[i] for i in ridx], pad_id)
+        with torch.no_grad():
+            ref_logits, _, _ = answer_token_logits(ref_model, batch)
+        logits, _, _ = answer_token_logits(model, batch)
+        ref_logits = ref_logits.to(logits.device)
+        loss = kl_loss(nll, n, ref_logits, logits, cfg.retain_weight)
+        terms["retain_kl"] = float(kl_divergence(ref_logits, logits.detach()))
+        return loss, terms
+
+    rows = train_steps(model, cfg.train_config(), steps, loss_fn, desc=desc)
+    if cfg.mode == "lora":
+        model = model.merge_and_unload()
+    model.eval()
+    return model, rows

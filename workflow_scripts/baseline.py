@@ -1,0 +1,26 @@
+"""Rule baseline: unlearn the forget set from the fine-tuned model with an optimisation baseline."""
+
+import pandas as pd
+
+from qrerase.baselines import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
+from qrerase.io import read_jsonl, write_csv
+from qrerase.lm import load_model, load_tokenizer, save_model
+from qrerase.workflow import job, template_from
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    cfg = BaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
+    model = load_model(inp.model, dtype=dtype, device=device)
+    ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
+    tokenizer = load_tokenizer(inp.model)
+    forget, retain = read_jsonl(inp.forget), read_jsonl(inp.retain)
+    refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
+    log.info("%s on %d forget / %d retain QA pairs: %s", cfg.method, len(forget), len(retain), cfg)
+    model, curve = train_baseline(
+        model, ref_model, tokenizer, forget, retain, template_from(p.model), cfg, refusals=refusals,
+        desc=f"{snakemake.wildcards.exp}-{cfg.method}",  # noqa: F821
+    )
+    save_model(model, tokenizer, out.model)
+    write_csv(out.curve, pd.DataFrame(curve))
+    log.info("first/last step: %s / %s", curve[0], curve[-1])
