@@ -8,7 +8,7 @@ rule erase_adapter:
     log:
         log_path("erase_adapter", "exp", "rank", "method"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -26,7 +26,7 @@ rule erase_merged:
     log:
         log_path("erase_merged", "exp", "rank", "method"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),

@@ -7,7 +7,7 @@ rule task_matrices:
     log:
         log_path("task_matrices", "exp", "set"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -24,7 +24,7 @@ rule factors:
     log:
         log_path("factors", "exp", "rank", "decomp", "set"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -44,7 +44,7 @@ rule factor_report:
     log:
         log_path("factor_report", "exp", "rank"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -66,7 +66,7 @@ rule forget_update:
     log:
         log_path("forget_update", "exp", "rank", "decomp"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),

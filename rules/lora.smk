@@ -8,7 +8,7 @@ rule lora:
     log:
         log_path("lora", "exp", "set"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
