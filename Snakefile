@@ -12,6 +12,10 @@ min_version("8.20")
 configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
+# snakemake --report results/report.html (after a run): tables and figures with their captions.
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/model.smk"
@@ -23,9 +27,11 @@ include: "rules/evaluate.smk"
 include: "rules/baselines.smk"
 include: "rules/tables.smk"
 include: "rules/bench.smk"
+include: "rules/provenance.smk"
 
 
 rule all:
     default_target: True
     input:
         all_targets(),
+        path("manifest"),

@@ -7,6 +7,10 @@
   runtime benchmark (and the whole-model erase benchmark), outside Snakemake.
 - ``qrerase factors FORGET_ADAPTER RETAIN_ADAPTER --rank K``: the per-module factor report of
   :func:`qrerase.linalg.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
+- ``qrerase audit results/``: re-hash every artifact with a provenance record and check every record,
+  every input → output link and the manifest (:func:`qrerase.provenance.audit`); exit status 0 when
+  all hold, 1 with one line per broken artifact (path: why) otherwise.
+- ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON.
 """
 
 from __future__ import annotations
@@ -62,6 +66,34 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from .provenance import audit
+
+    problems, counts = audit(args.results)
+    for problem in problems:
+        print(f"BROKEN {problem}")
+    summary = (
+        f"{counts['records']} records, {counts['artifacts']} artifacts re-hashed, "
+        f"{counts.get('manifest_artifacts', 0)} manifest entries checked"
+    )
+    if problems:
+        print(f"qrerase audit: {len(problems)} problem(s); {summary}", file=sys.stderr)
+        return 1
+    print(f"qrerase audit: OK; {summary}")
+    return 0
+
+
+def _manifest(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from .provenance import build_manifest
+
+    manifest = build_manifest(args.targets, root=Path(args.results).resolve().parent)
+    print(json.dumps(manifest, indent=2, sort_keys=True))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-dense-svd", type=int, default=None, help="skip the dense SVD above this size")
     p.add_argument("--model-shapes", nargs="*", default=[], choices=["llama3-8b", "llama3-70b"])
     p.set_defaults(func=_bench)
+
+    p = sub.add_parser("audit", help="re-hash artifacts and check every provenance record and link")
+    p.add_argument("results", help="the workflow's results/ directory")
+    p.set_defaults(func=_audit)
+
+    p = sub.add_parser("manifest", help="the artifact graph behind targets (JSON on stdout)")
+    p.add_argument("results", help="the workflow's results/ directory")
+    p.add_argument("targets", nargs="+", help="artifact paths relative to the working directory")
+    p.set_defaults(func=_manifest)
 
     args = parser.parse_args(argv)
     try:

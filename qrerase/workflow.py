@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import provenance
+
 __all__ = ["job", "template_from", "load_for_eval", "selected_updates"]
 
 log = logging.getLogger("qrerase")
@@ -26,6 +28,10 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     Seeds and the torch thread count are fixed here (from the rule's params / threads) so that two
     runs of the same job give identical artifacts. An exception is logged with a one-line summary
     and re-raised, so Snakemake marks the job failed and removes its outputs.
+
+    Provenance: existing records of the job's outputs are deleted on entry; after the body succeeded
+    every input and output is hashed and one record per output is written atomically under
+    ``results/provenance/records/`` (:mod:`qrerase.provenance`). A failed job leaves no record.
     """
     log_file = snakemake.log[0] if len(snakemake.log) else None
     stream = open(log_file, "a", encoding="utf-8") if log_file else sys.stderr  # noqa: SIM115
@@ -38,6 +44,12 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     start = time.time()
+    outputs = [str(o) for o in snakemake.output]
+    provenance.remove_records(outputs)
+    config = getattr(snakemake, "config", None)
+    recording = provenance.RecordingDict(config) if isinstance(config, dict) else None
+    if recording is not None:
+        snakemake.config = recording
     try:
         if seed is not None:
             from .training import set_determinism
@@ -45,15 +57,45 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
             set_determinism(int(seed), int(snakemake.threads))
         log.info("rule %s started (threads=%s)", snakemake.rule, snakemake.threads)
         yield log
-        log.info("rule %s finished in %.1f s", snakemake.rule, time.time() - start)
+        end = time.time()
+        log.info("rule %s finished in %.1f s", snakemake.rule, end - start)
+        _write_provenance(snakemake, config or {}, recording, seed, start, end)
     except Exception as exc:
         log.error("rule %s failed: %s: %s", snakemake.rule, type(exc).__name__, exc)
         raise
     finally:
+        if recording is not None:
+            snakemake.config = config
         log.removeHandler(handler)
         sys.stdout, sys.stderr = old_out, old_err
         if log_file:
             stream.close()
+
+
+def _write_provenance(snakemake: Any, config: dict, recording, seed, start: float, end: float) -> None:
+    params = dict(snakemake.params.items())
+    named = set(params)
+    unnamed = [v for i, v in enumerate(snakemake.params) if i >= len(named)]
+    if unnamed:
+        params["_positional"] = unnamed
+    # The checkout holding the rules: scripts live in <workflow>/workflow_scripts/.
+    workflow_dir = Path(getattr(snakemake, "scriptdir", None) or Path(__file__).resolve().parents[1]).parent
+    record = provenance.build_record(
+        rule=snakemake.rule,
+        wildcards=dict(snakemake.wildcards.items()),
+        params=params,
+        config=config,
+        inputs=[str(i) for i in snakemake.input],
+        outputs=[str(o) for o in snakemake.output],
+        seed=seed,
+        threads=snakemake.threads,
+        start=start,
+        end=end,
+        workflow_dir=workflow_dir,
+        accessed=recording.accessed if recording is not None else (),
+    )
+    written = provenance.write_records(record)
+    log.info("provenance: %d record(s), e.g. %s", len(written), written[0])
 
 
 def template_from(model_cfg: dict):

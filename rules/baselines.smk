@@ -12,7 +12,7 @@ rule baseline:
     wildcard_constraints:
         method="|".join(BASELINES),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -40,7 +40,7 @@ rule tofu_cost:
     log:
         log_path("tofu_cost"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),

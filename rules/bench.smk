@@ -9,7 +9,7 @@ rule bench_decomposition:
     log:
         "results/logs/bench_decomposition/bench_decomposition.log",
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: config["threads"]
     resources:
         **resources_for("linalg"),
@@ -30,7 +30,7 @@ rule bench_erase:
     log:
         "results/logs/bench_erase/bench_erase.log",
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: config["threads"]
     resources:
         **resources_for("linalg"),

@@ -127,6 +127,7 @@ PATHS = {
     "table": "results/tables/{table}.{ext}",
     "figure": "results/figures/{name}.png",
     "log": "results/logs/{rule}/{name}.log",
+    "manifest": "results/provenance/manifest.json",
 }
 
 
@@ -198,13 +199,26 @@ def row_key(model):
     return split_model(model)[0]
 
 
+def model_size_b():
+    """Parameter count of the model in billions (config model.size_b); 0 for the embedded tiny model."""
+    return config["model"].get("size_b") or 0
+
+
 def resources_for(kind):
-    res = dict(config["resources"][kind])
-    out = {"mem_mb": res["mem_mb"], "runtime": res["runtime"]}
-    if res.get("gpu"):
-        out["gpu"] = res["gpu"]
-    if res.get("slurm_extra"):
-        out["slurm_extra"] = res["slurm_extra"]
+    """Snakemake resources of a rule kind (train/evaluate/linalg/light), scaled by the model size.
+
+    mem_mb = mem_mb + mem_mb_per_b * size_b and runtime = runtime + runtime_per_b * size_b (minutes);
+    gpu (the slurm plugin's --gpus), slurm_partition and slurm_extra are passed on when set.
+    """
+    res = config["resources"][kind]
+    size = model_size_b()
+    out = {
+        "mem_mb": int(round(res["mem_mb"] + res.get("mem_mb_per_b", 0) * size)),
+        "runtime": int(round(res["runtime"] + res.get("runtime_per_b", 0) * size)),
+    }
+    for key in ("gpu", "slurm_partition", "slurm_extra"):
+        if res.get(key):
+            out[key] = res[key]
     return out
 
 

@@ -6,7 +6,7 @@ rule tofu_data:
     log:
         log_path("tofu_data", "exp"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),

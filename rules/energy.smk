@@ -5,13 +5,19 @@ rule energy:
     output:
         csv=path("energy"),
         selected=path("selected"),
-        figure=path("energy_fig"),
+        figure=report(
+            path("energy_fig"),
+            caption="../report/energy.rst",
+            category="TOFU",
+            subcategory="Figures",
+            labels={"figure": "layer energy", "experiment": "{exp}"},
+        ),
     log:
         log_path("energy", "exp"),
     benchmark:
         benchmark_path("energy", "exp")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),

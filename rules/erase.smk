@@ -10,7 +10,7 @@ rule erase_adapter:
     benchmark:
         benchmark_path("erase_adapter", "exp", "rank", "method")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -30,7 +30,7 @@ rule erase_merged:
     benchmark:
         benchmark_path("erase_merged", "exp", "rank", "method")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),

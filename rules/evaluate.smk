@@ -8,7 +8,7 @@ rule evaluate:
     log:
         log_path("evaluate", "exp", "model"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),

@@ -9,7 +9,7 @@ rule task_matrices:
     benchmark:
         benchmark_path("task_matrices", "exp", "set")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -28,7 +28,7 @@ rule factors:
     benchmark:
         benchmark_path("factors", "exp", "rank", "decomp", "set")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -48,7 +48,7 @@ rule factor_report:
     log:
         log_path("factor_report", "exp", "rank"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -72,7 +72,7 @@ rule forget_update:
     benchmark:
         benchmark_path("forget_update", "exp", "rank", "decomp")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),

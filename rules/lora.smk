@@ -10,7 +10,7 @@ rule lora:
     benchmark:
         benchmark_path("lora", "exp", "set")
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),

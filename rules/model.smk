@@ -10,7 +10,7 @@ rule tokenizer:
     log:
         log_path("tokenizer", "exp"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -34,7 +34,7 @@ rule finetune:
     log:
         log_path("finetune", "exp", "which"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),

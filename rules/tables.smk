@@ -7,7 +7,7 @@ rule tofu_metrics:
     log:
         log_path("tofu_metrics", "exp", "model"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/eval.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -27,15 +27,27 @@ rule tofu_table:
         logs=[path("eval", exp=EXP, model=m) for m in eval_models()],
     output:
         **{
-            f"{table}_{ext}": path("table", table=table, ext=ext)
+            f"{table}_{ext}": report(
+                path("table", table=table, ext=ext),
+                caption=f"../report/{table}_table.rst",
+                category="TOFU",
+                subcategory="Tables",
+                labels={"table": table, "format": ext},
+            )
             for table in ("tofu", "tofu_wide")
             for ext in ("csv", "md", "tex")
         },
-        truth_ratio=path("figure", name="tofu_truth_ratio"),
+        truth_ratio=report(
+            path("figure", name="tofu_truth_ratio"),
+            caption="../report/truth_ratio.rst",
+            category="TOFU",
+            subcategory="Figures",
+            labels={"figure": "truth ratio"},
+        ),
     log:
         log_path("tofu_table"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),

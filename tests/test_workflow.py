@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import hashlib
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +62,16 @@ def planned_rules(proc: subprocess.CompletedProcess) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     wd = tmp_path_factory.mktemp("workflow")
+    cfg = run_config(wd)
+    snakemake(wd, "--cores", "2", "--configfile", str(cfg))
+    return wd
+
+
+def run_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
+    """The e2e run's config: test.yaml with the vendored TOFU files copied into workdir (relative
+    root, so a test can edit them) and one imported TOFU log."""
+    if not (workdir / "data" / "tofu").is_dir():
+        shutil.copytree(REPO / "data" / "tofu", workdir / "data" / "tofu")
     logs = REPO / "data" / "tofu_reference_logs"
     imported = [
         {
@@ -68,9 +81,7 @@ def workdir(tmp_path_factory) -> Path:
             "reference": str(logs / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json"),
         }
     ]
-    cfg = write_config(wd, tofu__imported_models=imported)
-    snakemake(wd, "--cores", "2", "--configfile", str(cfg))
-    return wd
+    return write_config(workdir, name, tofu__imported_models=imported, tofu__data__root="data/tofu", **overrides)
 
 
 def test_tofu_table_has_every_model_with_real_numbers(workdir):
@@ -170,7 +181,7 @@ def test_nothing_changed_nothing_runs(workdir):
 
 
 def test_changing_rank_reruns_no_training(workdir):
-    cfg = write_config(workdir, "rank1.yaml", unlearn__rank=1)
+    cfg = run_config(workdir, "rank1.yaml", unlearn__rank=1)
     proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))
     rules = planned_rules(proc)
     assert rules.get("factors") == 4 and rules.get("tofu_table") == 1 and rules.get("evaluate") == 4
@@ -196,3 +207,148 @@ def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Provenance, audit, report, incremental reruns, cluster execution, determinism.
+# ---------------------------------------------------------------------------------------------
+TRAINING = {"tofu_data", "tokenizer", "finetune"}
+EXP = "results/tofu_forget10"
+
+
+def qrerase_cli(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "qrerase.cli", *args], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
+    manifest = json.loads((workdir / "results/provenance/manifest.json").read_text())
+    assert "results/tables/tofu.csv" in manifest["targets"]
+    produced = {p: a for p, a in manifest["artifacts"].items() if a["rule"]}
+    assert {a["rule"] for a in produced.values()} >= {
+        "tofu_data", "tokenizer", "finetune", "lora", "task_matrices", "factors", "energy", "forget_update",
+        "erase_adapter", "erase_merged", "evaluate", "tofu_metrics", "tofu_table", "factor_report",
+    }
+    assert "data/tofu/forget10.jsonl" in manifest["artifacts"]  # a source file (relative data root)
+    assert {"from": f"{EXP}/models/full", "to": f"{EXP}/lora/forget",
+            "sha256": produced[f"{EXP}/models/full"]["sha256"]} in manifest["edges"]
+    lora = json.loads((workdir / f"results/provenance/records/tofu_forget10/lora/forget.json").read_text())
+    assert lora["rule"] == "lora" and lora["wildcards"] == {"exp": "tofu_forget10", "set": "forget"}
+    assert set(lora["config"]) == {"lora", "model", "seed"} and lora["config"]["lora"]["r"] == 4
+    assert lora["seed"] == 0 and lora["threads"] == 2
+    assert {i["path"] for i in lora["inputs"]} == {f"{EXP}/models/full", f"{EXP}/data/forget.jsonl"}
+    assert re.fullmatch(r"[0-9a-f]{40}", lora["code"]["git_commit"]) and isinstance(lora["code"]["git_dirty"], bool)
+    assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(lora["versions"])
+    assert lora["start"] <= lora["end"]
+    factors = json.loads((workdir / "results/provenance/records/tofu_forget10/factors/k2/cpqr_forget.safetensors.json").read_text())
+    assert factors["config"] == {"unlearn.rank": 2} and factors["outputs"][0]["sha256"] == hashlib.sha256(
+        (workdir / f"{EXP}/factors/k2/cpqr_forget.safetensors").read_bytes()).hexdigest()
+    table = json.loads((workdir / "results/provenance/records/tables/tofu.csv.json").read_text())
+    assert table["config"]["tofu.data.split"] == "forget10"  # read by the script from snakemake.config
+    proc = qrerase_cli(workdir, "audit", "results")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "qrerase audit: OK" in proc.stdout
+
+
+def test_audit_names_tampered_artifacts(workdir, tmp_path):
+    shutil.copytree(workdir / "results", tmp_path / "results")
+    shutil.copytree(workdir / "data", tmp_path / "data")
+    assert qrerase_cli(tmp_path, "audit", "results").returncode == 0
+    with (tmp_path / "results/tables/tofu.csv").open("a") as fh:
+        fh.write("forged,1,1\n")
+    weights = tmp_path / f"{EXP}/erase/k2/qr_erase/model/model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit in the last tensor
+    weights.write_bytes(bytes(data))
+    factor = tmp_path / f"{EXP}/factors/k2/svd_retain.safetensors"
+    shutil.copy(tmp_path / f"{EXP}/factors/k2/svd_forget.safetensors", factor)
+    proc = qrerase_cli(tmp_path, "audit", "results")
+    assert proc.returncode == 1
+    broken = proc.stdout
+    assert "BROKEN results/tables/tofu.csv: modified" in broken
+    assert f"BROKEN {EXP}/erase/k2/qr_erase/model: modified" in broken
+    assert f"BROKEN {EXP}/eval/qr_erase_k2: produced from input {EXP}/erase/k2/qr_erase/model whose hash no longer matches" in broken
+    assert f"BROKEN {EXP}/factors/k2/svd_retain.safetensors: modified" in broken
+    assert f"BROKEN {EXP}/updates/k2/svd.safetensors: produced from input {EXP}/factors/k2/svd_retain.safetensors" in broken
+    assert "results/provenance/manifest.json: produced from input results/tables/tofu.csv" in broken
+    assert "error" not in proc.stderr.lower()
+
+
+def test_report_has_the_tables_and_figures(workdir):
+    snakemake(workdir, "--report", "results/report.html", "--configfile", str(workdir / "test.yaml"))
+    html = (workdir / "results/report.html").read_text(encoding="utf-8", errors="replace")
+    for name in ("tofu.csv", "tofu_wide.tex", "tofu_truth_ratio.png", "tofu_forget10_energy.png"):
+        assert name in html
+    assert "Forget Quality" in html and "Normalised task energy" in html
+
+
+def test_changing_a_lora_hyperparameter_reruns_lora_and_downstream_only(workdir):
+    cfg = run_config(workdir, "lora_lr.yaml", lora__lr=0.001)
+    rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("lora") == 2 and rules.get("task_matrices") == 2 and rules.get("factors") == 4
+    assert rules.get("erase_merged") == 4 and rules.get("evaluate") == 4 and rules.get("tofu_metrics") == 4
+    assert rules.get("tofu_table") == 1 and rules.get("provenance_manifest") == 1
+    assert not TRAINING & set(rules)
+
+
+def test_changing_rank_reruns_no_lora_or_base_training(workdir):
+    cfg = run_config(workdir, "rank1.yaml", unlearn__rank=1)
+    rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert {"factors", "forget_update", "erase_merged", "evaluate", "tofu_table", "provenance_manifest"} <= set(rules)
+    assert not (TRAINING | {"lora", "task_matrices"}) & set(rules)
+
+
+def test_editing_a_data_file_reruns_everything_that_depends_on_it(workdir):
+    data = workdir / "data/tofu/forget10.jsonl"
+    text, stat = data.read_bytes(), data.stat()
+    try:
+        lines = text.decode().splitlines(keepends=True)
+        record = json.loads(lines[-1])  # the last author: the one the test config forgets
+        key = "answer" if "answer" in record else "response"
+        record[key] = "Indeed, " + record[key]
+        data.write_text("".join(lines[:-1]) + json.dumps(record) + "\n")
+        rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(workdir / "test.yaml")))
+    finally:
+        data.write_bytes(text)
+        os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert rules.get("tofu_data") == 1 and rules.get("tokenizer") == 1 and rules.get("finetune") == 2
+    assert rules.get("lora") == 2 and rules.get("evaluate") == 6 and rules.get("tofu_table") == 1
+    assert rules.get("provenance_manifest") == 1
+    assert planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(workdir / "test.yaml"))) == {}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
+    """A second clean run, every job through the cluster-generic executor's job scripts, each run in
+    the background in its own process by tests/cluster/submit.sh: same artifacts as the first run."""
+    wd = tmp_path_factory.mktemp("cluster")
+    cfg = run_config(wd)
+    proc = snakemake(
+        wd, "--executor", "cluster-generic", "--jobs", "2", "--configfile", str(cfg),
+        "--cluster-generic-submit-cmd", str(REPO / "tests/cluster/submit.sh"),
+        "--cluster-generic-status-cmd", str(REPO / "tests/cluster/status.sh"),
+        "--latency-wait", "5", "--seconds-between-status-checks", "2",
+    )
+    scripts = sorted((wd / ".cluster-jobs").glob("*.sh"))
+    jobs = planned_rules(proc)
+    assert len(scripts) == sum(jobs.values()) - jobs.get("all", 0) > 20  # every job but the target rule
+    assert all((wd / ".cluster-jobs" / f"{s.stem}.rc").read_text().strip() == "0" for s in scripts)
+    manifest = json.loads((wd / "results/provenance/manifest.json").read_text())
+    compared = [
+        *[f"results/tables/{t}.{e}" for t in ("tofu", "tofu_wide") for e in ("csv", "md", "tex")],
+        f"{EXP}/energy/energy.csv",
+        f"{EXP}/energy/selected_layers.json",
+        f"{EXP}/factors/k2/report.csv",
+        *[f"{EXP}/erase/k2/{m}/model/model.safetensors" for m in METHODS],
+        *[f"{EXP}/erase/k2/{m}/adapter/adapter_model.safetensors" for m in METHODS],
+    ]
+    differ = [p for p in compared if _sha256(workdir / p) != _sha256(wd / p)]
+    assert not differ, f"not byte-identical across two clean runs: {differ}"
+    # The manifest holds the sha256 of every artifact of the run: all of them agree.
+    first = json.loads((workdir / "results/provenance/manifest.json").read_text())
+    assert manifest == first
+    assert qrerase_cli(wd, "audit", "results").returncode == 0

@@ -1,0 +1,230 @@
+"""qrerase.provenance: hashing, records, manifest and audit on a small real artifact graph."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qrerase import provenance as pv
+from qrerase.cli import main
+
+
+def test_hash_file_is_sha256(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_bytes(b"hello\n")
+    assert pv.hash_file(f) == hashlib.sha256(b"hello\n").hexdigest()
+    assert pv.hash_path(f) == pv.hash_file(f)
+
+
+def test_directory_hash_depends_on_names_and_contents_only(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, order in ((a, ["x", "sub/y"]), (b, ["sub/y", "x"])):
+        for name in order:  # different creation order, same tree
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(name)
+    (b / ".snakemake_timestamp").write_text("")  # Snakemake's marker is ignored
+    os.utime(b / "x", (1, 1))
+    assert pv.hash_path(a) == pv.hash_path(b)
+    expected = hashlib.sha256(
+        f"sub/y\t{hashlib.sha256(b'sub/y').hexdigest()}\nx\t{hashlib.sha256(b'x').hexdigest()}\n".encode()
+    ).hexdigest()
+    assert pv.hash_path(a) == expected
+    (b / "sub" / "y").write_text("changed")
+    assert pv.hash_path(a) != pv.hash_path(b)
+    (b / "sub" / "y").write_text("sub/y")
+    (b / "sub" / "y").rename(b / "sub" / "z")  # renaming a file changes the hash
+    assert pv.hash_path(a) != pv.hash_path(b)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        pv.hash_path(tmp_path / "nope")
+
+
+def test_config_subset_matches_params_and_direct_reads():
+    config = {
+        "seed": 0,
+        "threads": 2,
+        "model": {"dtype": "float32", "tiny": {"hidden_size": 64}},
+        "unlearn": {"rank": 2, "retain_rank": None, "scale": 3.0, "energy_granularity": "block"},
+        "lora": {"r": 2, "target_modules": ["q_proj"]},
+        "tofu": {"data": {"split": "forget10", "root": "data/tofu"}},
+    }
+    params = {"model": config["model"], "rank": 2, "granularity": "block", "seed": 0}
+    subset = pv.config_subset(config, params, accessed=["tofu", "tofu.data", "tofu.data.split"])
+    # rank=2 matches unlearn.rank by name, not lora.r (also 2); seed=0 is not threads or anything else
+    assert subset == {
+        "model": config["model"],
+        "seed": 0,
+        "tofu.data.split": "forget10",
+        "unlearn.energy_granularity": "block",
+        "unlearn.rank": 2,
+    }
+    recording = pv.RecordingDict(config)
+    assert recording["tofu"]["data"]["split"] == "forget10" and recording.get("seed") == 0
+    assert recording.accessed == {"tofu", "tofu.data", "tofu.data.split", "seed"}
+
+
+def _job(root: Path, rule: str, inputs: list[str], outputs: dict[str, str], **params):
+    """Run a tiny 'job' in root: write outputs, then record them like qrerase.workflow.job does."""
+    start = time.time()
+    for out, text in outputs.items():
+        p = root / out
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        rec = pv.build_record(
+            rule=rule, wildcards={}, params=params, config={"seed": 0, **params}, inputs=inputs,
+            outputs=list(outputs), seed=0, threads=1, start=start, end=time.time(), workflow_dir=root,
+        )
+        pv.write_records(rec)
+    finally:
+        os.chdir(cwd)
+    return rec
+
+
+@pytest.fixture()
+def graph(tmp_path):
+    """data/src.txt -> results/a.txt -> results/b/ (dir) and results/c.txt -> manifest."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/src.txt").write_text("source")
+    _job(tmp_path, "make_a", ["data/src.txt"], {"results/a.txt": "A"}, k=1)
+    _job(tmp_path, "make_b", ["results/a.txt"], {"results/b/w.bin": "B", "results/c.txt": "C"})
+    # make_b declared its directory output as results/b: rewrite as a directory record
+    (tmp_path / pv.record_path("results/b/w.bin")).unlink()
+    (tmp_path / pv.record_path("results/c.txt")).unlink()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        rec = pv.build_record(
+            rule="make_b", wildcards={"x": "1"}, params={}, config={}, inputs=["results/a.txt"],
+            outputs=["results/b", "results/c.txt"], seed=None, threads=1, start=0.0, end=1.0, workflow_dir=tmp_path,
+        )
+        pv.write_records(rec)
+        manifest = pv.build_manifest(["results/b", "results/c.txt"])
+    finally:
+        os.chdir(cwd)
+    from qrerase.io import write_json
+
+    write_json(tmp_path / pv.MANIFEST, manifest)
+    return tmp_path
+
+
+def test_record_contents(graph):
+    rec = json.loads((graph / pv.record_path("results/a.txt")).read_text())
+    assert rec["rule"] == "make_a" and rec["params"] == {"k": 1} and rec["config"] == {"k": 1}
+    assert rec["inputs"] == [{"path": "data/src.txt", "kind": "file", "sha256": pv.hash_file(graph / "data/src.txt"), "bytes": 6}]
+    assert rec["outputs"][0]["sha256"] == hashlib.sha256(b"A").hexdigest()
+    assert rec["code"]["git_commit"] == "unknown"  # tmp_path is not a git checkout
+    assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(rec["versions"])
+    assert rec["seed"] == 0 and rec["threads"] == 1 and rec["start"] <= rec["end"]
+    b = json.loads((graph / pv.record_path("results/b")).read_text())
+    assert b == json.loads((graph / pv.record_path("results/c.txt")).read_text())  # one record per output
+    assert b["outputs"][0]["kind"] == "directory"
+
+
+def test_code_version_of_a_git_checkout(tmp_path):
+    run = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (tmp_path / "Snakefile").write_text("x")
+    run("add", "Snakefile")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "out.csv").write_text("1")  # results/ does not make the checkout dirty
+    info = pv.code_version(tmp_path)
+    assert len(info["git_commit"]) == 40 and info["git_dirty"] is False
+    (tmp_path / "Snakefile").write_text("y")
+    assert pv.code_version(tmp_path)["git_dirty"] is True
+
+
+def test_manifest_is_the_artifact_graph(graph):
+    m = json.loads((graph / pv.MANIFEST).read_text())
+    assert set(m["artifacts"]) == {"data/src.txt", "results/a.txt", "results/b", "results/c.txt"}
+    assert m["artifacts"]["data/src.txt"]["rule"] is None
+    assert m["artifacts"]["results/b"]["rule"] == "make_b"
+    assert {(e["from"], e["to"]) for e in m["edges"]} == {
+        ("data/src.txt", "results/a.txt"), ("results/a.txt", "results/b"), ("results/a.txt", "results/c.txt"),
+    }
+    with pytest.raises(ValueError, match="results/zzz: no provenance record"):
+        cwd = os.getcwd()
+        os.chdir(graph)
+        try:
+            pv.build_manifest(["results/zzz"])
+        finally:
+            os.chdir(cwd)
+
+
+def test_audit_clean_graph(graph, capsys):
+    problems, counts = pv.audit(graph / "results")
+    assert problems == [] and counts["records"] == 3
+    assert main(["audit", str(graph / "results")]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def _paths(problems):
+    return {(p.path, p.reason.split(" (")[0].split(" whose")[0]) for p in problems}
+
+
+def test_audit_names_modified_and_stale_artifacts(graph, capsys):
+    (graph / "results/a.txt").write_text("tampered")
+    problems, _ = pv.audit(graph / "results")
+    assert _paths(problems) == {
+        ("results/a.txt", "modified"),
+        ("results/b", "produced from input results/a.txt"),
+        ("results/c.txt", "produced from input results/a.txt"),
+    }
+    assert main(["audit", str(graph / "results")]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN results/a.txt: modified" in out
+
+
+def test_audit_file_inside_directory_artifact_and_source(graph):
+    (graph / "results/b/w.bin").write_text("other")
+    (graph / "data/src.txt").write_text("new source")
+    reasons = {str(p) for p in pv.audit(graph / "results")[0]}
+    assert any(r.startswith("results/b: modified") for r in reasons)
+    assert any(r.startswith("results/a.txt: produced from input data/src.txt whose hash no longer matches") for r in reasons)
+    assert any(r.startswith("data/src.txt: source file of the manifest changed") for r in reasons)
+
+
+def test_audit_missing_and_rerun_upstream(graph):
+    (graph / "results/c.txt").unlink()
+    _job(graph, "make_a", ["data/src.txt"], {"results/a.txt": "A2"}, k=2)  # upstream re-made, downstream not
+    reasons = {str(p) for p in pv.audit(graph / "results")[0]}
+    assert "results/c.txt: missing (recorded by rule make_b)" in reasons
+    assert any(r.startswith("results/b: produced from input results/a.txt whose recorded hash") for r in reasons)
+    assert any(r.startswith("results/a.txt: manifest hash") for r in reasons)
+
+
+def test_audit_bad_records(graph, tmp_path_factory):
+    (graph / pv.record_path("results/a.txt")).write_text("{not json")
+    problems, _ = pv.audit(graph / "results")
+    assert any("unreadable provenance record" in p.reason for p in problems)
+    empty = tmp_path_factory.mktemp("empty")
+    (empty / "results").mkdir()
+    assert "no provenance records" in pv.audit(empty / "results")[0][0].reason
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        pv.audit(empty / "nothing")
+
+
+def test_remove_records(graph):
+    pv.remove_records(["results/a.txt"], root=graph)
+    assert not (graph / pv.record_path("results/a.txt")).exists()
+
+
+def test_cli_manifest(graph, capsys):
+    assert main(["manifest", str(graph / "results"), "results/c.txt"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert set(m["artifacts"]) == {"data/src.txt", "results/a.txt", "results/c.txt"}
+
+
+def test_cli_module_entry_point(graph):
+    proc = subprocess.run([sys.executable, "-m", "qrerase.cli", "audit", str(graph / "results")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(pv.__file__).parents[1])})
+    assert proc.returncode == 0, proc.stderr

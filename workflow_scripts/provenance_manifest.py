@@ -1,0 +1,10 @@
+"""Rule provenance_manifest: the artifact graph (nodes with sha256, input -> output edges) of the targets."""
+
+from qrerase.io import write_json
+from qrerase.provenance import build_manifest
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    manifest = build_manifest([str(t) for t in snakemake.input])  # noqa: F821
+    write_json(snakemake.output[0], manifest)  # noqa: F821
+    log.info("manifest: %d artifacts, %d edges", len(manifest["artifacts"]), len(manifest["edges"]))
