@@ -26,6 +26,7 @@ include: "rules/erase.smk"
 include: "rules/evaluate.smk"
 include: "rules/baselines.smk"
 include: "rules/tables.smk"
+include: "rules/crosslingual.smk"
 include: "rules/bench.smk"
 include: "rules/provenance.smk"
 

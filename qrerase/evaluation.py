@@ -10,7 +10,8 @@ logs (``eval_log_forget.json``, ``eval_log.json``, ``eval_real_author_wo_options
 ``avg_gt_loss``            ``gt_loss / num_token_gt``
 ``paraphrased_loss`` ...   the same for the paraphrased answer (``answer`` when absent)
 ``perturb_loss`` ...       lists, one entry per perturbed answer
-``rouge1_recall``          ROUGE-1 / ROUGE-L recall (stemmed) of the greedy answer vs the answer
+``rouge1_recall``          ROUGE-1 / ROUGE-L recall of the greedy answer vs the answer (TOFU's stemmed
+                           English tokenizer, or :class:`UnicodeWords` for other languages)
 ``rougeL_recall``
 ``generated_text``         ``[prompt, generation, answer]`` (TOFU's order: input, output, truth)
 =========================  ===============================================================
@@ -30,7 +31,10 @@ from tqdm.auto import tqdm
 
 from .lm import PromptTemplate, _from_dict, answer_token_nll, model_device, collate, encode_prompts, encode_qa_many, qa_pair
 
-__all__ = ["EvalConfig", "answer_losses", "greedy_generate", "evaluate_set", "evaluate_tofu", "TOFU_LOG_NAMES"]
+__all__ = ["EvalConfig", "UnicodeWords", "ROUGE_TOKENIZERS", "answer_losses", "greedy_generate", "evaluate_set", "evaluate_tofu", "TOFU_LOG_NAMES"]
+
+#: ROUGE tokenizers: TOFU's (English, stemmed) and :class:`UnicodeWords` (any language).
+ROUGE_TOKENIZERS = ("tofu", "unicode")
 
 #: eval-set key -> TOFU eval-log file name
 TOFU_LOG_NAMES = {
@@ -48,6 +52,13 @@ class EvalConfig:
     batch_size: int = 32
     max_new_tokens: int = 48
     max_length: int = 128
+    rouge_tokenizer: str = "tofu"  # "tofu": rouge_score's English tokenizer + stemmer; "unicode": see UnicodeWords
+
+    def __post_init__(self):
+        if self.rouge_tokenizer not in ROUGE_TOKENIZERS:
+            raise ValueError(
+                f"evaluation config: rouge_tokenizer must be one of {list(ROUGE_TOKENIZERS)}, got {self.rouge_tokenizer!r}"
+            )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "EvalConfig":
@@ -143,10 +154,53 @@ def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Seque
     return out
 
 
-def _rouge_recalls(generations: Sequence[str], answers: Sequence[str]) -> tuple[list[float], list[float]]:
+#: CJK ideographs, kana and CJK punctuation blocks: scripts written without spaces, one token per character.
+_CJK_RANGES = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F))
+
+
+class UnicodeWords:
+    """A ROUGE tokenizer for any language (``rouge_score`` accepts any object with ``tokenize``).
+
+    ``rouge_score``'s default tokenizer keeps only ``[a-z0-9]`` and so scores every Devanagari,
+    Arabic or Japanese answer 0 (and splits romanised words at diacritics). Here text is NFKC-normalised
+    and case-folded; tokens are maximal runs of letters, combining marks and digits (Unicode categories
+    L*, M*, N*); characters of scripts written without spaces (CJK ideographs, kana) are one token
+    each. No stemming. On plain English it gives the same tokens as ``rouge_score`` without stemmer.
+    """
+
+    def tokenize(self, text: str) -> list[str]:
+        import unicodedata
+
+        tokens: list[str] = []
+        word: list[str] = []
+        for ch in unicodedata.normalize("NFKC", text).casefold():
+            code = ord(ch)
+            if any(a <= code <= b for a, b in _CJK_RANGES):
+                if word:
+                    tokens.append("".join(word))
+                    word = []
+                tokens.append(ch)
+            elif unicodedata.category(ch)[0] in "LMN":
+                word.append(ch)
+            elif word:
+                tokens.append("".join(word))
+                word = []
+        if word:
+            tokens.append("".join(word))
+        return tokens
+
+
+
+def _rouge_recalls(generations: Sequence[str], answers: Sequence[str],
+                   tokenizer: str = "tofu") -> tuple[list[float], list[float]]:
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    if tokenizer == "tofu":
+        scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    elif tokenizer == "unicode":
+        scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], tokenizer=UnicodeWords())
+    else:
+        raise ValueError(f"evaluation: rouge_tokenizer must be one of {list(ROUGE_TOKENIZERS)}, got {tokenizer!r}")
     r1, rl = [], []
     for gen, gt in zip(generations, answers):
         s = scorer.score(gt, gen)
@@ -186,7 +240,7 @@ def evaluate_set(model, tokenizer, template: PromptTemplate, records: Sequence[M
         generations = greedy_generate(model, tokenizer, template, questions, cfg, progress=bar)
     finally:
         bar.close()
-    r1, rl = _rouge_recalls(generations, answers)
+    r1, rl = _rouge_recalls(generations, answers, cfg.rouge_tokenizer)
 
     log: dict[str, dict[str, Any]] = {name: {} for name in (
         "avg_gt_loss", "gt_loss", "num_token_gt", "avg_paraphrased_loss", "paraphrased_loss", "num_token_paraphrased",

@@ -93,7 +93,8 @@ class Column:
     ``tex_header`` is given). higher_is_better: ranking direction, ``None`` = no ranking (an arrow
     ↑/↓ is appended to the header unless ``arrow=False``). fmt: ``'{:.4f}'``-style pattern or
     ``'sci'``. check_threshold: mark values ``> check_threshold`` with a checkmark (TOFU Forget
-    Quality: 0.1). group: spanning group header (consecutive columns with the same group share one).
+    Quality: 0.1). group: spanning group header (consecutive columns with the same group share one);
+    tex_group: its raw LaTeX text (default: the escaped ``group``), taken from the span's first column.
     """
 
     name: str
@@ -105,6 +106,7 @@ class Column:
     tex_header: str | None = None
     arrow: bool = True
     sci_threshold: float = 1e-3
+    tex_group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -350,7 +352,8 @@ def render_latex(
             if g is None:
                 head.extend([""] * n)
             else:
-                head.append(f"\\multicolumn{{{n}}}{{c}}{{\\textbf{{{tex_escape(g)}}}}}")
+                gtex = spec.columns[a].tex_group if spec.columns[a].tex_group is not None else tex_escape(g)
+                head.append(f"\\multicolumn{{{n}}}{{c}}{{\\textbf{{{gtex}}}}}")
                 rules.append(f"\\cmidrule(lr){{{a + 2}-{b + 2}}}")
         out.append(" & ".join(head) + " \\\\")
         if rules:

@@ -335,6 +335,173 @@ def all_targets():
 # ---------------------------------------------------------------------------------------------
 # Cross-lingual track.
 # ---------------------------------------------------------------------------------------------
+# Unlearn in language X (exp "xling_X": LoRA on forget_X / retain_X, then the generic subspace chain
+# on the shared multilingual models of exp "xling"), evaluate in every configured language Y.
+from qrerase.multilingual import SPLIT_FILES as XLING_SPLITS
+from qrerase.multilingual import check_language_files, parse_language
+
+XLING_SETS = [
+    "forget",
+    "retain",
+    "knowledge",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+XLING_SHARED_DATA = [
+    "finetune_full",
+    "finetune_retain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+PATHS.update(
+    {
+        "xling_romanised": "results/xling/romanised/{lang}/{split}.jsonl",
+        "xling_sets": "results/xling/languages/{lang}/{name}.jsonl",
+        "xling_eval": "results/{exp}/eval_languages/{model}",
+        "xling_metrics": "results/xling/metrics.csv",
+        "xling_energy": "results/xling/energy.csv",
+    }
+)
+
+
+def validate_crosslingual_config(cfg):
+    """Cross-checks of the 'crosslingual' section (after the schema); data files only when the track runs."""
+    xl = cfg.get("crosslingual")
+    runs = "crosslingual" in cfg["tracks"]
+    if xl is None or "crosslingual" not in cfg["methods"]:
+        if runs:
+            raise WorkflowError(
+                "config key 'crosslingual': the crosslingual track needs a 'crosslingual' section "
+                "and 'methods.crosslingual'"
+            )
+        return
+    for key in ("languages", "unlearn"):
+        for i, code in enumerate(xl[key]):
+            try:
+                parse_language(code)
+            except ValueError as exc:
+                raise WorkflowError(
+                    f"config key 'crosslingual.{key}[{i}]': {exc}"
+                ) from None
+    for i, code in enumerate(xl["unlearn"]):
+        if code not in xl["languages"]:
+            raise WorkflowError(
+                f"config key 'crosslingual.unlearn[{i}]': '{code}' is not in crosslingual.languages {xl['languages']}"
+            )
+    if xl["table_method"] not in cfg["methods"]["crosslingual"]:
+        raise WorkflowError(
+            f"config key 'crosslingual.table_method': '{xl['table_method']}' is not in "
+            f"methods.crosslingual {cfg['methods']['crosslingual']}"
+        )
+    if not runs:
+        return
+    for code in dict.fromkeys(parse_language(c)[0] for c in xl["languages"]):
+        try:
+            check_language_files(xling_vendored_root(code, cfg))
+        except (ValueError, FileNotFoundError) as exc:
+            root = "english_root" if code == "en" else "root"
+            raise WorkflowError(
+                f"config key 'crosslingual.data.{root}': {exc}"
+            ) from None
+
+
+def xling_vendored_root(code, cfg=None):
+    """The folder of a (non-romanised) language's six TOFU splits: TOFU itself for English."""
+    data = (cfg or config)["crosslingual"]["data"]
+    return data["english_root"] if code == "en" else str(Path(data["root"]) / code)
+
+
+def xling_root(code):
+    """A language's split folder: vendored, or (for '<lang>_R') the romanised copy built here."""
+    base, script = parse_language(code)
+    if script is None:
+        return xling_vendored_root(base)
+    return str(Path(path("xling_romanised", lang=code, split="x")).parent)
+
+
+validate_crosslingual_config(config)
+
+XLING = config.get("crosslingual", {})
+XLING_LANGS = list(XLING.get("languages", []))
+XLING_UNLEARN = list(XLING.get("unlearn", []))
+XLING_METHODS = list(config["methods"].get("crosslingual", []))
+
+
+def exp_section(section, exp):
+    """A training config section for an experiment: 'finetune', 'lora' or 'tokenizer' (model.tokenizer),
+    with the cross-lingual track's overrides (crosslingual.<section>) for its experiments.
+    """
+    base = dict(
+        config["model"]["tokenizer"] if section == "tokenizer" else config[section]
+    )
+    if model_exp(exp) == "xling":
+        base.update(XLING.get(section) or {})
+    return base
+
+
+def xling_exp(code):
+    """The experiment that unlearns in language ``code``: 'xling_hi_R'."""
+    return f"xling_{code}"
+
+
+def xling_models():
+    """(exp, model name) of every evaluated model: base and reference, then each method per language."""
+    models = [("xling", "base"), ("xling", "retain")]
+    for code in XLING_UNLEARN:
+        models += [(xling_exp(code), f"{m}_k{RANK}") for m in XLING_METHODS]
+    return models
+
+
+def xling_model_inputs(wildcards):
+    """Model name -> checkpoint: the shared base/reference models, or an exp's erased model.
+
+    The one place that maps a cross-lingual model name to its weights (optimisation baselines plug in
+    here as further names).
+    """
+    if wildcards.model in ("base", "retain"):
+        which = "full" if wildcards.model == "base" else "retain"
+        return {"model": path("model", exp="xling", which=which)}
+    if not wildcards.exp.startswith("xling_"):
+        raise WorkflowError(
+            f"xling_evaluate: model '{wildcards.model}' belongs to an 'xling_<lang>' experiment"
+        )
+    return eval_model_inputs(wildcards)
+
+
+def xling_split_files(wildcards):
+    """The six split files a language's sets are cut from (tracked, so an edit re-runs them)."""
+    root = xling_root(wildcards.lang)
+    return [str(Path(root) / f"{s}.jsonl") for s in XLING_SPLITS]
+
+
+def xling_eval_sets(wildcards):
+    return {
+        f"{lang}:{s}": path("xling_sets", lang=lang, name=f"eval_{s}")
+        for lang in XLING_LANGS
+        for s in EVAL_SETS
+    }
+
+
+def crosslingual_targets():
+    return [
+        *expand(
+            PATHS["table"],
+            table=["crosslingual", "crosslingual_matrix"],
+            ext=["csv", "md", "tex"],
+        ),
+        path("figure", name="crosslingual_scatter"),
+        path("figure", name="crosslingual_energy"),
+        path("xling_metrics"),
+        path("xling_energy"),
+        *[path("energy_fig", exp=xling_exp(c)) for c in XLING_UNLEARN],
+    ]
+
+
+TRACK_TARGETS["crosslingual"] = crosslingual_targets
 
 
 # ---------------------------------------------------------------------------------------------

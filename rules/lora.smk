@@ -16,7 +16,7 @@ rule lora:
         **resources_for("train"),
     params:
         model=config["model"],
-        lora=config["lora"],
+        lora=lambda wc: exp_section("lora", wc.exp),
         seed=config["seed"],
     script:
         "../workflow_scripts/train_lora.py"

@@ -15,7 +15,7 @@ rule tokenizer:
     resources:
         **resources_for("light"),
     params:
-        vocab_size=config["model"]["tokenizer"]["vocab_size"],
+        vocab_size=lambda wc: exp_section("tokenizer", wc.exp)["vocab_size"],
     script:
         "../workflow_scripts/train_tokenizer.py"
 
@@ -40,7 +40,7 @@ rule finetune:
         **resources_for("train"),
     params:
         model=config["model"],
-        train=config["finetune"],
+        train=lambda wc: exp_section("finetune", wc.exp),
         seed=config["seed"],
     script:
         "../workflow_scripts/finetune.py"

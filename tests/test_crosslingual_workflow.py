@@ -1,0 +1,142 @@
+"""End-to-end: the cross-lingual track on its small test config, through the real snakemake CLI; the
+large config's plan; config errors at DAG construction."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from test_workflow import REPO, planned_rules, snakemake
+
+pytestmark = pytest.mark.workflow
+
+METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+
+
+def xling_config(workdir: Path, name: str = "xling.yaml", base: str = "test_crosslingual.yaml", **overrides) -> Path:
+    """config/test.yaml + the given cross-lingual config, data roots made absolute, then overrides."""
+    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    for key, value in yaml.safe_load((REPO / "config" / base).read_text()).items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
+    cfg["crosslingual"]["data"]["english_root"] = str(REPO / "data" / "tofu")
+    cfg["crosslingual"]["data"]["root"] = str(REPO / "data" / "mtofu")
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    path = workdir / name
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    return path
+
+
+@pytest.fixture(scope="module")
+def xling_workdir(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("xling")
+    snakemake(wd, "--cores", "2", "--configfile", str(xling_config(wd)))
+    return wd
+
+
+def test_pairs_table(xling_workdir):
+    table = pd.read_csv(xling_workdir / "results/tables/crosslingual.csv")
+    assert list(table["method"]) == ["base", "retain", *METHODS]
+    pairs = ["en>en", "en>hi_R", "hi_R>en", "hi_R>hi_R"]
+    assert [c for c in table.columns if c.endswith(":utility")] == [f"{p}:utility" for p in pairs]
+    assert [c for c in table.columns if c.endswith(":forget")] == [f"{p}:forget" for p in pairs]
+    for p in pairs:
+        u, f = table[f"{p}:utility"], table[f"{p}:forget"]
+        assert ((u > 0) & (u <= 1)).all()
+        assert ((f[table["method"] != "retain"] >= 0) & (f[table["method"] != "retain"] <= 1)).all()
+        assert sorted(table[f"{p}:utility_mark"].fillna("")[2:])[-2:] in (["best", "second"], ["best", "best"])
+    md = (xling_workdir / "results/tables/crosslingual.md").read_text()
+    assert "**en→hi_R**" in md and "QR-Erase (LL)" in md
+    tex = (xling_workdir / "results/tables/crosslingual.tex").read_text()
+    assert r"\textbf{hi\_R$\to$en}" in tex and r"\begin{table*}" in tex
+
+
+def test_matrix_table_and_metrics(xling_workdir):
+    matrix = pd.read_csv(xling_workdir / "results/tables/crosslingual_matrix.csv")
+    assert list(matrix["pair"]) == ["base>en", "base>hi_R", "en>en", "en>hi_R", "hi_R>en", "hi_R>hi_R"]
+    assert list(matrix["reference"]) == [1, 1, 0, 0, 0, 0]
+    assert list(matrix["display_label"])[-2] == "Hindi (R) → English"
+    metrics = pd.read_csv(xling_workdir / "results/xling/metrics.csv")
+    assert len(metrics) == (2 + 2 * len(METHODS)) * 2
+    # the matrix rows are the metrics of the table method (same numbers, not recomputed differently)
+    row = metrics.query("unlearn == 'hi_R' and method == 'qr_erase_ll' and eval == 'en'").iloc[0]
+    assert matrix.set_index("pair").loc["hi_R>en", "model_utility"] == pytest.approx(row["model_utility"], rel=1e-9)
+    # the base model did not forget: its own forget-set truth ratios differ from the reference's
+    base = metrics.query("method == 'base'")
+    assert (base["forget_quality"] < 1).all()
+
+
+def test_romanised_files_and_logs(xling_workdir):
+    rows = [json.loads(line) for line in (xling_workdir / "results/xling/romanised/hi_R/forget01_perturbed.jsonl").open()]
+    assert len(rows) == 40 and all(ord(ch) < 0x900 or ord(ch) > 0x97F for ch in rows[0]["answer"])
+    for lang in ("en", "hi_R"):
+        log = xling_workdir / "results/xling_hi_R/eval_languages/qr_erase_ll_k2" / lang / "eval_log_forget.json"
+        assert len(json.loads(log.read_text())["avg_gt_loss"]) == 20
+
+
+def test_energy_report_and_figures(xling_workdir):
+    energy = pd.read_csv(xling_workdir / "results/xling/energy.csv")
+    assert list(dict.fromkeys(energy["unlearn"])) == ["en", "hi_R"]
+    for _, group in energy.groupby("unlearn"):
+        assert group["energy"].sum() == pytest.approx(1.0)
+    for name in ("crosslingual_scatter", "crosslingual_energy", "xling_en_energy", "xling_hi_R_energy"):
+        png = xling_workdir / "results/figures" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rerun_does_nothing(xling_workdir):
+    proc = snakemake(xling_workdir, "-n", "--configfile", str(xling_workdir / "xling.yaml"))
+    assert planned_rules(proc) == {}
+
+
+def test_full_config_plans(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--configfile", str(xling_config(tmp_path, base="crosslingual_all.yaml")))
+    jobs = planned_rules(proc)
+    assert jobs["xling_romanise"] == 2 and jobs["xling_sets"] == 12
+    assert jobs["xling_evaluate"] == 2 + 12 * len(METHODS)
+    assert jobs["lora"] == 24 and jobs["erase_merged"] == 12 * len(METHODS)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"crosslingual__languages": ["en", "xx"]}, "config key 'crosslingual.languages[1]': unknown language 'xx'"),
+        ({"crosslingual__languages": ["en", "ko_R"]}, "no transliterator for the hangul script of Korean"),
+        ({"crosslingual__unlearn": ["fr"]}, "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages"),
+        ({"crosslingual__table_method": "qr_erase"} | {"methods__crosslingual": ["unlearn"]},
+         "config key 'crosslingual.table_method'"),
+        ({"methods__crosslingual": ["npo"]}, "config key 'methods.crosslingual.0'"),
+    ],
+)
+def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
+    proc = snakemake(tmp_path, "-n", "--configfile", str(xling_config(tmp_path, **overrides)), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_language_file_missing_a_field(tmp_path):
+    root = tmp_path / "mtofu"
+    shutil.copytree(REPO / "data" / "mtofu" / "hi", root / "hi")
+    rows = [json.loads(line) for line in (root / "hi" / "forget01_perturbed.jsonl").open()]
+    del rows[11]["paraphrased_answer"]
+    (root / "hi" / "forget01_perturbed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = xling_config(tmp_path, crosslingual__data__root=str(root))
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "config key 'crosslingual.data.root'" in text
+    assert "forget01_perturbed.jsonl:12: field 'paraphrased_answer' missing" in text

@@ -1,0 +1,19 @@
+"""Rule xling_data: the multilingual models' training sets and all evaluation text (for the tokenizer)."""
+
+from qrerase.io import read_jsonl, write_jsonl
+from qrerase.workflow import job
+
+inp, out, p = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
+with job(snakemake) as log:  # noqa: F821
+
+    def gather(*names):
+        return [rec for lang in p.languages for name in names for rec in read_jsonl(inp[f"{lang}:{name}"])]
+
+    sets = {
+        "finetune_full": gather("forget", "retain", "knowledge"),
+        "finetune_retain": gather("retain", "knowledge"),
+        **{name: gather(name) for name in ("eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts")},
+    }
+    for name, rows in sets.items():
+        write_jsonl(out[name], rows)
+        log.info("%s: %d records over %s", name, len(rows), p.languages)

@@ -1,0 +1,24 @@
+"""Rule xling_energy: the task energy of each unlearning language in one table and one overlay figure."""
+
+import pandas as pd
+
+from qrerase.io import write_csv
+from qrerase.multilingual import language_label
+from qrerase.plots import energy_overlay_plot
+from qrerase.workflow import job
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+with job(snakemake) as log:  # noqa: F821
+    frames = []
+    for code, csv in zip(p.unlearn, inp):
+        frame = pd.read_csv(csv)
+        frame.insert(0, "unlearn", code)
+        frames.append(frame)
+    energy = pd.concat(frames, ignore_index=True)
+    write_csv(out.csv, energy)
+    series = {
+        language_label(code): dict(zip(f["layer"].astype(str), f["energy"])) for code, f in zip(p.unlearn, frames)
+    }
+    energy_overlay_plot(series, out.figure)
+    log.info("selected layers per unlearning language: %s",
+             {c: list(f.loc[f["selected"], "layer"]) for c, f in zip(p.unlearn, frames)})

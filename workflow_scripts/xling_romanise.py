@@ -1,0 +1,17 @@
+"""Rule xling_romanise: a romanised language '<lang>_R' as six new split files (vendored data untouched)."""
+
+from qrerase.io import read_jsonl, write_jsonl
+from qrerase.multilingual import check_records, parse_language, romanise_split
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821 - `snakemake` is injected by Snakemake
+    _, script = parse_language(snakemake.wildcards.lang)  # noqa: F821
+    splits = list(snakemake.output.keys())  # noqa: F821
+    converted = {}
+    for split, src in zip(splits, snakemake.input):  # noqa: F821
+        rows = read_jsonl(src)
+        check_records(rows, split, src)
+        converted[split] = romanise_split(rows, script)
+    for split, rows in converted.items():
+        write_jsonl(snakemake.output[split], rows)  # noqa: F821
+        log.info("%s: %d records romanised (%s)", split, len(rows), script)

@@ -1,0 +1,14 @@
+"""Rule xling_sets: one language's training QA and evaluation sets (row-aligned across languages)."""
+
+from qrerase.io import write_jsonl
+from qrerase.multilingual import make_language_sets
+from qrerase.workflow import job
+
+p = snakemake.params  # noqa: F821
+with job(snakemake) as log:  # noqa: F821
+    sets = make_language_sets(
+        p.root, p.data["n_authors"], p.max_questions, p.data.get("knowledge", []), p.data.get("knowledge_questions")
+    )
+    for name in snakemake.output.keys():  # noqa: F821
+        write_jsonl(snakemake.output[name], sets[name])  # noqa: F821
+        log.info("%s %s: %d records", snakemake.wildcards.lang, name, len(sets[name]))  # noqa: F821

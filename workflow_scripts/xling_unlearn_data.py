@@ -1,0 +1,10 @@
+"""Rule xling_unlearn_data: the forget and retain QA of the unlearning language, for the lora rule."""
+
+from qrerase.io import read_jsonl, write_jsonl
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    for name in ("forget", "retain"):
+        rows = read_jsonl(snakemake.input[name])  # noqa: F821
+        write_jsonl(snakemake.output[name], rows)  # noqa: F821
+        log.info("%s %s: %d records", snakemake.wildcards.exp, name, len(rows))  # noqa: F821
