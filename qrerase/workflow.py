@@ -74,12 +74,12 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
 
 def _write_provenance(snakemake: Any, config: dict, recording, seed, start: float, end: float) -> None:
     params = dict(snakemake.params.items())
-    named = set(params)
-    unnamed = [v for i, v in enumerate(snakemake.params) if i >= len(named)]
-    if unnamed:
-        params["_positional"] = unnamed
+    n_positional = len(snakemake.params) - len(params)  # Snakemake lists positional params first
+    if n_positional > 0:
+        params["_positional"] = list(snakemake.params)[:n_positional]
     # The checkout holding the rules: scripts live in <workflow>/workflow_scripts/.
-    workflow_dir = Path(getattr(snakemake, "scriptdir", None) or Path(__file__).resolve().parents[1]).parent
+    scriptdir = getattr(snakemake, "scriptdir", None)
+    workflow_dir = Path(scriptdir).parent if scriptdir else Path(__file__).resolve().parents[1]
     record = provenance.build_record(
         rule=snakemake.rule,
         wildcards=dict(snakemake.wildcards.items()),

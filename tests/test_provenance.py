@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -228,3 +229,50 @@ def test_cli_module_entry_point(graph):
     proc = subprocess.run([sys.executable, "-m", "qrerase.cli", "audit", str(graph / "results")],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(pv.__file__).parents[1])})
     assert proc.returncode == 0, proc.stderr
+
+
+def _snakemake_object(config):
+    """The object Snakemake hands to a script (snakemake.iocontainers.Snakemake), for one job."""
+    from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Wildcards
+
+    params = Params(fromdict={"rank": 2, "model": config["model"]})
+    return Snakemake(
+        InputFiles(["data/src.txt"]), OutputFiles(["results/out.txt"]), params,
+        Wildcards(fromdict={"exp": "tofu_forget10"}), 1, None, Log(["results/logs/x.log"]),
+        config, "demo", None, str(Path(__file__).resolve().parents[1] / "workflow_scripts"),
+    )
+
+
+try:
+    from snakemake.iocontainers import Snakemake
+except ImportError:  # pragma: no cover - older Snakemake
+    Snakemake = None
+
+
+@pytest.mark.skipif(Snakemake is None, reason="needs snakemake.iocontainers.Snakemake")
+def test_job_writes_a_record_after_success_and_none_after_failure(tmp_path, monkeypatch):
+    from qrerase.workflow import job
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/src.txt").write_text("x")
+    (tmp_path / "results/logs").mkdir(parents=True)
+    config = {"seed": 0, "model": {"dtype": "float32"}, "unlearn": {"rank": 2}, "tofu": {"data": {"split": "forget10"}}}
+    smk = _snakemake_object(config)
+    with job(smk) as log:
+        assert smk.config["tofu"]["data"]["split"] == "forget10"  # a direct config read
+        Path(smk.output[0]).write_text("result")
+        log.info("done")
+    assert smk.config is config  # restored
+    rec = json.loads(pv.record_path("results/out.txt").read_text())
+    assert rec["rule"] == "demo" and rec["wildcards"] == {"exp": "tofu_forget10"}
+    assert rec["config"] == {"model": {"dtype": "float32"}, "tofu.data.split": "forget10", "unlearn.rank": 2}
+    assert rec["outputs"][0]["sha256"] == hashlib.sha256(b"result").hexdigest()
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", rec["code"]["git_commit"])
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with job(smk):
+            Path(smk.output[0]).write_text("half")
+            raise RuntimeError("boom")
+    assert not pv.record_path("results/out.txt").exists()  # the old record is gone, no new one
+    assert "rule demo failed: RuntimeError: boom" in (tmp_path / "results/logs/x.log").read_text()
