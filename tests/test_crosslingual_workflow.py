@@ -55,7 +55,7 @@ def test_pairs_table(xling_workdir):
     assert [c for c in table.columns if c.endswith(":forget")] == [f"{p}:forget" for p in pairs]
     for p in pairs:
         u, f = table[f"{p}:utility"], table[f"{p}:forget"]
-        assert ((u > 0) & (u <= 1)).all()
+        assert ((u >= 0) & (u <= 1)).all() and table[f"{p}:utility"].notna().all()
         assert ((f[table["method"] != "retain"] >= 0) & (f[table["method"] != "retain"] <= 1)).all()
         assert sorted(table[f"{p}:utility_mark"].fillna("")[2:])[-2:] in (["best", "second"], ["best", "best"])
     md = (xling_workdir / "results/tables/crosslingual.md").read_text()

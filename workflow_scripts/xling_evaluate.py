@@ -12,7 +12,7 @@ inp = snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     adapter = inp.adapter if "adapter" in inp.keys() else None
     model, tokenizer = load_for_eval(inp.model, adapter, p.model)
-    cfg = EvalConfig.from_dict(p.evaluate)
+    cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     with atomic_dir(snakemake.output[0]) as tmp:  # noqa: F821
         for lang in p.languages:
             eval_sets = {s: read_jsonl(inp[f"{lang}:{s}"]) for s in ("forget", "retain", "real_authors", "world_facts")}
