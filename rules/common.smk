@@ -261,7 +261,7 @@ def eval_model_inputs(wildcards):
     model = wildcards.model
     if model in ("base", "retain"):
         which = "full" if model == "base" else "retain"
-        return {"model": path("model", exp=wildcards.exp, which=which)}
+        return {"model": path("model", exp=model_exp(wildcards.exp), which=which)}
     if model in BASELINES:
         return {"model": path("baseline_model", exp=wildcards.exp, method=model)}
     method, rank = split_model(model)
@@ -272,7 +272,7 @@ def eval_model_inputs(wildcards):
             "model": path("erased_model", exp=wildcards.exp, rank=rank, method=method)
         }
     return {
-        "model": path("model", exp=wildcards.exp, which="full"),
+        "model": base_model(wildcards),
         "adapter": path("erase_adapter", exp=wildcards.exp, rank=rank, method=method),
     }
 
@@ -452,15 +452,18 @@ def xling_models():
     """(exp, model name) of every evaluated model: base and reference, then each method per language."""
     models = [("xling", "base"), ("xling", "retain")]
     for code in XLING_UNLEARN:
-        models += [(xling_exp(code), f"{m}_k{RANK}") for m in XLING_METHODS]
+        models += [
+            (xling_exp(code), m if m in BASELINES else f"{m}_k{RANK}")
+            for m in XLING_METHODS
+        ]
     return models
 
 
 def xling_model_inputs(wildcards):
     """Model name -> checkpoint: the shared base/reference models, or an exp's erased model.
 
-    The one place that maps a cross-lingual model name to its weights (optimisation baselines plug in
-    here as further names).
+    The one place that maps a cross-lingual model name to its weights: 'base', 'retain', a subspace
+    method's '<method>_k<rank>' or an optimisation baseline's name (trained in exp xling_X).
     """
     if wildcards.model in ("base", "retain"):
         which = "full" if wildcards.model == "base" else "retain"

@@ -3,11 +3,6 @@
 # every model in every configured language.
 
 
-# The xling data rules make files the generic tofu_data rule's patterns also match.
-ruleorder: xling_data > tofu_data
-ruleorder: xling_unlearn_data > tofu_data
-
-
 rule xling_romanise:
     # '<lang>_R': every text field of the six splits transliterated (the vendored files stay untouched).
     input:
@@ -22,7 +17,7 @@ rule xling_romanise:
     wildcard_constraints:
         lang=r"[a-z]{2}_R",
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -41,7 +36,7 @@ rule xling_sets:
     wildcard_constraints:
         lang=r"[a-z]{2}(_R)?",
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -67,7 +62,7 @@ rule xling_data:
     log:
         log_path("xling_data"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -94,7 +89,7 @@ rule xling_unlearn_data:
     wildcard_constraints:
         exp=r"xling_[a-z]{2}(_R)?",
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -114,7 +109,7 @@ rule xling_evaluate:
     wildcard_constraints:
         exp=r"xling|xling_[a-z]{2}(_R)?",
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -142,7 +137,7 @@ rule xling_table:
     log:
         log_path("xling_table"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -167,7 +162,7 @@ rule xling_energy:
     log:
         log_path("xling_energy"),
     conda:
-        "../envs/qrerase.yaml"
+        "../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),

@@ -5,6 +5,8 @@ rule tofu_data:
         **{name: path("data", name=name) for name in DATA_SETS},
     log:
         log_path("tofu_data", "exp"),
+    wildcard_constraints:
+        exp=r"tofu_forget\d\d",
     conda:
         "../envs/tables.yaml"
     threads: 1

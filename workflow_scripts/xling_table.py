@@ -20,7 +20,8 @@ with job(snakemake) as log:  # noqa: F821
         elif model == BASE:
             logs[(BASE, BASE)] = per_lang
         else:
-            logs[(exp[len("xling_"):], model.rpartition("_k")[0])] = per_lang
+            method, _, rank = model.rpartition("_k")
+            logs[(exp[len("xling_"):], method if rank.isdigit() else model)] = per_lang
     metrics = metrics_rows(logs, reference)
     write_csv(out.metrics, metrics)
 
