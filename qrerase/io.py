@@ -93,6 +93,30 @@ def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], metad
     tensors = {k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
+        _sort_safetensors_metadata(tmp)
+
+
+def _sort_safetensors_metadata(path: Path) -> None:
+    """Rewrite a safetensors header with its ``__metadata__`` keys sorted, in place.
+
+    safetensors serialises metadata from a hash map, so its key order (and the file's bytes) vary
+    between processes; sorting them makes equal content give byte-identical files. The header keeps
+    its length (same keys and values), so tensor offsets are unchanged.
+    """
+    import struct
+
+    with open(path, "r+b") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n).decode("utf-8"))
+        meta = header.get("__metadata__")
+        if not meta:
+            return
+        header["__metadata__"] = {k: meta[k] for k in sorted(meta)}
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > n:  # pragma: no cover - same keys and values cannot grow
+            raise ValueError(f"{path}: rewritten safetensors header is longer than the original")
+        fh.seek(8)
+        fh.write(text + b" " * (n - len(text)))
 
 
 def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ import math
 import os
 import random
 import sys
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -243,6 +244,17 @@ def train_lora(model, tokenizer, records: Sequence[Mapping[str, Any]], template:
 
 
 def save_adapter(peft_model, out_dir: str | os.PathLike) -> None:
-    """Write the LoRA adapter (``adapter_config.json`` + ``adapter_model.safetensors``) atomically."""
+    """Write the LoRA adapter (``adapter_config.json`` + ``adapter_model.safetensors``) atomically.
+
+    PEFT keeps ``target_modules`` as a set and writes it in hash order, which differs between
+    processes; the list is sorted here so that two runs write byte-identical configs.
+    """
+    import json
+
     with atomic_dir(out_dir) as tmp:
         peft_model.save_pretrained(str(tmp), safe_serialization=True)
+        config_path = Path(tmp) / "adapter_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        if isinstance(config.get("target_modules"), list):
+            config["target_modules"] = sorted(config["target_modules"])
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
