@@ -21,6 +21,7 @@ include: "rules/energy.smk"
 include: "rules/erase.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
+include: "rules/speech.smk"
 include: "rules/bench.smk"
 
 

@@ -7,6 +7,8 @@ rule lora:
         curve=path("lora_curve"),
     log:
         log_path("lora", "exp", "set"),
+    wildcard_constraints:
+        exp=r"(?!speech)\w+",  # speech exps: rule speech_lora
     conda:
         "../envs/qrerase.yaml"
     threads: config["threads"]
