@@ -27,6 +27,7 @@ include: "rules/evaluate.smk"
 include: "rules/baselines.smk"
 include: "rules/tables.smk"
 include: "rules/crosslingual.smk"
+include: "rules/speech.smk"
 include: "rules/bench.smk"
 include: "rules/provenance.smk"
 

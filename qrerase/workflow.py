@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from . import provenance
 
-__all__ = ["job", "template_from", "load_for_eval", "selected_updates"]
+__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "selected_updates"]
 
 log = logging.getLogger("qrerase")
 
@@ -118,6 +118,23 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
         model = PeftModel.from_pretrained(model, str(adapter_dir))
     model.eval()
     return model, tokenizer
+
+
+def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype: str = "float32", device: str = "cpu"):
+    """(model, tokenizer or None) of a checkpoint of the given kind, in eval mode.
+
+    ``causal_lm``: :func:`qrerase.lm.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
+    classifier (:func:`qrerase.speech.load_speech_model`), which has no tokenizer.
+    """
+    if kind == "causal_lm":
+        from .lm import load_model, load_tokenizer
+
+        return load_model(str(model_dir), dtype=dtype, device=device), load_tokenizer(str(model_dir))
+    if kind == "audio_classifier":
+        from .speech import load_speech_model
+
+        return load_speech_model(str(model_dir), dtype=dtype, device=device), None
+    raise ValueError(f"unknown model kind {kind!r} (expected 'causal_lm' or 'audio_classifier')")
 
 
 def selected_updates(updates: dict, selected_json: str | os.PathLike | None) -> dict:

@@ -510,6 +510,169 @@ TRACK_TARGETS["crosslingual"] = crosslingual_targets
 # ---------------------------------------------------------------------------------------------
 # Speech track.
 # ---------------------------------------------------------------------------------------------
+from qrerase.speech_baselines import SPEECH_BASELINES
+
+
+def validate_speech_config(cfg):
+    """Cross-key checks of the `speech` section (the schema has checked types and ranges)."""
+    from qrerase.speech import list_recordings
+
+    sp = cfg["speech"]
+    for key in ("forget_fraction", "test_fraction"):
+        if not 0.0 < float(sp[key]) < 1.0:
+            raise WorkflowError(
+                f"config key 'speech.{key}': must lie in (0, 1), got {sp[key]}"
+            )
+    lora_r = sp["lora"]["r"]
+    for k in [sp["rank"], *sp["ranks"]]:
+        if k > lora_r:
+            raise WorkflowError(
+                f"config key 'speech.rank(s)': rank {k} exceeds the LoRA rank speech.lora.r={lora_r}; "
+                "the task matrices have rank at most r"
+            )
+    if not set(sp["rank_settings"]) <= set(sp["settings"]):
+        raise WorkflowError(
+            f"config key 'speech.rank_settings': {sp['rank_settings']} must be among speech.settings {sp['settings']}"
+        )
+    if "speech" not in cfg["tracks"]:
+        return  # the data checks below need the recordings; a run without the track needs neither
+    root = sp["data"]["root"]
+    try:
+        recs = list_recordings(root, sp["data"].get("max_per_digit"))
+    except (FileNotFoundError, ValueError) as exc:
+        raise WorkflowError(f"config key 'speech.data.root': {exc}") from None
+    speakers = sorted({r.speaker for r in recs})
+    for name in sp.get("forget_speakers") or []:
+        if name not in speakers:
+            raise WorkflowError(
+                f"config key 'speech.forget_speakers': speaker '{name}' not in {root} (speakers: {', '.join(speakers)})"
+            )
+    if sp.get("forget_speakers") is not None and len(set(sp["forget_speakers"])) >= len(
+        speakers
+    ):
+        raise WorkflowError(
+            "config key 'speech.forget_speakers': at least one speaker must be retained"
+        )
+    if sp["top_k"] > len(speakers):
+        raise WorkflowError(
+            f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})"
+        )
+
+
+validate_speech_config(config)
+
+SPEECH_SETTINGS = list(config["speech"]["settings"])
+SPEECH_RANK_SETTINGS = list(config["speech"]["rank_settings"])
+SPEECH_RANK = config["speech"]["rank"]
+SPEECH_RANKS = sorted(set(config["speech"]["ranks"]))
+SPEECH_METHODS = list(config["methods"].get("speech", []))
+
+PATHS.update(
+    {
+        "speech_audio": "results/{exp}/data/audio.safetensors",
+        "speech_index": "results/{exp}/data/index.csv",
+        "speech_meta": "results/{exp}/data/meta.json",
+        "speech_eval": "results/{exp}/speech_eval/{model}.csv",
+        "speech_baseline": "results/{exp}/baselines/{method}/model",
+        "speech_baseline_curve": "results/{exp}/baselines/{method}/loss.csv",
+    }
+)
+
+
+def speech_bench(rule_name, *wildcard_names):
+    """Snakemake `benchmark:` file of a training rule (wall time, memory), for cost tables."""
+    name = "_".join(f"{{{w}}}" for w in wildcard_names) or rule_name
+    return f"results/benchmarks/{rule_name}/{name}.tsv"
+
+
+def model_kind(exp):
+    """Which model class an experiment's checkpoints hold: 'audio_classifier' (speech) or 'causal_lm'."""
+    return "audio_classifier" if exp.partition("_")[0] == "speech" else "causal_lm"
+
+
+def erase_scale(exp):
+    """lambda of W' = W - lambda T~_f for an experiment: `speech.scale` for speech, else `unlearn.scale`."""
+    if exp.partition("_")[0] == "speech":
+        return config["speech"]["scale"]
+    return config["unlearn"]["scale"]
+
+
+def speech_setting(wildcards):
+    """'speech_sample' -> 'sample'."""
+    return wildcards.exp.partition("_")[2]
+
+
+def speech_data_params():
+    sp = config["speech"]
+    return {
+        **sp["data"],
+        "test_fraction": sp["test_fraction"],
+        "forget_fraction": sp["forget_fraction"],
+        "forget_speakers": sp.get("forget_speakers"),
+    }
+
+
+def speech_wavs(wildcards):
+    """The recordings the data rule reads (editing one re-runs everything downstream)."""
+    from qrerase.speech import list_recordings
+
+    data = config["speech"]["data"]
+    try:
+        recs = list_recordings(data["root"], data.get("max_per_digit"))
+    except (FileNotFoundError, ValueError) as exc:
+        raise WorkflowError(f"config key 'speech.data.root': {exc}") from None
+    return [r.path for r in recs]
+
+
+def speech_data_inputs():
+    """The prepared arrays, index and metadata (always those of exp 'speech')."""
+    return {
+        key: path(f"speech_{key}", exp="speech") for key in ("audio", "index", "meta")
+    }
+
+
+def speech_baseline_params(wildcards):
+    """`speech.baselines.common` overlaid by `speech.baselines.<method>`."""
+    b = config["speech"]["baselines"]
+    return {**b.get("common", {}), **b.get(wildcards.method, {})}
+
+
+def speech_models():
+    """Model names evaluated in the speech table: base, then each method (subspace ones at rank k)."""
+    return ["base"] + [
+        f"{m}_k{SPEECH_RANK}" if m in DECOMP else m for m in SPEECH_METHODS
+    ]
+
+
+def speech_checkpoint(wildcards):
+    """Model name -> checkpoint: base, '<method>_k<rank>' (merged erase) or a baseline."""
+    model = wildcards.model
+    if model == "base":
+        return base_model(wildcards)
+    if model in SPEECH_BASELINES:
+        return path("speech_baseline", exp=wildcards.exp, method=model)
+    method, rank = split_model(model)
+    if rank is None:
+        raise WorkflowError(f"speech_evaluate: unknown model '{model}'")
+    return path("erased_model", exp=wildcards.exp, rank=rank, method=method)
+
+
+def speech_targets():
+    outs = [
+        *expand(PATHS["table"], table="speech", ext=["csv", "md", "tex"]),
+        path("figure", name="speech_energy"),
+        *expand(PATHS["table"], table="speech_energy", ext=["csv", "md"]),
+        *[path("energy_fig", exp=f"speech_{s}") for s in SPEECH_SETTINGS],
+    ]
+    if SPEECH_RANK_SETTINGS:
+        outs += [
+            path("figure", name="speech_rank"),
+            path("table", table="speech_rank", ext="csv"),
+        ]
+    return outs
+
+
+TRACK_TARGETS["speech"] = speech_targets
 
 # ---------------------------------------------------------------------------------------------
 # Optimisation baselines.

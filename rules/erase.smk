@@ -36,5 +36,6 @@ rule erase_merged:
         **resources_for("train"),
     params:
         model=config["model"],
+        kind=lambda wc: model_kind(wc.exp),
     script:
         "../workflow_scripts/erase_merged.py"

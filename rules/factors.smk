@@ -78,6 +78,6 @@ rule forget_update:
         **resources_for("linalg"),
     params:
         retain_rank=config["unlearn"]["retain_rank"],
-        scale=config["unlearn"]["scale"],
+        scale=lambda wc: erase_scale(wc.exp),
     script:
         "../workflow_scripts/forget_update.py"

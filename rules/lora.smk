@@ -9,6 +9,8 @@ rule lora:
         log_path("lora", "exp", "set"),
     benchmark:
         benchmark_path("lora", "exp", "set")
+    wildcard_constraints:
+        exp=r"(?!speech)\w+",  # speech exps: rule speech_lora
     conda:
         "../envs/train.yaml"
     threads: config["threads"]

@@ -33,6 +33,8 @@ rule finetune:
         curve=path("train_curve"),
     log:
         log_path("finetune", "exp", "which"),
+    wildcard_constraints:
+        exp=r"(?!speech)\w+",  # speech exps: rule speech_finetune
     conda:
         "../envs/train.yaml"
     threads: config["threads"]

@@ -1,0 +1,309 @@
+"""Optimisation baselines of the speech track: Gradient Ascent, SCRUB and Bad Teaching.
+
+Each produces an unlearned model from the fine-tuned speaker classifier, by full fine-tuning or by
+LoRA on the attention projections (merged into the weights afterwards), deterministically under the
+configured seed. Losses (logits ``s`` of the student, ``t`` of a teacher, labels ``y``; batch mean):
+
+* Gradient Ascent (Jang et al., 2023): ``L = −CE(s, y)`` on forget utterances.
+* SCRUB (Kurmanji et al., 2023), teacher = the frozen fine-tuned model, student initialised from it,
+  temperature τ, ``KL_τ(t‖s) = τ² · mean_b Σ_c softmax(t/τ)_c (log softmax(t/τ)_c − log softmax(s/τ)_c)``:
+  max-steps on forget batches ``L_max = −KL_τ(t‖s)`` (the first ``max_epochs`` epochs), then in every
+  epoch min-steps on retain batches ``L_min = γ·CE(s, y) + α·KL_τ(t‖s)``; Adam.
+* Bad Teaching (Chundawat et al., 2023): competent teacher = the fine-tuned model, incompetent teacher
+  = a randomly initialised model of the same architecture; one epoch over forget ∪ (a seeded
+  ``retain_fraction`` subset of) retain utterances, ``L = KL(p_T‖softmax(s/τ))`` (batch mean) where
+  ``p_T = softmax(t_incompetent/τ)`` for forget and ``softmax(t_competent/τ)`` for retain utterances; Adam.
+
+Every trainer returns (unlearned model — a plain, merged ``transformers`` model — and its loss curve
+``step, epoch, phase, loss``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "SPEECH_BASELINES",
+    "BaselineConfig",
+    "ga_loss",
+    "kl_teacher_student",
+    "scrub_max_loss",
+    "scrub_min_loss",
+    "bad_teaching_loss",
+    "random_like",
+    "run_baseline",
+]
+
+SPEECH_BASELINES = ("ga", "scrub", "bad_teaching")
+
+
+@dataclass
+class BaselineConfig:
+    """One baseline's settings (config ``speech.baselines.<method>`` over ``speech.baselines.common``).
+
+    mode: ``full`` (all weights) or ``lora`` (LoRA r / alpha on ``target_modules``, merged at the end).
+    epochs, lr, batch_size, max_grad_norm: the optimisation. SCRUB: ``max_epochs`` (epochs with
+    max-steps), ``alpha``, ``gamma``, ``temperature``. Bad Teaching: ``temperature``,
+    ``retain_fraction`` (share of retain utterances used).
+    """
+
+    mode: str = "full"
+    epochs: int = 1
+    lr: float = 1e-4
+    batch_size: int = 32
+    max_grad_norm: float = 1.0
+    lora_r: int = 8
+    lora_alpha: float = 16
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "out_proj")
+    max_epochs: int = 1
+    alpha: float = 0.001
+    gamma: float = 0.99
+    temperature: float = 1.0
+    retain_fraction: float = 1.0
+    seed: int = 0
+    threads: int = 2
+
+    def __post_init__(self):
+        self.target_modules = tuple(self.target_modules)
+        if self.mode not in ("full", "lora"):
+            raise ValueError(f"baseline mode must be 'full' or 'lora', got {self.mode!r}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.temperature <= 0:
+            raise ValueError(f"invalid baseline config: {self}")
+        if not 0.0 < self.retain_fraction <= 1.0:
+            raise ValueError(f"baseline retain_fraction must lie in (0, 1], got {self.retain_fraction}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BaselineConfig":
+        from .lm import _from_dict
+
+        return _from_dict(cls, d, "speech baseline config")
+
+
+# --------------------------------------------------------------------------------------------------
+# losses (pure functions of logits)
+
+
+def ga_loss(logits, labels):
+    """Gradient Ascent: the negative cross-entropy, −mean_b CE(s_b, y_b)."""
+    import torch.nn.functional as F
+
+    return -F.cross_entropy(logits, labels)
+
+
+def kl_teacher_student(student_logits, teacher_logits, temperature: float = 1.0):
+    """τ² · mean over the batch of KL(softmax(t/τ) ‖ softmax(s/τ)) (SCRUB's ``DistillKL``)."""
+    import torch.nn.functional as F
+
+    T = float(temperature)
+    log_s = F.log_softmax(student_logits / T, dim=-1)
+    log_t = F.log_softmax(teacher_logits / T, dim=-1)
+    kl = (log_t.exp() * (log_t - log_s)).sum(dim=-1).mean()
+    return kl * T * T
+
+
+def scrub_max_loss(student_logits, teacher_logits, temperature: float = 1.0):
+    """SCRUB max-step loss on forget data: −KL_τ(t‖s) (minimising it pushes the student away)."""
+    return -kl_teacher_student(student_logits, teacher_logits, temperature)
+
+
+def scrub_min_loss(student_logits, teacher_logits, labels, alpha: float, gamma: float, temperature: float = 1.0):
+    """SCRUB min-step loss on retain data: γ·CE(s, y) + α·KL_τ(t‖s)."""
+    import torch.nn.functional as F
+
+    return gamma * F.cross_entropy(student_logits, labels) + alpha * kl_teacher_student(student_logits, teacher_logits, temperature)
+
+
+def bad_teaching_loss(student_logits, competent_logits, incompetent_logits, is_forget, temperature: float = 1.0):
+    """Bad Teaching: mean_b KL(p_T,b ‖ softmax(s_b/τ)), p_T from the incompetent teacher on forget rows
+    (``is_forget`` true) and from the competent teacher on retain rows."""
+    import torch
+    import torch.nn.functional as F
+
+    T = float(temperature)
+    f = is_forget.to(dtype=torch.bool).unsqueeze(-1)
+    teacher = torch.where(f, F.softmax(incompetent_logits / T, dim=-1), F.softmax(competent_logits / T, dim=-1))
+    log_s = F.log_softmax(student_logits / T, dim=-1)
+    return (teacher * (torch.log(teacher.clamp_min(1e-30)) - log_s)).sum(dim=-1).mean()
+
+
+# --------------------------------------------------------------------------------------------------
+# trainers
+
+
+def random_like(model, seed: int):
+    """A randomly initialised model of ``model``'s class and config (the incompetent teacher), eval mode."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = type(model)(copy.deepcopy(model.config))
+    return fresh.to(next(model.parameters()).device).eval()
+
+
+def _frozen_copy(model):
+    teacher = copy.deepcopy(model).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
+def _student(model, cfg: BaselineConfig):
+    if cfg.mode == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    import torch
+    from peft import get_peft_model
+
+    from .speech import speech_lora_config
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return get_peft_model(model, speech_lora_config(cfg.lora_r, cfg.lora_alpha, 0.0, cfg.target_modules))
+
+
+def _unwrap(student):
+    return student.merge_and_unload() if hasattr(student, "merge_and_unload") else student
+
+
+def _adam(student, lr: float):
+    import torch
+
+    params = [p for p in student.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("baseline: the student has no trainable parameters")
+    return torch.optim.Adam(params, lr=lr), params
+
+
+class _Loop:
+    """Shared update loop: one Adam optimiser, clipping, a tqdm bar and the loss curve rows."""
+
+    def __init__(self, student, cfg: BaselineConfig, total: int, desc: str):
+        from tqdm.auto import tqdm
+
+        self.student, self.cfg = student, cfg
+        self.optimizer, self.params = _adam(student, cfg.lr)
+        self.rows: list[tuple[int, int, str, float]] = []
+        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, leave=False)
+
+    def step(self, loss, epoch: int, phase: str) -> None:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm and self.cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.rows.append((len(self.rows) + 1, epoch, phase, float(loss.detach())))
+        self.bar.update(1)
+
+    def curve(self) -> pd.DataFrame:
+        self.bar.close()
+        return pd.DataFrame(self.rows, columns=["step", "epoch", "phase", "loss"])
+
+
+def _batches(n: int, cfg: BaselineConfig, salt: int) -> list[np.ndarray]:
+    from .speech import batches
+    from .training import _epoch_seed
+
+    return batches(n, cfg.batch_size, _epoch_seed(cfg.seed, salt))
+
+
+def _run_ga(model, data, cfg):
+    import torch
+
+    from .speech import _logits
+
+    x, m, y = data["forget"]
+    student = _student(model, cfg)
+    loop = _Loop(student, cfg, cfg.epochs * math.ceil(len(y) / cfg.batch_size), "ga")
+    student.train()
+    for epoch in range(cfg.epochs):
+        for idx in _batches(len(y), cfg, epoch):
+            b = torch.from_numpy(idx)
+            loop.step(ga_loss(_logits(student, x[b], m[b]), y[b]), epoch + 1, "ascent")
+    student.eval()
+    return _unwrap(student), loop.curve()
+
+
+def _run_scrub(model, data, cfg):
+    import torch
+
+    from .speech import _logits
+
+    (xf, mf, yf), (xr, mr, yr) = data["forget"], data["retain"]
+    teacher = _frozen_copy(model)
+    student = _student(model, cfg)
+    n_max = min(cfg.max_epochs, cfg.epochs) * math.ceil(len(yf) / cfg.batch_size)
+    loop = _Loop(student, cfg, n_max + cfg.epochs * math.ceil(len(yr) / cfg.batch_size), "scrub")
+    student.train()
+    for epoch in range(cfg.epochs):
+        if epoch < cfg.max_epochs:
+            for idx in _batches(len(yf), cfg, 2 * epoch):
+                b = torch.from_numpy(idx)
+                with torch.no_grad():
+                    t = _logits(teacher, xf[b], mf[b])
+                loop.step(scrub_max_loss(_logits(student, xf[b], mf[b]), t, cfg.temperature), epoch + 1, "max")
+        for idx in _batches(len(yr), cfg, 2 * epoch + 1):
+            b = torch.from_numpy(idx)
+            with torch.no_grad():
+                t = _logits(teacher, xr[b], mr[b])
+            s = _logits(student, xr[b], mr[b])
+            loop.step(scrub_min_loss(s, t, yr[b], cfg.alpha, cfg.gamma, cfg.temperature), epoch + 1, "min")
+    student.eval()
+    return _unwrap(student), loop.curve()
+
+
+def _run_bad_teaching(model, data, cfg):
+    import torch
+
+    from .speech import _logits
+
+    (xf, mf, _), (xr, mr, _) = data["forget"], data["retain"]
+    n_keep = max(1, int(round(cfg.retain_fraction * len(xr))))
+    keep = torch.from_numpy(np.sort(np.random.default_rng(cfg.seed).permutation(len(xr))[:n_keep]))
+    x = torch.cat([xf, xr[keep]])
+    m = torch.cat([mf, mr[keep]])
+    is_forget = torch.cat([torch.ones(len(xf), dtype=torch.bool), torch.zeros(n_keep, dtype=torch.bool)])
+    competent = _frozen_copy(model)
+    incompetent = random_like(model, cfg.seed + 1)
+    student = _student(model, cfg)
+    loop = _Loop(student, cfg, cfg.epochs * math.ceil(len(x) / cfg.batch_size), "bad_teaching")
+    student.train()
+    for epoch in range(cfg.epochs):
+        for idx in _batches(len(x), cfg, epoch):
+            b = torch.from_numpy(idx)
+            with torch.no_grad():
+                tc = _logits(competent, x[b], m[b])
+                ti = _logits(incompetent, x[b], m[b])
+            s = _logits(student, x[b], m[b])
+            loop.step(bad_teaching_loss(s, tc, ti, is_forget[b], cfg.temperature), epoch + 1, "distil")
+    student.eval()
+    return _unwrap(student), loop.curve()
+
+
+_RUNNERS: dict[str, Callable] = {"ga": _run_ga, "scrub": _run_scrub, "bad_teaching": _run_bad_teaching}
+
+
+def run_baseline(method: str, model, arrays: Mapping[str, np.ndarray], forget_mask: np.ndarray,
+                 retain_mask: np.ndarray, cfg: BaselineConfig):
+    """Unlearn with ``method`` (``ga`` | ``scrub`` | ``bad_teaching``) from the fine-tuned ``model``
+    (modified in place in full mode). ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩
+    train and D_r. Returns ``(model, loss_curve)``."""
+    from .lm import model_device
+    from .speech import _tensors
+    from .training import set_determinism
+
+    if method not in _RUNNERS:
+        raise ValueError(f"speech baseline must be one of {SPEECH_BASELINES}, got {method!r}")
+    set_determinism(cfg.seed, cfg.threads)
+    device = model_device(model)
+    data = {"forget": _tensors(arrays, forget_mask, device), "retain": _tensors(arrays, retain_mask, device)}
+    return _RUNNERS[method](model, data, cfg)

@@ -1,0 +1,217 @@
+# Speech track (paper §4.3): speaker-identification unlearning with a HuBERT-architecture classifier.
+# The shared linear-algebra chain (task_matrices -> factors -> energy -> forget_update -> erase_merged)
+# runs unchanged on the speech_lora adapters of exps speech_sample / speech_class.
+
+
+rule speech_data:
+    # Read the FSDD WAVs, resample 8 -> 16 kHz, crop/pad, stratified split, both partitions.
+    input:
+        speech_wavs,
+    output:
+        audio=path("speech_audio"),
+        index=path("speech_index"),
+        meta=path("speech_meta"),
+    log:
+        log_path("speech_data", "exp"),
+    wildcard_constraints:
+        exp="speech",
+    conda:
+        "../envs/train.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        data=speech_data_params(),
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_data.py"
+
+
+rule speech_finetune:
+    # The "fine-tuned model": HuBERT speaker classifier trained on the training split.
+    input:
+        **speech_data_inputs(),
+    output:
+        model=directory(path("model", which="full")),
+        curve=path("train_curve", which="full"),
+    log:
+        log_path("speech_finetune", "exp"),
+    benchmark:
+        speech_bench("speech_finetune", "exp")
+    wildcard_constraints:
+        exp="speech",
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        model=config["speech"]["model"],
+        train=config["speech"]["finetune"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_finetune.py"
+
+
+rule speech_lora:
+    # LoRA on the attention projections, trained on D_f (train part) or D_r of one setting.
+    input:
+        **speech_data_inputs(),
+        model=base_model,
+    output:
+        adapter=directory(path("lora")),
+        curve=path("lora_curve"),
+    log:
+        log_path("speech_lora", "exp", "set"),
+    benchmark:
+        speech_bench("speech_lora", "exp", "set")
+    wildcard_constraints:
+        exp="speech_(sample|class)",
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        lora=config["speech"]["lora"],
+        setting=speech_setting,
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_lora.py"
+
+
+rule speech_baseline:
+    # Gradient Ascent, SCRUB or Bad Teaching from the fine-tuned model (full or LoRA).
+    input:
+        **speech_data_inputs(),
+        model=base_model,
+    output:
+        model=directory(path("speech_baseline")),
+        curve=path("speech_baseline_curve"),
+    log:
+        log_path("speech_baseline", "exp", "method"),
+    benchmark:
+        speech_bench("speech_baseline", "exp", "method")
+    wildcard_constraints:
+        exp="speech_(sample|class)",
+        method="|".join(SPEECH_BASELINES),
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        cfg=speech_baseline_params,
+        setting=speech_setting,
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_baseline.py"
+
+
+rule speech_evaluate:
+    # Top-k speaker accuracy of one model on D_t, D_f and D_r of one setting.
+    input:
+        **speech_data_inputs(),
+        model=speech_checkpoint,
+    output:
+        path("speech_eval"),
+    log:
+        log_path("speech_evaluate", "exp", "model"),
+    wildcard_constraints:
+        exp="speech_(sample|class)",
+    conda:
+        "../envs/eval.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
+    params:
+        setting=speech_setting,
+        top_k=config["speech"]["top_k"],
+        batch_size=config["speech"]["evaluate"]["batch_size"],
+        model=config["speech"]["model"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_evaluate.py"
+
+
+rule speech_table:
+    # The paper's speech table: method rows; D_t, D_f, D_r under Sample and Class.
+    input:
+        evals=[
+            path("speech_eval", exp=f"speech_{s}", model=m)
+            for s in SPEECH_SETTINGS
+            for m in speech_models()
+        ],
+    output:
+        **{ext: path("table", table="speech", ext=ext) for ext in ("csv", "md", "tex")},
+    log:
+        log_path("speech_table"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        settings=SPEECH_SETTINGS,
+        models=speech_models(),
+        top_k=config["speech"]["top_k"],
+        rank=SPEECH_RANK,
+    script:
+        "../workflow_scripts/speech_table.py"
+
+
+rule speech_energy:
+    # Eq. 14 energies of both settings side by side, and how concentrated each one is.
+    input:
+        energy=[path("energy", exp=f"speech_{s}") for s in SPEECH_SETTINGS],
+    output:
+        figure=path("figure", name="speech_energy"),
+        csv=path("table", table="speech_energy", ext="csv"),
+        md=path("table", table="speech_energy", ext="md"),
+    log:
+        log_path("speech_energy"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        settings=SPEECH_SETTINGS,
+    script:
+        "../workflow_scripts/speech_energy.py"
+
+
+rule speech_rank:
+    # Rank k vs reconstruction error of T_f (top) and D_f / D_r accuracy (bottom), CPQR and SVD.
+    input:
+        reports=[
+            path("factor_report", exp=f"speech_{s}", rank=k)
+            for s in SPEECH_RANK_SETTINGS
+            for k in SPEECH_RANKS
+        ],
+        evals=[
+            path("speech_eval", exp=f"speech_{s}", model=f"{m}_k{k}")
+            for s in SPEECH_RANK_SETTINGS
+            for k in SPEECH_RANKS
+            for m in ("qr_erase", "unlearn")
+        ],
+        base=[
+            path("speech_eval", exp=f"speech_{s}", model="base")
+            for s in SPEECH_RANK_SETTINGS
+        ],
+    output:
+        figure=path("figure", name="speech_rank"),
+        csv=path("table", table="speech_rank", ext="csv"),
+    log:
+        log_path("speech_rank"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        settings=SPEECH_RANK_SETTINGS,
+        ranks=SPEECH_RANKS,
+        selected_rank=SPEECH_RANK,
+    script:
+        "../workflow_scripts/speech_rank.py"

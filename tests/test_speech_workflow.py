@@ -1,0 +1,117 @@
+"""End-to-end: the speech track of the workflow on config/test_speech.yaml, through the real snakemake CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from test_workflow import planned_rules, snakemake
+
+pytestmark = pytest.mark.workflow
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS = ["base", "ga", "scrub", "bad_teaching", "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+
+
+def write_speech_config(workdir: Path, name: str = "test_speech.yaml", **overrides) -> Path:
+    cfg = yaml.safe_load((REPO / "config" / "test_speech.yaml").read_text())
+    cfg["speech"]["data"]["root"] = str(REPO / "data" / "fsdd")
+    cfg.setdefault("tofu", {})["data"] = {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    path = workdir / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("speech")
+    cfg = write_speech_config(wd)
+    snakemake(wd, "--cores", "2", "--configfile", str(cfg))
+    return wd
+
+
+def test_speech_table_rows_and_columns(workdir):
+    table = pd.read_csv(workdir / "results/tables/speech.csv")
+    assert list(table["method"]) == ROWS
+    cols = [f"{s}_{d}" for s in ("sample", "class") for d in ("D_t", "D_f", "D_r")]
+    assert cols == [c for c in table.columns if c in cols]
+    assert table[cols].apply(lambda c: c.between(0, 100)).all().all()
+    assert {"sample_D_f_mark", "class_D_r_mark"} <= set(table.columns)
+    assert (table.loc[table["method"] == "base", "reference"] == 1).all()
+    md = (workdir / "results/tables/speech.md").read_text()
+    tex = (workdir / "results/tables/speech.tex").read_text()
+    for text in ("**Sample**", "**Class**", "Fine-Tuned Model", "SCRUB", "Bad Teaching", "QR-Erase (LL)"):
+        assert text in md
+    assert "\\multicolumn{3}{c}{\\textbf{Sample}}" in tex and "$D_f$ $\\downarrow$" in tex
+
+
+def test_table_numbers_are_the_evaluations(workdir):
+    table = pd.read_csv(workdir / "results/tables/speech.csv").set_index("method")
+    for setting in ("sample", "class"):
+        ev = pd.read_csv(workdir / f"results/speech_{setting}/speech_eval/qr_erase_k2.csv").set_index("set")
+        assert ev.loc["D_f", "k"] == 2  # top-2 in the test config
+        assert table.loc["qr_erase", f"{setting}_D_f"] == pytest.approx(100 * ev.loc["D_f", "accuracy"])
+        sizes = pd.read_csv(workdir / f"results/speech_{setting}/speech_eval/base.csv").set_index("set")["n"]
+        index = pd.read_csv(workdir / "results/speech/data/index.csv")
+        assert sizes["D_f"] == (index[f"{setting}_partition"] == "forget").sum()
+    index = pd.read_csv(workdir / "results/speech/data/index.csv")
+    assert (index.loc[index["class_partition"] == "forget", "speaker"] == "theo").all()
+
+
+def test_energy_and_rank_outputs(workdir):
+    for name in ("speech_energy", "speech_rank", "speech_sample_energy", "speech_class_energy"):
+        png = workdir / f"results/figures/{name}.png"
+        assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    energy = pd.read_csv(workdir / "results/tables/speech_energy.csv")
+    assert list(energy["setting"]) == ["sample", "class"]
+    assert (energy["effective_layers"] >= 1).all() and (energy["effective_layers"] <= 2 + 1e-9).all()  # 2 blocks
+    rank = pd.read_csv(workdir / "results/tables/speech_rank.csv")
+    assert sorted(set(rank["rank"])) == [1, 2] and set(rank["decomp"]) == {"cpqr", "svd"}
+    for decomp, d in rank.groupby("decomp"):
+        err = d.sort_values("rank")["recon_error"].to_numpy()
+        assert err[1] <= err[0]  # reconstruction error falls with the rank
+
+
+def test_baselines_write_loss_curves_and_benchmarks(workdir):
+    for setting in ("sample", "class"):
+        for method in ("ga", "scrub", "bad_teaching"):
+            curve = pd.read_csv(workdir / f"results/speech_{setting}/baselines/{method}/loss.csv")
+            assert len(curve) > 0 and {"step", "phase", "loss"} <= set(curve.columns)
+            assert (workdir / f"results/benchmarks/speech_baseline/speech_{setting}_{method}.tsv").is_file()
+    assert (workdir / "results/benchmarks/speech_finetune/speech.tsv").is_file()
+    assert (workdir / "results/benchmarks/speech_lora/speech_class_forget.tsv").is_file()
+
+
+def test_changing_the_speech_rank_reruns_no_training(workdir):
+    cfg = write_speech_config(workdir, "rank1.yaml", speech__rank=1)
+    rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("speech_table") == 1 and rules.get("speech_evaluate") == 4  # LL methods at k=1, both settings
+    assert not {"speech_data", "speech_finetune", "speech_lora", "speech_baseline", "task_matrices"} & set(rules)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"speech__forget_speakers": ["alice"]}, "config key 'speech.forget_speakers': speaker 'alice' not in"),
+        ({"speech__forget_fraction": 1.5}, "config key 'speech.forget_fraction'"),
+        ({"speech__forget_fraction": 0}, "config key 'speech.forget_fraction'"),
+        ({"methods": {"tofu": ["qr_erase"], "speech": ["qr_erase", "npo"]}}, "config key 'methods.speech.1'"),
+        ({"speech__ranks": [1, 8]}, "exceeds the LoRA rank speech.lora.r=4"),
+        ({"speech__data__root": "/no/such/dir"}, "config key 'speech.data.root': /no/such/dir"),
+    ],
+)
+def test_bad_speech_config_fails_at_dag_construction(tmp_path, overrides, message):
+    cfg = write_speech_config(tmp_path, **overrides)
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,15 @@
+"""Rule speech_evaluate: top-k speaker accuracy of one model on D_t, D_f and D_r of one setting."""
+
+from qrerase.io import write_csv
+from qrerase.speech import eval_masks, evaluate_sets, load_speech_data, load_speech_model
+from qrerase.workflow import job
+
+p, inp = snakemake.params, snakemake.input  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    arrays, index = load_speech_data(inp.audio, inp.index)
+    model = load_speech_model(inp.model, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"))
+    frame = evaluate_sets(model, arrays, eval_masks(index, p.setting), k=p.top_k, batch_size=p.batch_size)
+    frame.insert(0, "model", snakemake.wildcards.model)  # noqa: F821
+    frame.insert(0, "setting", p.setting)
+    write_csv(snakemake.output[0], frame)  # noqa: F821
+    log.info("%s", dict(zip(frame["set"], frame["accuracy"].round(4))))

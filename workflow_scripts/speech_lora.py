@@ -1,0 +1,22 @@
+"""Rule speech_lora: LoRA on the attention projections of the fine-tuned model, on D_f (train) or D_r."""
+
+from qrerase.io import write_csv
+from qrerase.speech import load_speech_data, load_speech_model, train_mask, train_speech_lora
+from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter
+from qrerase.workflow import job
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    lcfg, which = p.lora, snakemake.wildcards.set  # noqa: F821
+    arrays, index = load_speech_data(inp.audio, inp.index)
+    model = load_speech_model(inp.model)
+    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio")
+    cfg = LoraTrainConfig(
+        r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(lcfg["target_modules"]),
+        train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),  # noqa: F821
+    )
+    mask = train_mask(index, p.setting, which)
+    log.info("LoRA (%s setting, %s set) on %d utterances: %s", p.setting, which, mask.sum(), cfg)
+    peft_model, curve = train_speech_lora(model, arrays, mask, cfg, desc=f"lora-{which}")
+    save_adapter(peft_model, out.adapter)
+    write_csv(out.curve, curve)
