@@ -128,12 +128,26 @@ rule xling_table:
         logs=[path("xling_eval", exp=e, model=m) for e, m in xling_models()],
     output:
         **{
-            f"{table}_{ext}": path("table", table=table, ext=ext)
+            f"{table}_{ext}": report(
+                path("table", table=table, ext=ext),
+                caption=f"../report/{table}_table.rst".replace(
+                    "matrix_table", "matrix"
+                ),
+                category="Cross-lingual",
+                subcategory="Tables",
+                labels={"table": table, "format": ext},
+            )
             for table in ("crosslingual", "crosslingual_matrix")
             for ext in ("csv", "md", "tex")
         },
         metrics=path("xling_metrics"),
-        scatter=path("figure", name="crosslingual_scatter"),
+        scatter=report(
+            path("figure", name="crosslingual_scatter"),
+            caption="../report/crosslingual_scatter.rst",
+            category="Cross-lingual",
+            subcategory="Figures",
+            labels={"figure": "utility vs forget quality"},
+        ),
     log:
         log_path("xling_table"),
     conda:
@@ -158,7 +172,13 @@ rule xling_energy:
         [path("energy", exp=xling_exp(c)) for c in XLING_UNLEARN],
     output:
         csv=path("xling_energy"),
-        figure=path("figure", name="crosslingual_energy"),
+        figure=report(
+            path("figure", name="crosslingual_energy"),
+            caption="../report/crosslingual_energy.rst",
+            category="Cross-lingual",
+            subcategory="Figures",
+            labels={"figure": "energy per language"},
+        ),
     log:
         log_path("xling_energy"),
     conda:

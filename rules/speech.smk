@@ -143,7 +143,16 @@ rule speech_table:
             for m in speech_models()
         ],
     output:
-        **{ext: path("table", table="speech", ext=ext) for ext in ("csv", "md", "tex")},
+        **{
+            ext: report(
+                path("table", table="speech", ext=ext),
+                caption="../report/speech_table.rst",
+                category="Speech",
+                subcategory="Tables",
+                labels={"table": "speech", "format": ext},
+            )
+            for ext in ("csv", "md", "tex")
+        },
     log:
         log_path("speech_table"),
     conda:
@@ -165,7 +174,13 @@ rule speech_energy:
     input:
         energy=[path("energy", exp=f"speech_{s}") for s in SPEECH_SETTINGS],
     output:
-        figure=path("figure", name="speech_energy"),
+        figure=report(
+            path("figure", name="speech_energy"),
+            caption="../report/speech_energy.rst",
+            category="Speech",
+            subcategory="Figures",
+            labels={"figure": "energy per setting"},
+        ),
         csv=path("table", table="speech_energy", ext="csv"),
         md=path("table", table="speech_energy", ext="md"),
     log:
@@ -200,7 +215,13 @@ rule speech_rank:
             for s in SPEECH_RANK_SETTINGS
         ],
     output:
-        figure=path("figure", name="speech_rank"),
+        figure=report(
+            path("figure", name="speech_rank"),
+            caption="../report/speech_rank.rst",
+            category="Speech",
+            subcategory="Figures",
+            labels={"figure": "rank"},
+        ),
         csv=path("table", table="speech_rank", ext="csv"),
     log:
         log_path("speech_rank"),
