@@ -130,9 +130,7 @@ rule xling_table:
         **{
             f"{table}_{ext}": report(
                 path("table", table=table, ext=ext),
-                caption=f"../report/{table}_table.rst".replace(
-                    "matrix_table", "matrix"
-                ),
+                caption=f"../report/{table}_table.rst",
                 category="Cross-lingual",
                 subcategory="Tables",
                 labels={"table": table, "format": ext},
