@@ -118,7 +118,7 @@ def test_full_config_plans(tmp_path):
         ({"crosslingual__unlearn": ["fr"]}, "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages"),
         ({"crosslingual__table_method": "qr_erase"} | {"methods__crosslingual": ["unlearn"]},
          "config key 'crosslingual.table_method'"),
-        ({"methods__crosslingual": ["npo"]}, "config key 'methods.crosslingual.0'"),
+        ({"methods__crosslingual": ["scrub"]}, "config key 'methods.crosslingual.0'"),
     ],
 )
 def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
