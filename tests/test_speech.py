@@ -204,6 +204,19 @@ def test_save_and_load_round_trip(tmp_path, small_data):
         load_checkpoint(tmp_path / "m", "vision")
 
 
+def test_pretrained_checkpoint_gets_a_new_speaker_head(tmp_path):
+    """The real-model path (e.g. hubert-xlarge): a checkpoint whose head does not fit gets a new, seeded one."""
+    sp.save_speech_model(_model(), tmp_path / "pretrained")
+    a = sp.load_speech_model(tmp_path / "pretrained", speakers=["x", "y", "z"], seed=3)
+    b = sp.load_speech_model(tmp_path / "pretrained", speakers=["x", "y", "z"], seed=3)
+    assert a.classifier.out_features == 3 and a.config.id2label == {0: "x", 1: "y", 2: "z"}
+    assert (a.classifier.weight == b.classifier.weight).all()
+    base = _model().state_dict()
+    assert (a.state_dict()["hubert.encoder.layers.1.attention.q_proj.weight"] == base["hubert.encoder.layers.1.attention.q_proj.weight"]).all()
+    with pytest.raises(ValueError, match="no such speech model directory"):
+        sp.load_speech_model(tmp_path / "missing")
+
+
 # ------------------------------------------------------------------------------------------------ baselines
 
 

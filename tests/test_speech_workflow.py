@@ -98,6 +98,17 @@ def test_changing_the_speech_rank_reruns_no_training(workdir):
     assert not {"speech_data", "speech_finetune", "speech_lora", "speech_baseline", "task_matrices"} & set(rules)
 
 
+def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "hubert-xlarge.yaml").read_text())
+    cfg["speech"]["data"]["root"] = str(REPO / "data" / "fsdd")
+    cfg["tofu"] = {"data": {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}}
+    path = tmp_path / "xl.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    rules = planned_rules(snakemake(tmp_path, "-n", "--cores", "2", "--configfile", str(path)))
+    assert rules["speech_finetune"] == 1 and rules["speech_lora"] == 4 and rules["speech_baseline"] == 6
+    assert rules["speech_evaluate"] == 2 * 8 + 2 * 8  # table rows + the rank sweep's extra ranks, both settings
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
