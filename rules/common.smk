@@ -704,8 +704,8 @@ def benchmark_path(rule_name, *wildcard_names):
     return PATHS["benchmark"].format(rule=rule_name, name=name)
 
 
-# Tracks whose `methods` may list the text baselines (the cross-lingual track adds itself here).
-TEXT_BASELINE_TRACKS = ["tofu"]
+# Tracks whose `methods` may list the text baselines.
+TEXT_BASELINE_TRACKS = ["tofu", "crosslingual"]
 
 
 def validate_baselines_config(cfg):
