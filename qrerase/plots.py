@@ -132,16 +132,7 @@ def energy_plot(
     ax = fig.add_subplot(1, 1, 1)
     colours = ["#1f4e79" if v >= threshold * (1 - 1e-9) else "#9ecae1" for v in values]
     ax.bar(np.arange(len(names)), values, color=colours)
-    ax.axhline(threshold, color="black", linestyle="--", linewidth=1, label=r"$1/|\mathcal{L}|$")
-    ax.set_xticks(np.arange(len(names)))
-    ax.set_xticklabels(names, rotation=90 if len(names) > 12 else 0, fontsize=8)
-    ax.set_xlabel("layer")
-    ax.set_ylabel(r"$E_\ell$")
-    if title:
-        ax.set_title(title, fontsize=10)
-    ax.legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    finish_energy_axes(fig, ax, names, threshold, title, path)
 
 
 def crosslingual_scatter(
@@ -240,8 +231,13 @@ def energy_overlay_plot(
     for i, name in enumerate(series):
         values = np.asarray([energies[name][layer] for layer in layers], dtype=np.float64)
         ax.bar(x - 0.4 + width * (i + 0.5), values, width=width, color=colours[i % len(colours)], label=name)
+    finish_energy_axes(fig, ax, layers, threshold, title, path)
+
+
+def finish_energy_axes(fig, ax, layers, threshold: float, title: str | None, path: str | os.PathLike) -> None:
+    """Common finish of the energy bar charts: the 1/|L| selection line (eq. 15), layer ticks, labels, save."""
     ax.axhline(threshold, color="black", linestyle="--", linewidth=1, label=r"$1/|\mathcal{L}|$")
-    ax.set_xticks(x)
+    ax.set_xticks(np.arange(len(layers)))
     ax.set_xticklabels(layers, rotation=90 if len(layers) > 12 else 0, fontsize=8)
     ax.set_xlabel("layer")
     ax.set_ylabel(r"$E_\ell$")

@@ -81,7 +81,7 @@ def energy_compare_plot(energies: Mapping[str, Mapping[str, float]], path: str |
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .plots import save_figure
+    from .plots import finish_energy_axes
 
     if not energies:
         raise ValueError(f"{path}: no energies to plot")
@@ -99,16 +99,7 @@ def energy_compare_plot(energies: Mapping[str, Mapping[str, float]], path: str |
         stats = localisation(e)
         ax.bar(x - 0.4 + width * (i + 0.5), [e[k] for k in layers], width, color=colours[i % len(colours)],
                label=f"{name} (effective layers {stats['effective_layers']:.2f})")
-    ax.axhline(1.0 / len(layers), color="black", linestyle="--", linewidth=1, label=r"$1/|\mathcal{L}|$")
-    ax.set_xticks(x)
-    ax.set_xticklabels(layers)
-    ax.set_xlabel("layer")
-    ax.set_ylabel(r"$E_\ell$")
-    if title:
-        ax.set_title(title, fontsize=10)
-    ax.legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    finish_energy_axes(fig, ax, layers, 1.0 / len(layers), title, path)
 
 
 def rank_curve(reports: Mapping[int, pd.DataFrame], evals: pd.DataFrame) -> pd.DataFrame:
