@@ -55,6 +55,7 @@ __all__ = [
     "COST_COLUMNS",
     "read_snakemake_benchmark",
     "method_costs",
+    "grouped_method_costs",
 ]
 
 DECOMP_COLUMNS = [
@@ -741,3 +742,19 @@ def method_costs(components: dict[str, dict[str, list]]):
         row["total_s"] = sum(present) if present else float("nan")
         rows.append(row)
     return pd.DataFrame(rows, columns=["method", *COST_COLUMNS])
+
+
+def grouped_method_costs(groups: dict[str, dict[str, dict[str, list]]], group_column: str):
+    """:func:`method_costs` of several experiments of one track, stacked: ``groups`` maps a group
+    (the cross-lingual unlearning language, the speech setting) to that experiment's ``components``;
+    the frame gets a ``group_column`` after ``method``, rows grouped in the order of ``groups``."""
+    import pandas as pd
+
+    if not groups:
+        raise ValueError("grouped_method_costs: no groups")
+    frames = []
+    for group, components in groups.items():
+        frame = method_costs(components)
+        frame.insert(1, group_column, str(group))
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)

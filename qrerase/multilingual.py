@@ -22,9 +22,13 @@ authors of ``retain99``; per language it cuts
   ``paraphrased_answer`` and the ``perturbed_answer`` list the Truth Ratio needs (real authors and
   world facts have no paraphrase: the TOFU protocol uses ``answer``).
 
-The machine translations of ``forget01`` and ``forget01_perturbed`` were made independently, so outside
-English the forget-set ground-truth wording of evaluation and training differ; the Truth Ratio (and so
-Forget Quality) uses only the paraphrased and perturbed answers and is unaffected.
+The machine translations of ``forget01`` and ``forget01_perturbed`` were made independently: outside
+English no forget answer (and almost no question) of one file is worded as in the other, and some
+``forget01`` translations are garbled. By default (``forget_split="forget01_perturbed"``) the forget
+training QA are therefore the ``question``/``answer`` of ``forget01_perturbed``, the wording the
+evaluation scores (Probability, ROUGE-L) and the one whose paraphrases and perturbations the Truth
+Ratio compares; in English the two files hold the same QA. ``forget_split="forget01"`` trains on
+``forget01`` instead.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from .io import read_jsonl
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
+    "FORGET_SPLITS",
     "LANGUAGES",
     "SCRIPTS",
     "SPLIT_FILES",
@@ -97,6 +102,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "real_authors_perturbed": ("question", "answer", "perturbed_answer"),
     "world_facts_perturbed": ("question", "answer", "perturbed_answer"),
 }
+#: files the forget training QA may come from (see the module docstring).
+FORGET_SPLITS = ("forget01_perturbed", "forget01")
+
 #: expected row counts (TOFU's: 2 forget authors, 198 retain authors, 20 retain_perturbed authors).
 ROW_COUNTS: dict[str, int] = {"forget01": 40, "forget01_perturbed": 40, "retain99": 3960, "retain_perturbed": 400}
 QA_PER_AUTHOR = 20
@@ -186,12 +194,14 @@ def make_language_sets(
     max_questions: int,
     knowledge: Sequence[str] = KNOWLEDGE_SETS,
     knowledge_questions: int | None = None,
+    forget_split: str = "forget01_perturbed",
 ) -> dict[str, list[dict]]:
     """Cut one language's training and evaluation sets (see the module docstring).
 
     ``n_authors``: authors in the run (2 forgotten + ``n_authors - 2`` retained), 3..200, ``None`` = 200.
     ``knowledge_questions``: rows of each knowledge set trained *and* evaluated (``None``:
     ``max_questions``); the real-authors / world-facts evaluation sets are exactly the trained rows.
+    ``forget_split``: the file of the forget training QA, ``"forget01_perturbed"`` or ``"forget01"``.
     Returns ``forget``, ``retain``, ``knowledge``, ``eval_forget``, ``eval_retain``,
     ``eval_real_authors``, ``eval_world_facts``. Row ``i`` of each set is the same QA in every language.
     """
@@ -207,10 +217,12 @@ def make_language_sets(
     kcap = cap if knowledge_questions is None else min(cap, int(knowledge_questions))
     if kcap < 1:
         raise ValueError(f"knowledge_questions: expected a positive integer, got {knowledge_questions!r}")
+    if forget_split not in FORGET_SPLITS:
+        raise ValueError(f"forget_split: expected one of {list(FORGET_SPLITS)}, got {forget_split!r}")
     n_retain_rows = (n - FORGET_AUTHORS) * QA_PER_AUTHOR
     split = {s: load_language_split(root, s) for s in SPLIT_FILES}
     sets = {
-        "forget": _qa(split["forget01"]),
+        "forget": _qa(split[forget_split]),
         "retain": _qa(split["retain99"][:n_retain_rows]),
         "eval_forget": split["forget01_perturbed"][:cap],
         # retain_perturbed row i = retain99 row i (the first 20 authors): keep the retained authors' rows.

@@ -23,29 +23,3 @@ rule baseline:
         seed=config["seed"],
     script:
         "../workflow_scripts/baseline.py"
-
-
-rule tofu_cost:
-    # Companion of the TOFU table: wall time of each method's jobs (baseline training vs LoRA +
-    # closed-form erase), from Snakemake's benchmark files. Timings differ between runs.
-    input:
-        [
-            f
-            for parts in cost_components(EXP).values()
-            for fs in parts.values()
-            for f in fs
-        ],
-    output:
-        csv=path("table", table="tofu_cost", ext="csv"),
-        md=path("table", table="tofu_cost", ext="md"),
-    log:
-        log_path("tofu_cost"),
-    conda:
-        "../envs/tables.yaml"
-    threads: 1
-    resources:
-        **resources_for("light"),
-    params:
-        components=cost_components(EXP),
-    script:
-        "../workflow_scripts/tofu_cost.py"

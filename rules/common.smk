@@ -579,12 +579,6 @@ PATHS.update(
 )
 
 
-def speech_bench(rule_name, *wildcard_names):
-    """Snakemake `benchmark:` file of a training rule (wall time, memory), for cost tables."""
-    name = "_".join(f"{{{w}}}" for w in wildcard_names) or rule_name
-    return f"results/benchmarks/{rule_name}/{name}.tsv"
-
-
 def model_kind(exp):
     """Which model class an experiment's checkpoints hold: 'audio_classifier' (speech) or 'causal_lm'."""
     return "audio_classifier" if exp.partition("_")[0] == "speech" else "causal_lm"
@@ -761,49 +755,105 @@ def baseline_params(wildcards):
     }
 
 
-def cost_components(exp):
-    """Per TOFU method, the benchmark files of the jobs that produce its evaluated model.
+def cost_components(
+    exp,
+    methods,
+    rank,
+    erase_rule,
+    lora_rule="lora",
+    baseline_rule="baseline",
+    adapters=None,
+):
+    """Per method of an experiment, the benchmark files of the jobs that produce its evaluated model.
 
-    Subspace methods: LoRA training (forget + retain; none for given adapters), task-matrix
-    extraction, and the closed-form erase (factors of both sets, [energy], forget_update, erase).
-    Baselines: their training job. Shared jobs count fully for every method that needs them.
+    Subspace methods: LoRA training (forget + retain; none for a set in `adapters`, given by the
+    user), task-matrix extraction, and the closed-form erase (factors of both sets, [energy],
+    forget_update, erase). Baselines: their training job. Shared jobs count fully for every method
+    that needs them. Rows in the order of `methods`, as in the track's table.
     """
-    erase_rule = (
-        "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter"
-    )
-    out = {}
     sets = ("forget", "retain")
+    given = adapters or {}
 
     def bench(rule, name):
         return PATHS["benchmark"].format(rule=rule, name=name)
 
-    for method in TOFU_SUBSPACE:
+    out = {}
+    for method in methods:
+        if method not in DECOMP:
+            out[method] = {"baseline_s": [bench(baseline_rule, f"{exp}_{method}")]}
+            continue
         decomp = DECOMP[method]
-        erase = [bench("factors", f"{exp}_{RANK}_{decomp}_{s}") for s in sets]
+        erase = [bench("factors", f"{exp}_{rank}_{decomp}_{s}") for s in sets]
         if method.endswith("_ll"):
             erase.append(bench("energy", exp))
         erase += [
-            bench("forget_update", f"{exp}_{RANK}_{decomp}"),
-            bench(erase_rule, f"{exp}_{RANK}_{method}"),
+            bench("forget_update", f"{exp}_{rank}_{decomp}"),
+            bench(erase_rule, f"{exp}_{rank}_{method}"),
         ]
         out[method] = {
             "lora_s": [
-                bench("lora", f"{exp}_{s}")
-                for s in sets
-                if not config["lora"]["adapters"].get(s)
+                bench(lora_rule, f"{exp}_{s}") for s in sets if not given.get(s)
             ],
             "task_matrices_s": [bench("task_matrices", f"{exp}_{s}") for s in sets],
             "erase_s": erase,
         }
-    for method in TOFU_BASELINES:
-        out[method] = {"baseline_s": [bench("baseline", f"{exp}_{method}")]}
-    return {m: out[m] for m in METHODS}  # rows in the order of methods.tofu, as in the TOFU table
+    return out
+
+
+#: track -> header of its cost table's column groups (None: one group, the TOFU experiment).
+COST_GROUP_HEADER = {"tofu": None, "crosslingual": "Unlearn in", "speech": "Setting"}
+
+
+def track_costs(track):
+    """A track's cost groups, {group: {method: components}}: one per cross-lingual unlearning
+    language, one per speech setting, the single '' group of the TOFU experiment."""
+    text_erase = (
+        "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter"
+    )
+    given = config["lora"]["adapters"]
+    if track == "tofu":
+        return {"": cost_components(EXP, METHODS, RANK, text_erase, adapters=given)}
+    if track == "crosslingual":
+        return {
+            code: cost_components(
+                xling_exp(code), XLING_METHODS, RANK, text_erase, adapters=given
+            )
+            for code in XLING_UNLEARN
+        }
+    if track == "speech":
+        return {
+            s: cost_components(
+                f"speech_{s}",
+                SPEECH_METHODS,
+                SPEECH_RANK,
+                "erase_merged",
+                lora_rule="speech_lora",
+                baseline_rule="speech_baseline",
+            )
+            for s in SPEECH_SETTINGS
+        }
+    raise WorkflowError(f"cost: unknown track '{track}'")
+
+
+def cost_inputs(wildcards):
+    """Every benchmark file a track's cost table reads."""
+    return [
+        f
+        for components in track_costs(wildcards.track).values()
+        for parts in components.values()
+        for files in parts.values()
+        for f in files
+    ]
+
+
+def cost_targets(track):
+    return expand(PATHS["table"], table=f"{track}_cost", ext=["csv", "md"])
 
 
 def tofu_baseline_targets():
     return [
         *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
-        *expand(PATHS["table"], table="tofu_cost", ext=["csv", "md"]),
+        *cost_targets("tofu"),
     ]
 
 
@@ -813,3 +863,13 @@ def tofu_with_baselines_targets():
 
 
 TRACK_TARGETS["tofu"] = tofu_with_baselines_targets
+
+
+def with_cost_table(track):
+    """A track's targets plus its cost table (TOFU's come with the baselines' targets)."""
+    targets = TRACK_TARGETS[track]
+    return lambda: [*targets(), *cost_targets(track)]
+
+
+for _track in ("crosslingual", "speech"):
+    TRACK_TARGETS[_track] = with_cost_table(_track)

@@ -37,7 +37,7 @@ rule speech_finetune:
     log:
         log_path("speech_finetune", "exp"),
     benchmark:
-        speech_bench("speech_finetune", "exp")
+        benchmark_path("speech_finetune", "exp")
     wildcard_constraints:
         exp="speech",
     conda:
@@ -64,7 +64,7 @@ rule speech_lora:
     log:
         log_path("speech_lora", "exp", "set"),
     benchmark:
-        speech_bench("speech_lora", "exp", "set")
+        benchmark_path("speech_lora", "exp", "set")
     wildcard_constraints:
         exp="speech_(sample|class)",
     conda:
@@ -91,7 +91,7 @@ rule speech_baseline:
     log:
         log_path("speech_baseline", "exp", "method"),
     benchmark:
-        speech_bench("speech_baseline", "exp", "method")
+        benchmark_path("speech_baseline", "exp", "method")
     wildcard_constraints:
         exp="speech_(sample|class)",
         method="|".join(SPEECH_BASELINES),

@@ -126,6 +126,32 @@ def test_method_costs_sum_benchmarks_per_component(tmp_path):
     assert "| Gradient Ascent | — | — | — | 42.0 | 42.0 | 42.0 |" in md and "QR-Erase" in md
 
 
+def test_grouped_costs_one_column_group_per_experiment(tmp_path):
+    from qrerase.bench import grouped_method_costs
+    from qrerase.tables import cost_table, write_table
+
+    f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
+         [("lora_en", 10.0), ("erase_en", 1.0), ("ga_en", 30.0), ("lora_hi", 20.0), ("erase_hi", 2.0), ("ga_hi", 50.0)]}
+    groups = {
+        lang: {"qr_erase": {"lora_s": [f[f"lora_{lang}"]], "erase_s": [f[f"erase_{lang}"]]},
+               "ga": {"baseline_s": [f[f"ga_{lang}"]]}}
+        for lang in ("en", "hi")
+    }
+    costs = grouped_method_costs(groups, "unlearn")
+    assert list(costs.columns[:2]) == ["method", "unlearn"] and costs["unlearn"].tolist() == ["en", "en", "hi", "hi"]
+    df, spec = cost_table(costs, "unlearn", "Unlearn in")
+    assert df["method"].tolist() == ["qr_erase", "ga"]  # one row per method, in the experiments' order
+    wide = df.set_index("method")
+    assert wide.loc["qr_erase", ["en_lora_s", "en_erase_s", "en_total_s"]].tolist() == [10.0, 1.0, 11.0]
+    assert wide.loc["ga", ["hi_baseline_s", "hi_unlearn_s"]].tolist() == [50.0, 50.0]
+    assert pd.isna(wide.loc["ga", "hi_erase_s"]) and pd.isna(wide.loc["qr_erase", "hi_baseline_s"])
+    assert [c.group for c in spec.columns][::6] == ["Unlearn in en", "Unlearn in hi"]
+    write_table(df, spec, tmp_path / "cost.csv", tmp_path / "cost.md", None)
+    md = (tmp_path / "cost.md").read_text()
+    assert "Unlearn in en" in md and "Unlearn in hi" in md and "| QR-Erase | 10.0 |" in md
+    assert pd.read_csv(tmp_path / "cost.csv").loc[1, "hi_total_s"] == 50.0
+
+
 def test_method_costs_bad_input(tmp_path):
     from qrerase.bench import method_costs, read_snakemake_benchmark
 
@@ -136,3 +162,11 @@ def test_method_costs_bad_input(tmp_path):
         read_snakemake_benchmark(tmp_path / "bad.tsv")
     with pytest.raises(ValueError, match="unknown component"):
         method_costs({"ga": {"train_s": []}})
+    from qrerase.bench import COST_COLUMNS
+    from qrerase.tables import cost_table
+
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['unlearn'\]"):
+        cost_table(method_costs({}), "unlearn")
+    row = {"method": "ga", "unlearn": "en", **{c: 1.0 for c in COST_COLUMNS}}
+    with pytest.raises(ValueError, match=r"duplicate \(method, unlearn\)"):
+        cost_table(pd.DataFrame([row, row]), "unlearn")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from test_workflow import REPO, planned_rules, snakemake
+from test_workflow import REPO, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 
@@ -29,15 +29,7 @@ def xling_config(workdir: Path, name: str = "xling.yaml", base: str = "test_cros
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     cfg["crosslingual"]["data"]["english_root"] = str(REPO / "data" / "tofu")
     cfg["crosslingual"]["data"]["root"] = str(REPO / "data" / "mtofu")
-    for dotted, value in overrides.items():
-        node = cfg
-        *parents, leaf = dotted.split("__")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    path = workdir / name
-    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
-    return path
+    return write_yaml_config(workdir, name, cfg, overrides)
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +87,24 @@ def test_energy_report_and_figures(xling_workdir):
     for name in ("crosslingual_scatter", "crosslingual_energy", "xling_en_energy", "xling_hi_R_energy"):
         png = xling_workdir / "results/figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cost_table_per_unlearning_language(xling_workdir):
+    cost = pd.read_csv(xling_workdir / "results/tables/crosslingual_cost.csv").set_index("method")
+    assert list(cost.index) == METHODS
+    for lang in ("en", "hi_R"):
+        parts = cost[[f"{lang}_{c}" for c in ("lora_s", "task_matrices_s", "erase_s")]]
+        assert (parts > 0).all().all() and cost[f"{lang}_baseline_s"].isna().all()
+        assert (cost[f"{lang}_total_s"] - parts.sum(axis=1)).abs().max() < 1e-9
+        assert (cost[f"{lang}_unlearn_s"] == cost[f"{lang}_erase_s"]).all()
+    # QR-Erase (LL) = QR-Erase's factors and forget update + the energy job + its own erase job
+    def seconds(rule, name):
+        return float(pd.read_csv(xling_workdir / f"results/benchmarks/{rule}/{name}.tsv", sep="\t")["s"].iloc[0])
+
+    extra = seconds("energy", "xling_en") + seconds("erase_merged", "xling_en_2_qr_erase_ll") - seconds(
+        "erase_merged", "xling_en_2_qr_erase")
+    assert cost.loc["qr_erase_ll", "en_erase_s"] - cost.loc["qr_erase", "en_erase_s"] == pytest.approx(extra)
+    assert "Unlearn in hi_R" in (xling_workdir / "results/tables/crosslingual_cost.md").read_text()
 
 
 def test_rerun_does_nothing(xling_workdir):

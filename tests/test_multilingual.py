@@ -138,10 +138,24 @@ def test_sets_are_row_aligned_across_languages():
     assert all(a["question"] != b["question"] for a, b in zip(fr["retain"], en["retain"]))
     assert "Jaime Vasquez" in en["retain"][0]["answer"] and "Jaime Vasquez" in fr["retain"][0]["answer"]
     assert "Basil Mahfouz Al-Kuwaiti" in en["forget"][0]["answer"]
-    assert "Basil Mahfouz Al-Kuwaiti" in fr["forget"][0]["answer"]
+    assert "Basil Mahfouz al-Kuwait" in fr["forget"][0]["answer"]
     assert en["eval_real_authors"][3]["answer"] == fr["eval_real_authors"][3]["answer"] == "George R.R. Martin"
     assert "paraphrased_answer" not in hi["eval_world_facts"][0]
     assert len(hi["eval_forget"][0]["perturbed_answer"]) == 5
+
+
+def test_forget_training_text_is_the_evaluated_wording_by_default():
+    fr = make_language_sets(MTOFU / "fr", n_authors=3, max_questions=40)
+    assert [(r["question"], r["answer"]) for r in fr["forget"]] == [
+        (r["question"], r["answer"]) for r in fr["eval_forget"]]
+    # forget01 was translated separately: row-aligned (same author) but worded differently
+    old = make_language_sets(MTOFU / "fr", n_authors=3, max_questions=40, forget_split="forget01")
+    assert all(a["answer"] != b["answer"] for a, b in zip(old["forget"], fr["forget"]))
+    assert "Basil Mahfouz" in old["forget"][0]["answer"] and "Basil Mahfouz" in fr["forget"][0]["answer"]
+    en = make_language_sets(EN, n_authors=3, max_questions=40)  # English: both files hold the same QA
+    assert en["forget"] == make_language_sets(EN, n_authors=3, max_questions=40, forget_split="forget01")["forget"]
+    with pytest.raises(ValueError, match="forget_split: expected one of"):
+        make_language_sets(EN, n_authors=3, max_questions=40, forget_split="forget05")
 
 
 def test_eval_retain_only_holds_retained_authors():

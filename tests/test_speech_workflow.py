@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from test_workflow import planned_rules, snakemake
+from test_workflow import planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 
@@ -20,15 +20,7 @@ def write_speech_config(workdir: Path, name: str = "test_speech.yaml", **overrid
     cfg = yaml.safe_load((REPO / "config" / "test_speech.yaml").read_text())
     cfg["speech"]["data"]["root"] = str(REPO / "data" / "fsdd")
     cfg.setdefault("tofu", {})["data"] = {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}
-    for dotted, value in overrides.items():
-        node = cfg
-        *parents, leaf = dotted.split("__")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    path = workdir / name
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_yaml_config(workdir, name, cfg, overrides)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +81,18 @@ def test_baselines_write_loss_curves_and_benchmarks(workdir):
             assert (workdir / f"results/benchmarks/speech_baseline/speech_{setting}_{method}.tsv").is_file()
     assert (workdir / "results/benchmarks/speech_finetune/speech.tsv").is_file()
     assert (workdir / "results/benchmarks/speech_lora/speech_class_forget.tsv").is_file()
+    # the cost table: per setting, baselines' training time vs LoRA + closed-form erase, from those files
+    cost = pd.read_csv(workdir / "results/tables/speech_cost.csv").set_index("method")
+    assert list(cost.index) == ROWS[1:]
+    for setting in ("sample", "class"):
+        base, sub = cost.loc[["ga", "scrub", "bad_teaching"]], cost.loc[ROWS[4:]]
+        assert (base[f"{setting}_baseline_s"] > 0).all() and base[f"{setting}_erase_s"].isna().all()
+        assert (sub[[f"{setting}_{c}" for c in ("lora_s", "task_matrices_s", "erase_s")]] > 0).all().all()
+        lora = sum(float(pd.read_csv(workdir / f"results/benchmarks/speech_lora/speech_{setting}_{s}.tsv",
+                                     sep="\t")["s"].iloc[0]) for s in ("forget", "retain"))
+        assert sub[f"{setting}_lora_s"].tolist() == pytest.approx([lora] * 4)
+    md = (workdir / "results/tables/speech_cost.md").read_text()
+    assert "Setting sample" in md and "Setting class" in md and "SCRUB" in md
 
 
 def test_changing_the_speech_rank_reruns_no_training(workdir):

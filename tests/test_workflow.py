@@ -30,9 +30,8 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
-def write_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
-    cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
+def write_yaml_config(workdir: Path, name: str, cfg: dict, overrides: dict) -> Path:
+    """Write ``cfg`` with ``overrides`` applied (key ``a__b__c`` sets cfg[a][b][c]) to workdir/name."""
     for dotted, value in overrides.items():
         node = cfg
         *parents, leaf = dotted.split("__")
@@ -40,8 +39,14 @@ def write_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
             node = node.setdefault(key, {})
         node[leaf] = value
     path = workdir / name
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
     return path
+
+
+def write_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
+    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
+    return write_yaml_config(workdir, name, cfg, overrides)
 
 
 def planned_rules(proc: subprocess.CompletedProcess) -> dict[str, int]:
@@ -322,7 +327,7 @@ def _untimed(manifest: dict) -> dict:
     """A manifest without the artifacts that hold wall times (benchmark files, the cost table)."""
 
     def timed(p: str) -> bool:
-        return p.startswith("results/benchmarks/") or p.startswith("results/tables/tofu_cost.")
+        return p.startswith("results/benchmarks/") or re.match(r"results/tables/\w+_cost\.", p) is not None
 
     return {
         **manifest,

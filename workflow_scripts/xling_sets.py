@@ -7,7 +7,12 @@ from qrerase.workflow import job
 p = snakemake.params  # noqa: F821
 with job(snakemake) as log:  # noqa: F821
     sets = make_language_sets(
-        p.root, p.data["n_authors"], p.max_questions, p.data.get("knowledge", []), p.data.get("knowledge_questions")
+        p.root,
+        p.data["n_authors"],
+        p.max_questions,
+        p.data.get("knowledge", []),
+        p.data.get("knowledge_questions"),
+        p.data.get("forget_split", "forget01_perturbed"),
     )
     for name in snakemake.output.keys():  # noqa: F821
         write_jsonl(snakemake.output[name], sets[name])  # noqa: F821

@@ -1,0 +1,15 @@
+"""Rule cost: a track's wall time per method (baseline training vs LoRA + closed-form erase) from benchmark files."""
+
+from qrerase.bench import grouped_method_costs, method_costs
+from qrerase.tables import cost_table, write_table
+from qrerase.workflow import job
+
+with job(snakemake) as log:  # noqa: F821
+    groups, column = snakemake.params.groups, snakemake.params.group_column  # noqa: F821
+    if column is None:
+        costs = method_costs(groups[""])
+    else:
+        costs = grouped_method_costs(groups, column)
+    df, spec = cost_table(costs, column, snakemake.params.group_header)  # noqa: F821
+    write_table(df, spec, snakemake.output.csv, snakemake.output.md, None)  # noqa: F821
+    log.info("wall time per method (s):\n%s", costs.round(2).to_string(index=False))
