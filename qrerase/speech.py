@@ -523,57 +523,33 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
 
     ``cfg`` is a :class:`qrerase.training.TrainConfig` (epochs, lr, batch_size, weight_decay,
     warmup_ratio, max_grad_norm, seed, threads): AdamW, linear warmup then linear decay to 0, gradient
-    clipping, batches drawn by a generator seeded with (seed, epoch). ``loss_fn(model, x, m, y)``
+    clipping (the loop of :func:`qrerase.training.train_steps`), batches drawn by a generator seeded
+    with (seed, epoch). ``loss_fn(model, x, m, y)``
     defaults to the cross-entropy of the speaker labels. Returns the loss curve (``step, epoch, loss,
     lr``, one row per update); the model is left in eval mode.
     """
     import torch
     import torch.nn.functional as F
-    from tqdm.auto import tqdm
 
     from .lm import model_device
-    from .training import _epoch_seed, _optimizer, set_determinism
+    from .training import _epoch_seed, set_determinism, train_steps
 
     set_determinism(cfg.seed, cfg.threads)
     x, m, y = _tensors(arrays, mask, model_device(model))
     if loss_fn is None:
         def loss_fn(model, xb, mb, yb):
             return F.cross_entropy(_logits(model, xb, mb), yb)
-    per_epoch = math.ceil(len(y) / cfg.batch_size)
-    total = per_epoch * cfg.epochs
-    warmup = int(round(cfg.warmup_ratio * total))
+    steps = [
+        (epoch + 1, idx)
+        for epoch in range(cfg.epochs)
+        for idx in batches(len(y), cfg.batch_size, _epoch_seed(cfg.seed, epoch))
+    ]
 
-    def lr_factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
+    def step_loss(idx):
+        b = torch.from_numpy(idx)
+        return loss_fn(model, x[b], m[b], y[b]), {}
 
-    optimizer = _optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    rows = []
-    model.train()
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, leave=False)
-    try:
-        step = 0
-        for epoch in range(cfg.epochs):
-            for idx in batches(len(y), cfg.batch_size, _epoch_seed(cfg.seed, epoch)):
-                b = torch.from_numpy(idx)
-                loss = loss_fn(model, x[b], m[b], y[b])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                lr = optimizer.param_groups[0]["lr"]
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                rows.append((step, epoch + 1, float(loss.detach()), float(lr)))
-                bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{rows[-1][2]:.3f}", refresh=False)
-    finally:
-        bar.close()
-        model.eval()
+    rows = train_steps(model, cfg, steps, step_loss, desc=desc)
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
 
 
