@@ -681,7 +681,6 @@ BASELINES = [
     if m not in DECOMP
 ]
 TOFU_BASELINES = [m for m in METHODS if m in BASELINES]
-TOFU_SUBSPACE = [m for m in METHODS if m in DECOMP]
 
 PATHS.update(
     {
