@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from test_workflow import REPO, planned_rules, snakemake, write_yaml_config
+from test_workflow import REPO, assert_config_error, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 
@@ -132,10 +132,7 @@ def test_full_config_plans(tmp_path):
     ],
 )
 def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
-    proc = snakemake(tmp_path, "-n", "--configfile", str(xling_config(tmp_path, **overrides)), check=False)
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr
-    assert not (tmp_path / "results").exists()
+    assert_config_error(tmp_path, xling_config(tmp_path, **overrides), message)
 
 
 def test_language_file_missing_a_field(tmp_path):
@@ -145,8 +142,5 @@ def test_language_file_missing_a_field(tmp_path):
     del rows[11]["paraphrased_answer"]
     (root / "hi" / "forget01_perturbed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = xling_config(tmp_path, crosslingual__data__root=str(root))
-    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
-    assert proc.returncode != 0
-    text = proc.stdout + proc.stderr
-    assert "config key 'crosslingual.data.root'" in text
-    assert "forget01_perturbed.jsonl:12: field 'paraphrased_answer' missing" in text
+    assert_config_error(tmp_path, cfg, "config key 'crosslingual.data.root'",
+                        "forget01_perturbed.jsonl:12: field 'paraphrased_answer' missing")

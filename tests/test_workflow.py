@@ -49,6 +49,16 @@ def write_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
     return write_yaml_config(workdir, name, cfg, overrides)
 
 
+def assert_config_error(workdir: Path, cfg: Path, *messages: str) -> None:
+    """A dry run with ``cfg`` fails at DAG construction, naming every message, and writes no results."""
+    proc = snakemake(workdir, "-n", "--cores", "1", "--configfile", str(cfg), check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    for message in messages:
+        assert message in text
+    assert not (workdir / "results").exists()
+
+
 def planned_rules(proc: subprocess.CompletedProcess) -> dict[str, int]:
     """Rule -> job count from a dry run's 'Job stats' table."""
     text = proc.stdout + proc.stderr
@@ -207,11 +217,7 @@ def test_changing_rank_reruns_no_training(workdir):
     ],
 )
 def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
-    cfg = write_config(tmp_path, **overrides)
-    proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), check=False)
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr
-    assert not (tmp_path / "results").exists()
+    assert_config_error(tmp_path, write_config(tmp_path, **overrides), message)
 
 
 # ---------------------------------------------------------------------------------------------
