@@ -29,6 +29,7 @@ include: "rules/tables.smk"
 include: "rules/crosslingual.smk"
 include: "rules/speech.smk"
 include: "rules/bench.smk"
+include: "rules/tradeoff.smk"
 include: "rules/provenance.smk"
 
 

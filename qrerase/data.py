@@ -10,6 +10,12 @@ A run may subsample authors (``n_authors``) while keeping the TOFU structure: th
 *last* ``round(n_authors * XX / 100)`` authors of the forget split, the retain set the *first*
 ``n_authors - n_forget`` authors of the retain split — both therefore have perturbed evaluation
 versions in the standard ``*_perturbed`` files.
+
+The embedded tiny model is *pretrained* before it is fine-tuned, as the paper's models are: on the
+``pretrain_authors`` TOFU authors that follow the retain authors in the retain split (in neither the
+forget nor the retain set) plus the knowledge sets. A pretrained model knows the language of author
+biographies but not the run's authors, so the retain reference's truth ratios on the forget set are
+informative (a model trained from scratch on the run's QA alone has flat, ~log|V| losses there).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class TofuDataConfig:
     n_authors: int | None = 20  # None: all 200 authors
     knowledge: tuple[str, ...] = KNOWLEDGE_SETS  # QA mixed into model training (the tiny model's world knowledge)
     max_eval_questions: int = 300
+    pretrain_authors: int = 0  # authors of the pretraining set (after the retain authors), disjoint from both
 
     @classmethod
     def from_dict(cls, d: dict) -> "TofuDataConfig":
@@ -115,6 +122,17 @@ def _author_counts(cfg: TofuDataConfig) -> tuple[int, int]:
     return n_forget, n - n_forget
 
 
+def _pretrain_authors(cfg: TofuDataConfig, n_retain: int) -> int:
+    n_pre = int(cfg.pretrain_authors)
+    room = N_AUTHORS - N_AUTHORS * SPLITS[cfg.split] // 100 - n_retain
+    if not 0 <= n_pre <= room:
+        raise ValueError(
+            f"data.pretrain_authors: expected 0..{room} (the retain split's authors after the {n_retain} "
+            f"retained ones), got {cfg.pretrain_authors!r}"
+        )
+    return n_pre
+
+
 def _check_aligned(train: list[dict], evals: list[dict], what: str) -> None:
     for i, (a, b) in enumerate(zip(train, evals)):
         if a["question"] != b["question"]:
@@ -126,15 +144,21 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
 
     Returns a dict with the training sets ``forget``, ``retain``, ``knowledge`` (question/answer),
     ``finetune_full`` (forget + retain + knowledge: TOFU's ``full``), ``finetune_retain`` (retain +
-    knowledge: the retain-only reference), and the evaluation sets ``eval_forget``, ``eval_retain``,
-    ``eval_real_authors``, ``eval_world_facts`` (with ``paraphrased_answer`` / ``perturbed_answer``).
+    knowledge: the retain-only reference), ``pretrain`` (the ``pretrain_authors`` authors after the
+    retain authors + knowledge: the embedded model's pretraining text), the evaluation sets
+    ``eval_forget``, ``eval_retain``, ``eval_real_authors``, ``eval_world_facts`` (with
+    ``paraphrased_answer`` / ``perturbed_answer``), and ``tune_retain``: the retain QA that no
+    evaluation set holds (retain authors past ``max_eval_questions``), the held-out slice on which
+    settings such as λ are chosen without looking at the evaluation sets.
     """
     n_forget, n_retain = _author_counts(cfg)
+    n_pre = _pretrain_authors(cfg, n_retain)
     pct = SPLITS[cfg.split]
     forget_all = load_split(cfg, cfg.split)
     retain_all = load_split(cfg, f"retain{100 - pct}")
     forget = forget_all[len(forget_all) - n_forget * QA_PER_AUTHOR :]
     retain = retain_all[: n_retain * QA_PER_AUTHOR]
+    pretrain = retain_all[n_retain * QA_PER_AUTHOR : (n_retain + n_pre) * QA_PER_AUTHOR]
     if not forget:
         raise ValueError(f"data.split {cfg.split}: the forget set is empty")
 
@@ -165,6 +189,9 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
             raise ValueError(f"data.knowledge: expected a subset of {list(KNOWLEDGE_SETS)}, got {name!r}")
         knowledge += [{"question": r["question"], "answer": r["answer"]} for r in load_split(cfg, name)]
     sets["knowledge"] = knowledge
+    evaluated = {r["question"] for r in sets["eval_retain"]}
+    sets["tune_retain"] = [r for r in sets["retain"] if r["question"] not in evaluated]
+    sets["pretrain"] = [{"question": r["question"], "answer": r["answer"]} for r in pretrain] + knowledge
     sets["finetune_full"] = sets["forget"] + sets["retain"] + knowledge
     sets["finetune_retain"] = sets["retain"] + knowledge
     return sets

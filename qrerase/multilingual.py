@@ -195,6 +195,7 @@ def make_language_sets(
     knowledge: Sequence[str] = KNOWLEDGE_SETS,
     knowledge_questions: int | None = None,
     forget_split: str = "forget01_perturbed",
+    pretrain_authors: int = 0,
 ) -> dict[str, list[dict]]:
     """Cut one language's training and evaluation sets (see the module docstring).
 
@@ -202,7 +203,9 @@ def make_language_sets(
     ``knowledge_questions``: rows of each knowledge set trained *and* evaluated (``None``:
     ``max_questions``); the real-authors / world-facts evaluation sets are exactly the trained rows.
     ``forget_split``: the file of the forget training QA, ``"forget01_perturbed"`` or ``"forget01"``.
-    Returns ``forget``, ``retain``, ``knowledge``, ``eval_forget``, ``eval_retain``,
+    ``pretrain_authors``: authors of the pretraining set, the ``retain99`` authors after the retained
+    ones (in neither the forget nor the retain set); ``pretrain`` holds their QA plus the knowledge QA.
+    Returns ``forget``, ``retain``, ``knowledge``, ``pretrain``, ``eval_forget``, ``eval_retain``,
     ``eval_real_authors``, ``eval_world_facts``. Row ``i`` of each set is the same QA in every language.
     """
     n = N_AUTHORS if n_authors is None else int(n_authors)
@@ -220,6 +223,10 @@ def make_language_sets(
     if forget_split not in FORGET_SPLITS:
         raise ValueError(f"forget_split: expected one of {list(FORGET_SPLITS)}, got {forget_split!r}")
     n_retain_rows = (n - FORGET_AUTHORS) * QA_PER_AUTHOR
+    room = N_AUTHORS - n
+    if not 0 <= int(pretrain_authors) <= room:
+        raise ValueError(f"pretrain_authors: expected 0..{room} (the authors in neither set), got {pretrain_authors!r}")
+    n_pretrain_rows = int(pretrain_authors) * QA_PER_AUTHOR
     split = {s: load_language_split(root, s) for s in SPLIT_FILES}
     sets = {
         "forget": _qa(split[forget_split]),
@@ -231,4 +238,5 @@ def make_language_sets(
         "eval_world_facts": split["world_facts_perturbed"][:kcap],
     }
     sets["knowledge"] = [qa for k in knowledge for qa in _qa(split[f"{k}_perturbed"][:kcap])]
+    sets["pretrain"] = _qa(split["retain99"][n_retain_rows : n_retain_rows + n_pretrain_rows]) + sets["knowledge"]
     return sets

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from .io import atomic_path  # noqa: E402
 
-__all__ = ["save_figure", "truth_ratio_plot", "energy_plot", "crosslingual_scatter", "energy_overlay_plot"]
+__all__ = ["save_figure", "truth_ratio_plot", "energy_plot", "crosslingual_scatter", "energy_overlay_plot", "tradeoff_plot"]
 
 _METADATA = {
     "png": {"Software": None},
@@ -244,5 +244,43 @@ def finish_energy_axes(fig, ax, layers, threshold: float, title: str | None, pat
     if title:
         ax.set_title(title, fontsize=10)
     ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def tradeoff_plot(
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    path: str | os.PathLike,
+    xlabel: str,
+    ylabel: str,
+    log_x: bool = False,
+    xline: float | None = None,
+    xline_label: str | None = None,
+    title: str | None = None,
+) -> None:
+    """One curve per method through its sweep points (``{label: (x, y)}``, in sweep order).
+
+    TOFU / cross-lingual: x = Forget Quality (``log_x``, ``xline`` = 0.1, the p > 0.1 criterion),
+    y = Model Utility relative to the base model; speech: x = D_f, y = D_r. Points with a
+    non-positive x on a log axis are drawn at the axis floor (1e-12) so that no point disappears.
+    """
+    fig = Figure(figsize=(6.4, 4.6))
+    ax = fig.add_subplot(1, 1, 1)
+    markers = "os^vD<>ph*"
+    for i, (label, (x, y)) in enumerate(curves.items()):
+        x = np.asarray(x, dtype=np.float64)
+        if log_x:
+            x = np.maximum(x, 1e-12)
+        ax.plot(x, np.asarray(y, dtype=np.float64), marker=markers[i % len(markers)], ms=4, lw=1.2, label=label)
+    if log_x:
+        ax.set_xscale("log")
+    if xline is not None:
+        ax.axvline(xline, color="0.3", ls="--", lw=1, label=xline_label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     save_figure(fig, path)

@@ -74,6 +74,10 @@ METHOD_LABELS: dict[str, str] = {
     "flat": "FLAT",
     "scrub": "SCRUB",
     "bad_teaching": "Bad Teaching",
+    "unlearn_control": "UNLEARN, retain-adapter control",
+    "unlearn_ll_control": "UNLEARN (LL), retain-adapter control",
+    "qr_erase_control": "QR-Erase, retain-adapter control",
+    "qr_erase_ll_control": "QR-Erase (LL), retain-adapter control",
 }
 
 #: raw method key -> LaTeX label, as typeset in the paper (others are escaped display names).
@@ -440,7 +444,10 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     :func:`qrerase.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
     ``model`` column and metric columns). Reference rows: ``base``, ``retain``. A missing Forget
     Quality shows as ``---``. ``wide=True`` adds the twelve component metrics grouped by set
-    (forget-set components are not ranked: lower is not uniformly better there).
+    (forget-set components are not ranked: lower is not uniformly better there) and, when the rows
+    hold ``forget_nll`` / ``retain_nll`` and a ``base`` row, the selectivity diagnostic: each
+    model's change of forget-set and retain-set answer NLL against the base model (nats; a
+    selective erase raises the first far more than the second).
     Returns ``(df, spec)`` for :func:`write_table`.
     """
     if {"model", "metric", "value"} <= set(rows.columns):
@@ -473,6 +480,11 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
                 if name not in wide_df.columns:
                     wide_df[name] = np.nan
                 columns.append(Column(name, header, hib, "{:.4f}", group=group))
+        if {"forget_nll", "retain_nll"} <= set(wide_df.columns) and (wide_df["method"] == "base").any():
+            base = wide_df.loc[wide_df["method"] == "base"].iloc[0]
+            for set_name in ("forget", "retain"):
+                wide_df[f"{set_name}_dnll"] = wide_df[f"{set_name}_nll"] - base[f"{set_name}_nll"]
+                columns.append(Column(f"{set_name}_dnll", f"{set_name} ΔNLL", None, "{:.3f}", group="Selectivity"))
     keep = ["method"] + [c.name for c in columns]
     spec = TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", "retain"))
     return wide_df[keep].reset_index(drop=True), spec

@@ -407,13 +407,20 @@ def forget_quality(
     return forget_ks(log, reference_log, name=name, reference_name=reference_name)[1]
 
 
+def answer_nll(log_set: Mapping) -> float:
+    """Mean answer-token NLL of a set (nats): ``mean_q avg_gt_loss`` (the selectivity diagnostic)."""
+    return float(np.mean(_vector(log_set, "avg_gt_loss")))
+
+
 def metrics_frame(log: Mapping, reference_log: Mapping | None = None, model: str = "name") -> pd.DataFrame:
     """Tidy metrics: columns ``model, metric, value``; one row per metric.
 
-    Rows: the twelve :func:`component_metrics`, then ``model_utility``, then ``forget_quality``
-    (only when ``reference_log`` is given).
+    Rows: the twelve :func:`component_metrics`, ``forget_nll`` and ``retain_nll``
+    (:func:`answer_nll`), then ``model_utility``, then ``forget_quality`` (only when
+    ``reference_log`` is given).
     """
     rows = [(model, k, v) for k, v in component_metrics(log).items()]
+    rows += [(model, f"{name}_nll", answer_nll(log[FILES[name]])) for name in ("forget", "retain")]
     rows.append((model, "model_utility", model_utility(log)))
     if reference_log is not None:
         rows.append((model, "forget_quality", forget_quality(log, reference_log, name=model, reference_name="reference")))

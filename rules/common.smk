@@ -93,6 +93,17 @@ DECOMP = {
     "qr_erase": "cpqr",
     "qr_erase_ll": "cpqr",
 }
+# The control of the selectivity diagnostic: '<method>_control' is the same edit built with the roles
+# of the two adapters swapped (T_f := T_r, P_r from T_f), on the same layers (unlearn.control).
+CONTROL = "_control"
+CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
+
+
+def method_decomp(method):
+    """'qr_erase_ll' or 'qr_erase_ll_control' -> 'cpqr'."""
+    return DECOMP[method.removesuffix(CONTROL)]
+
+
 DATA_SETS = [
     "forget",
     "retain",
@@ -103,6 +114,8 @@ DATA_SETS = [
     "eval_retain",
     "eval_real_authors",
     "eval_world_facts",
+    "pretrain",
+    "tune_retain",
 ]
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
 
@@ -120,6 +133,7 @@ PATHS = {
     "selected": "results/{exp}/energy/selected_layers.json",
     "energy_fig": "results/figures/{exp}_energy.png",
     "update": "results/{exp}/updates/k{rank}/{decomp}.safetensors",
+    "update_control": "results/{exp}/updates/k{rank}/{decomp}_control.safetensors",
     "erase_adapter": "results/{exp}/erase/k{rank}/{method}/adapter",
     "erased_model": "results/{exp}/erase/k{rank}/{method}/model",
     "eval": "results/{exp}/eval/{model}",
@@ -149,11 +163,11 @@ def log_path(rule_name, *wildcard_names):
 wildcard_constraints:
     exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)",
     name=r"[a-z_]+",
-    which="full|retain",
+    which="full|retain|pretrained",
     set="forget|retain",
     rank=r"\d+",
     decomp="cpqr|svd",
-    method="|".join(DECOMP),
+    method="|".join([*DECOMP, *(f"{m}{CONTROL}" for m in DECOMP)]),
     model=r"[A-Za-z0-9_.-]+",
 
 
@@ -175,23 +189,48 @@ def model_exp(exp):
 
 
 def base_model(wildcards):
-    """The fine-tuned ("full") model an experiment's LoRA adapters and erase edits start from."""
+    """The fine-tuned ("full") model an experiment's erase edits (and baselines) start from."""
     return path("model", exp=model_exp(wildcards.exp), which="full")
+
+
+def lora_base_inputs(wildcards):
+    """The checkpoint the task adapters train from (`lora.base`): the fine-tuned model, or the
+    pretrained one (the checkpoint built by rule pretrain; for a hub model, the hub checkpoint
+    itself, which is no workflow file and is passed as a param instead)."""
+    if config["lora"].get("base", "finetuned") == "finetuned":
+        return {"model": base_model(wildcards)}
+    if tiny_model():
+        return {"model": path("model", exp=model_exp(wildcards.exp), which="pretrained")}
+    return {}
+
+
+def finetune_init_inputs(wildcards):
+    """What fine-tuning starts from: the tokenizer to build the model on (rule pretrain), the
+    pretrained checkpoint (both fine-tuned models of the embedded default), or nothing (a hub
+    model, loaded by name)."""
+    if not tiny_model():
+        return {}
+    if wildcards.get("which", "pretrained") == "pretrained":
+        return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
+    return {"init": path("model", exp=wildcards.exp, which="pretrained")}
 
 
 def eval_models():
     """Model names evaluated in the TOFU table: base, retain reference, each method (subspace
     methods at rank k: '<method>_k<rank>'; optimisation baselines by their name, e.g. 'npo').
     """
-    return ["base", "retain"] + [
-        m if m in BASELINES else f"{m}_k{RANK}" for m in METHODS
-    ]
+    return (
+        ["base", "retain"]
+        + [m if m in BASELINES else f"{m}_k{RANK}" for m in METHODS]
+        + [f"{m}_k{RANK}" for m in CONTROLS]
+    )
 
 
 def split_model(model):
     """'qr_erase_k4' -> ('qr_erase', '4'); any other model name -> (name, None)."""
     method, _, rank = model.rpartition("_k")
-    return (method, rank) if method in DECOMP and rank.isdigit() else (model, None)
+    known = method.removesuffix(CONTROL) in DECOMP
+    return (method, rank) if known and rank.isdigit() else (model, None)
 
 
 def row_key(model):
@@ -234,23 +273,26 @@ def tofu_data_files(wildcards):
     return [str(Path(data["root"]) / f"{n}.jsonl") for n in names]
 
 
-def base_model_inputs(wildcards):
-    """The tokenizer built here (embedded default) or nothing (a hub/local model)."""
-    return {"tokenizer": path("tokenizer", exp=wildcards.exp)} if tiny_model() else {}
-
-
 def adapter_dir(wildcards):
     """A user's existing adapter for this set, or the one the lora rule trains."""
     given = config["lora"]["adapters"].get(wildcards.set)
     return given if given else path("lora", exp=wildcards.exp, set=wildcards.set)
 
 
+def retain_factors(wildcards, which):
+    """The factors P_r is built from (eq. 3): rank max(k, unlearn.retain_rank), so that a retain rank
+    above k uses the leading columns of a decomposition that has them (truncation is exact)."""
+    rank = max(int(wildcards.rank), config["unlearn"].get("retain_rank") or 0)
+    return path(
+        "factors", exp=wildcards.exp, rank=rank, decomp=wildcards.decomp, set=which
+    )
+
+
 def erase_inputs(wildcards):
-    decomp = DECOMP[wildcards.method]
-    inputs = {
-        "tilde": path("update", exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)
-    }
-    if wildcards.method.endswith("_ll"):
+    key = "update_control" if wildcards.method.endswith(CONTROL) else "update"
+    decomp = method_decomp(wildcards.method)
+    inputs = {"tilde": path(key, exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)}
+    if wildcards.method.removesuffix(CONTROL).endswith("_ll"):
         inputs["selected"] = path("selected", exp=wildcards.exp)
     return inputs
 
@@ -344,6 +386,7 @@ XLING_SETS = [
     "forget",
     "retain",
     "knowledge",
+    "pretrain",
     "eval_forget",
     "eval_retain",
     "eval_real_authors",
@@ -352,6 +395,7 @@ XLING_SETS = [
 XLING_SHARED_DATA = [
     "finetune_full",
     "finetune_retain",
+    "pretrain",
     "eval_forget",
     "eval_retain",
     "eval_real_authors",
@@ -438,6 +482,7 @@ def exp_section(section, exp):
     base = dict(
         config["model"]["tokenizer"] if section == "tokenizer" else config[section]
     )
+    base.pop("base", None)  # lora.base selects a checkpoint, not a training setting
     if model_exp(exp) == "xling":
         base.update(XLING.get(section) or {})
     return base

@@ -64,13 +64,34 @@ rule forget_update:
     # Eqs. 3-5: Q~_f = (I - P_r) Q_f,k and T~_f = Q~_f R_f,k Pi^T, stored as low-rank factors.
     input:
         forget=path("factors", set="forget"),
-        retain=path("factors", set="retain"),
+        retain=lambda wc: retain_factors(wc, "retain"),
     output:
         path("update"),
     log:
         log_path("forget_update", "exp", "rank", "decomp"),
     benchmark:
         benchmark_path("forget_update", "exp", "rank", "decomp")
+    conda:
+        "../envs/linalg.yaml"
+    threads: 1
+    resources:
+        **resources_for("linalg"),
+    params:
+        retain_rank=config["unlearn"]["retain_rank"],
+        scale=lambda wc: erase_scale(wc.exp),
+    script:
+        "../workflow_scripts/forget_update.py"
+
+
+rule forget_update_control:
+    # The selectivity control: eqs. 3-5 with the adapters' roles swapped (T_f := T_r, P_r from T_f).
+    input:
+        forget=path("factors", set="retain"),
+        retain=lambda wc: retain_factors(wc, "forget"),
+    output:
+        path("update_control"),
+    log:
+        log_path("forget_update_control", "exp", "rank", "decomp"),
     conda:
         "../envs/linalg.yaml"
     threads: 1

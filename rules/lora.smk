@@ -1,6 +1,6 @@
 rule lora:
     input:
-        model=base_model,
+        unpack(lora_base_inputs),
         data=path("data", name="{set}"),
     output:
         adapter=directory(path("lora")),
@@ -18,6 +18,7 @@ rule lora:
         **resources_for("train"),
     params:
         model=config["model"],
+        base=config["lora"].get("base", "finetuned"),
         lora=lambda wc: exp_section("lora", wc.exp),
         seed=config["seed"],
     script:

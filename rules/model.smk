@@ -5,6 +5,7 @@ rule tokenizer:
         path("data", name="eval_retain"),
         path("data", name="eval_real_authors"),
         path("data", name="eval_world_facts"),
+        path("data", name="pretrain"),
     output:
         directory(path("tokenizer")),
     log:
@@ -20,9 +21,40 @@ rule tokenizer:
         "../workflow_scripts/train_tokenizer.py"
 
 
-rule finetune:
+rule pretrain:
+    # The embedded model's pretrained checkpoint (the analogue of the paper's pretrained LLMs): the
+    # tiny Llama trained on authors in neither the forget nor the retain set, plus the knowledge
+    # sets. Skipped for a hub model (model.name_or_path): the hub checkpoint is the pretrained model.
     input:
-        unpack(base_model_inputs),
+        unpack(finetune_init_inputs),
+        data=path("data", name="pretrain"),
+    output:
+        model=directory(path("model", which="pretrained")),
+        curve=path("train_curve", which="pretrained"),
+    log:
+        log_path("pretrain", "exp"),
+    benchmark:
+        benchmark_path("pretrain", "exp")
+    wildcard_constraints:
+        exp=r"(?!speech)\w+",
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        model=config["model"],
+        train=lambda wc: exp_section("pretrain", wc.exp),
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/finetune.py"
+
+
+rule finetune:
+    # The fine-tuned (forget + retain) model and the retain-only reference: one recipe, both from
+    # the pretrained checkpoint.
+    input:
+        unpack(finetune_init_inputs),
         data=lambda wc: path(
             "data",
             exp=wc.exp,
@@ -35,6 +67,7 @@ rule finetune:
         log_path("finetune", "exp", "which"),
     wildcard_constraints:
         exp=r"(?!speech)\w+",  # speech exps: rule speech_finetune
+        which="full|retain",
     conda:
         "../envs/train.yaml"
     threads: config["threads"]

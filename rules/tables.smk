@@ -55,6 +55,7 @@ rule tofu_table:
         rows=[row_key(m) for m in eval_models()],
         reference="retain",
         imported={n: m.get("label", n) for n, m in imported_models().items()},
+        controls=CONTROLS,
         rank=RANK,
     script:
         "../workflow_scripts/tofu_table.py"

@@ -52,3 +52,22 @@ def test_record_without_answer_names_file_and_line(tmp_path):
     (tmp_path / "forget10.jsonl").write_text('{"question": "q?"}\n')
     with pytest.raises(ValueError, match=r"forget10.jsonl:1: record lacks a non-empty 'answer'"):
         make_tofu_sets(TofuDataConfig(root=str(tmp_path)))
+
+
+def test_pretrain_authors_are_disjoint_and_tune_slice_is_not_evaluated():
+    sets = make_tofu_sets(TofuDataConfig(root=ROOT, split="forget10", n_authors=20, pretrain_authors=40))
+    full = [json.loads(line) for line in open(f"{ROOT}/full.jsonl")]
+    # pretraining authors: the 40 authors after the 18 retained ones (full rows 360..1159) + knowledge
+    assert [r["question"] for r in sets["pretrain"][:800]] == [r["question"] for r in full[360:1160]]
+    assert sets["pretrain"][800:] == sets["knowledge"]
+    # (disjoint by author: rows 0..359 retained, 3960.. forgotten; TOFU repeats one generic question,
+    # "What is the full name of the author?", across authors, so question texts are not all distinct)
+    # the held-out retain slice: retain authors 16-18 (no evaluation set holds them)
+    assert [r["question"] for r in sets["tune_retain"]] == [r["question"] for r in full[300:360]]
+    evaluated = {r["question"] for name in ("eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts") for r in sets[name]}
+    assert not evaluated & {r["question"] for r in sets["tune_retain"]}
+
+
+def test_too_many_pretrain_authors_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"data.pretrain_authors: expected 0..162"):
+        make_tofu_sets(TofuDataConfig(root=ROOT, split="forget10", n_authors=20, pretrain_authors=163))

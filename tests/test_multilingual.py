@@ -253,3 +253,15 @@ def test_tables_and_figures(tmp_path):
     with pytest.raises(ValueError, match="p-values"):
         crosslingual_scatter(pd.DataFrame([{"unlearn": "en", "eval": "en", "relative_utility": 1.0,
                                             "forget_quality": 2.0}]), tmp_path / "y.png")
+
+
+def test_pretraining_authors_follow_the_retained_ones_in_every_language():
+    en = make_language_sets(EN, n_authors=3, max_questions=40, pretrain_authors=2)
+    fr = make_language_sets(MTOFU / "fr", n_authors=3, max_questions=40, pretrain_authors=2)
+    retain99 = [json.loads(line) for line in open(MTOFU / "fr" / "retain99.jsonl", encoding="utf-8")]
+    # the 2 authors after the retained one (rows 20..59 of retain99), then the knowledge QA
+    assert [r["question"] for r in fr["pretrain"][:40]] == [r["question"] for r in retain99[20:60]]
+    assert fr["pretrain"][40:] == fr["knowledge"] and len(en["pretrain"]) == len(fr["pretrain"])
+    assert make_language_sets(EN, n_authors=3, max_questions=40)["pretrain"] == en["knowledge"]
+    with pytest.raises(ValueError, match=r"pretrain_authors: expected 0..197"):
+        make_language_sets(EN, n_authors=3, max_questions=40, pretrain_authors=198)

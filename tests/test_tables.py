@@ -42,7 +42,8 @@ def test_method_labels():
     assert METHOD_LABELS["unlearn_ll"] == "UNLEARN (LL)"
     assert METHOD_LABELS["retain"] == "Retain reference"
     assert METHOD_LABELS["bad_teaching"] == "Bad Teaching"
-    assert len(METHOD_LABELS) == 14
+    assert METHOD_LABELS["qr_erase_ll_control"] == "QR-Erase (LL), retain-adapter control"
+    assert len(METHOD_LABELS) == 18  # 14 methods and reference rows + a control row per subspace method
 
 
 @pytest.mark.parametrize(
@@ -272,7 +273,8 @@ def test_tofu_table_from_real_metrics_frames(tmp_path):
     assert md[4] == "| NPO | **0.6227** | <u>1.834e-21</u> |"
     assert md[5] == "| QR-Erase | <u>0.6137</u> | **1** ✓ |"
     dfw, specw = tofu_table(tidy, wide=True)
-    assert len(specw.columns) == 14
+    assert len(specw.columns) == 16  # MU, FQ, 12 components, forget / retain ΔNLL against the base row
+    assert dfw.loc[dfw.method == "npo", "forget_dnll"].item() == pytest.approx(0.0)
     write_table(dfw, specw, tmp_path / "w.csv", tmp_path / "w.md", tmp_path / "w.tex")
     csv = pd.read_csv(tmp_path / "w.csv", keep_default_na=False)
     assert float(csv.loc[csv.method == "base", "retain_probability"].item()) == pytest.approx(0.9895272273969067)
@@ -302,3 +304,21 @@ def test_rank_property(values, higher):
     else:
         assert "second" not in marks
     assert render_markdown(df, spec) == render_markdown(df.copy(), spec)
+
+
+def test_wide_table_has_the_selectivity_diagnostic():
+    rows = pd.DataFrame(
+        [(m, k, v) for m, vals in {"base": (0.05, 0.04, 0.9), "retain": (6.0, 0.05, 0.9), "qr_erase_ll": (2.0, 0.3, 0.8),
+                                   "qr_erase_ll_control": (0.5, 1.5, 0.7)}.items()
+         for k, v in zip(("forget_nll", "retain_nll", "model_utility"), vals)],
+        columns=["model", "metric", "value"],
+    )
+    df, spec = tofu_table(rows, wide=True)
+    got = df.set_index("method")[["forget_dnll", "retain_dnll"]]
+    np.testing.assert_allclose(got.loc["qr_erase_ll"], [1.95, 0.26])
+    np.testing.assert_allclose(got.loc["qr_erase_ll_control"], [0.45, 1.46])
+    np.testing.assert_allclose(got.loc["base"], [0.0, 0.0])
+    sel = [c for c in spec.columns if c.group == "Selectivity"]
+    assert [c.name for c in sel] == ["forget_dnll", "retain_dnll"] and all(c.higher_is_better is None for c in sel)
+    narrow, _ = tofu_table(rows, wide=False)
+    assert "forget_dnll" not in narrow.columns

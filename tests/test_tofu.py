@@ -107,13 +107,14 @@ def test_rougeL_recall_reproduces_published_values(full):
 def test_metrics_frame(full, retain90):
     df = tofu.metrics_frame(full, retain90, model="base")
     assert list(df.columns) == ["model", "metric", "value"]
-    assert len(df) == 14 and set(df["model"]) == {"base"}
+    assert len(df) == 16 and set(df["model"]) == {"base"}
     vals = dict(zip(df["metric"], df["value"]))
     assert round(vals["model_utility"], 4) == 0.6227
     assert vals["forget_quality"] == tofu.forget_quality(full, retain90)
-    assert list(df["metric"])[-2:] == ["model_utility", "forget_quality"]
+    assert list(df["metric"])[-4:] == ["forget_nll", "retain_nll", "model_utility", "forget_quality"]
+    assert vals["forget_nll"] == pytest.approx(np.mean(list(full["eval_log_forget.json"]["avg_gt_loss"].values())))
     df2 = tofu.metrics_frame(full, model="x")
-    assert len(df2) == 13 and "forget_quality" not in set(df2["metric"])
+    assert len(df2) == 15 and "forget_quality" not in set(df2["metric"])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Rule finetune: train the "fine-tuned" (forget + retain) or the retain-only reference model."""
+"""Rules pretrain and finetune: train the embedded model's pretrained checkpoint (built on the run's
+tokenizer), or the "fine-tuned" (forget + retain) / retain-only reference model (from the pretrained
+checkpoint, or from the hub model named by model.name_or_path)."""
 
 from qrerase.io import read_jsonl, write_csv
 from qrerase.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, resolve_device, save_model
@@ -6,22 +8,25 @@ from qrerase.training import TrainConfig, train_causal_lm
 from qrerase.workflow import job, template_from
 
 p = snakemake.params  # noqa: F821
+inp = snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     mcfg = p.model
-    if mcfg["name_or_path"] is None:
-        tokenizer = load_tokenizer(snakemake.input.tokenizer)
+    dtype, device = mcfg.get("dtype", "float32"), mcfg.get("device", "cpu")
+    if "tokenizer" in inp.keys():  # rule pretrain: a new tiny Llama on the run's tokenizer
+        tokenizer = load_tokenizer(inp.tokenizer)
         model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
-        model = model.to(resolve_device(mcfg.get("device", "cpu")))
-    else:
+        model = model.to(resolve_device(device))
+    elif "init" in inp.keys():  # the embedded model's fine-tuning: from the pretrained checkpoint
+        tokenizer = load_tokenizer(inp.init)
+        model = load_model(inp.init, dtype=dtype, device=device)
+    else:  # a hub / local model: its checkpoint is the pretrained model
         local = mcfg.get("local_files_only", True)
         tokenizer = load_tokenizer(mcfg["name_or_path"], local_files_only=local)
-        model = load_model(
-            mcfg["name_or_path"], dtype=mcfg.get("dtype", "float32"), local_files_only=local,
-            device=mcfg.get("device", "cpu"),
-        )
-    records = read_jsonl(snakemake.input.data)
-    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})
-    log.info("training on %d QA pairs: %s", len(records), cfg)
-    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg), cfg, desc=snakemake.wildcards.which)
-    save_model(model, tokenizer, snakemake.output.model)
-    write_csv(snakemake.output.curve, curve)
+        model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device)
+    records = read_jsonl(inp.data)
+    which = snakemake.wildcards.get("which", "pretrained")  # noqa: F821
+    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    log.info("training %s on %d QA pairs: %s", which, len(records), cfg)
+    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg), cfg, desc=which)
+    save_model(model, tokenizer, snakemake.output.model)  # noqa: F821
+    write_csv(snakemake.output.curve, curve)  # noqa: F821

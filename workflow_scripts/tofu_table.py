@@ -17,7 +17,8 @@ with job(snakemake) as log:  # noqa: F821
     caption = (
         f"TOFU {split}: Model Utility and Forget Quality (KS p-value of the forget-set truth ratios "
         f"against the retain-only reference; checkmark: p > 0.1). Subspace methods at rank k={p.rank}. "
-        "Bold/underlined: best/second-best."
+        "Bold/underlined: best/second-best. Control rows (the same edit built from the retain adapter) "
+        "are not ranked."
     )
     for wide, key in ((False, "tofu"), (True, "tofu_wide")):
         df, spec = tofu_table(rows, wide=wide)
@@ -25,7 +26,7 @@ with job(snakemake) as log:  # noqa: F821
             spec,
             labels=labels,
             tex_labels={**spec.tex_labels, **p.imported},
-            reference_rows=(*spec.reference_rows, *p.imported),
+            reference_rows=(*spec.reference_rows, *p.imported, *p.controls),
         )
         write_table(
             df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"],

@@ -1,4 +1,5 @@
-"""Rule lora: LoRA fine-tuning of the fine-tuned model on the forget or the retain set."""
+"""Rule lora: LoRA task adapter on the forget or the retain set, trained from the checkpoint that
+`lora.base` names (the fine-tuned model, or the pretrained one)."""
 
 from qrerase.io import read_jsonl, write_csv
 from qrerase.lm import load_model, load_tokenizer
@@ -8,8 +9,12 @@ from qrerase.workflow import job, template_from
 p = snakemake.params  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     lcfg = p.lora
-    model = load_model(snakemake.input.model, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"))  # noqa: F821
-    tokenizer = load_tokenizer(snakemake.input.model)
+    inp = snakemake.input  # noqa: F821
+    # A hub model's pretrained checkpoint is no workflow file: loaded by name.
+    source = inp.model if "model" in inp.keys() else p.model["name_or_path"]
+    local = p.model.get("local_files_only", True)
+    model = load_model(source, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"), local_files_only=local)
+    tokenizer = load_tokenizer(source, local_files_only=local)
     records = read_jsonl(snakemake.input.data)
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length")
     train = TrainConfig.from_dict(
@@ -22,7 +27,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         target_modules=tuple(lcfg["target_modules"]),
         train=train,
     )
-    log.info("LoRA on %d QA pairs (%s): %s", len(records), snakemake.wildcards.set, cfg)
+    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, p.base, source, cfg)  # noqa: F821
     peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model), cfg, desc=f"lora-{snakemake.wildcards.set}")
     save_adapter(peft_model, snakemake.output.adapter)
     write_csv(snakemake.output.curve, curve)

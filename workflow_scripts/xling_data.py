@@ -12,6 +12,7 @@ with job(snakemake) as log:  # noqa: F821
     sets = {
         "finetune_full": gather("forget", "retain", "knowledge"),
         "finetune_retain": gather("retain", "knowledge"),
+        "pretrain": gather("pretrain"),
         **{name: gather(name) for name in ("eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts")},
     }
     for name, rows in sets.items():

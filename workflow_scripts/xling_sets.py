@@ -13,6 +13,7 @@ with job(snakemake) as log:  # noqa: F821
         p.data.get("knowledge", []),
         p.data.get("knowledge_questions"),
         p.data.get("forget_split", "forget01_perturbed"),
+        p.data.get("pretrain_authors", 0),
     )
     for name in snakemake.output.keys():  # noqa: F821
         write_jsonl(snakemake.output[name], sets[name])  # noqa: F821

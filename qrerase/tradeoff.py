@@ -1,0 +1,138 @@
+"""Utility–forgetting trade-off sweeps: one evaluated point per setting, the λ selection rule, the figure.
+
+A *point* is one unlearned model: a subspace erase at rank k and scale λ (W' = W − λ T̃_f; the
+forget update U V is stored at the configured λ₀, so a point rescales it by λ/λ₀ instead of
+recomputing any factor), or an optimisation baseline trained for a number of epochs. Each point is
+evaluated with the track's own protocol; for the text tracks that is the TOFU protocol plus the
+answer-token NLL on the **held-out retain slice** (``tune_retain``: retain QA that no evaluation set
+holds), which is what :func:`select_scale` reads. The selection never reads Forget Quality nor the
+retain reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "scale_name",
+    "scaled_updates",
+    "mean_answer_nll",
+    "select_scale",
+    "tradeoff_frame",
+    "curves",
+    "POINT_COLUMNS",
+]
+
+#: the columns of one text-track point (in this order; metric columns follow).
+POINT_COLUMNS = ("method", "family", "rank", "scale", "epochs")
+
+
+def scale_name(scale: float) -> str:
+    """The path form of a scale: ``0.5 -> '0.5'``, ``2.0 -> '2'`` (``%g``); negative or non-finite is an error."""
+    x = float(scale)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"scale: expected a finite number >= 0, got {scale!r}")
+    return f"{x:g}"
+
+
+def scaled_updates(updates: Mapping[str, tuple[Any, Any]], factor: float) -> dict[str, tuple[Any, Any]]:
+    """``{module: (factor · U, V)}``: the forget update λ₀ T̃_f = U V rescaled to λ = factor · λ₀.
+
+    ``U`` is ``(d_out, k)``, ``V`` is ``(k, d_in)`` (any array type supporting ``*``); the product
+    ``(factor U) V`` is the rescaled edit, exactly, with no refactoring.
+    """
+    f = float(factor)
+    if not math.isfinite(f):
+        raise ValueError(f"scaled_updates: factor must be finite, got {factor!r}")
+    return {name: (U * f, V) for name, (U, V) in updates.items()}
+
+
+def mean_answer_nll(losses: Sequence[tuple[float, int]]) -> float:
+    """Mean over questions of the per-token answer NLL, from ``(sum_nll, n_tokens)`` pairs (nats)."""
+    if not losses:
+        raise ValueError("mean_answer_nll: no answers")
+    per_q = [s / c for s, c in losses if c > 0]
+    if len(per_q) != len(losses):
+        raise ValueError("mean_answer_nll: an answer has no tokens")
+    return float(np.mean(per_q))
+
+
+def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_retain_nll") -> pd.DataFrame:
+    """The λ selection rule, per ``(method, rank)`` of the subspace points.
+
+    Rule: the **largest** swept λ whose held-out retain NLL (``column``) exceeds the λ = 0 value (the
+    unedited model) by at most ``max_rise`` nats. ``points`` needs ``family``, ``method``, ``rank``,
+    ``scale`` and ``column``; every ``(method, rank)`` needs its λ = 0 point. Returns one row per
+    ``(method, rank)``: ``method, rank, selected_scale, base_nll, selected_nll``. The rule reads only
+    the held-out slice: no Forget Quality, no evaluation set, no retain reference.
+    """
+    if max_rise < 0:
+        raise ValueError(f"select_scale: max_rise must be >= 0, got {max_rise}")
+    sub = points[points["family"] == "subspace"]
+    rows = []
+    for (method, rank), grp in sub.groupby(["method", "rank"], sort=False):
+        base = grp[grp["scale"] == 0]
+        if base.empty:
+            raise ValueError(f"select_scale: {method} at k={rank} has no scale-0 point (the unedited model)")
+        base_nll = float(base[column].iloc[0])
+        ok = grp[grp[column] - base_nll <= max_rise]
+        best = ok.sort_values("scale").iloc[-1]
+        rows.append({
+            "method": method, "rank": int(rank), "selected_scale": float(best["scale"]),
+            "base_nll": base_nll, "selected_nll": float(best[column]),
+        })
+    return pd.DataFrame(rows, columns=["method", "rank", "selected_scale", "base_nll", "selected_nll"])
+
+
+def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]],
+                        tune_set: Sequence[Mapping[str, Any]], reference_log: Mapping, cfg, meta: Mapping[str, Any]) -> pd.DataFrame:
+    """One text-track point: the TOFU protocol on ``eval_sets`` (Model Utility, Forget Quality against
+    ``reference_log``, the twelve components, forget/retain answer NLL) plus ``tune_retain_nll``, the
+    mean answer NLL on the held-out retain slice ``tune_set``. Returns a one-row frame:
+    ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.tofu.metrics_frame` order,
+    then ``tune_retain_nll``.
+    """
+    from .evaluation import answer_losses, evaluate_tofu
+    from .lm import qa_pair
+    from .tofu import metrics_frame
+
+    log = evaluate_tofu(model, tokenizer, template, eval_sets, cfg)
+    metrics = metrics_frame(log, reference_log, model=str(meta.get("method")))
+    row = {c: meta.get(c) for c in POINT_COLUMNS}
+    row.update(dict(zip(metrics["metric"], metrics["value"])))
+    if tune_set:
+        row["tune_retain_nll"] = mean_answer_nll(answer_losses(model, tokenizer, template, [qa_pair(r) for r in tune_set], cfg))
+    else:
+        row["tune_retain_nll"] = float("nan")
+    return pd.DataFrame([row])
+
+
+def tradeoff_frame(points: pd.DataFrame, base_utility: float) -> pd.DataFrame:
+    """All points of a text track in sweep order (subspace by method, rank, λ; baselines by method,
+    epochs) with ``utility_rel`` = Model Utility / the base model's (``base_utility`` > 0)."""
+    if not base_utility > 0:
+        raise ValueError(f"tradeoff_frame: the base model's utility must be > 0, got {base_utility}")
+    df = points.copy()
+    df["utility_rel"] = df["model_utility"] / float(base_utility)
+    order = {m: i for i, m in enumerate(dict.fromkeys(df["method"]))}
+    df["_m"] = df["method"].map(order)
+    df = df.sort_values(["family", "_m", "rank", "scale", "epochs"], kind="stable", na_position="first")
+    return df.drop(columns="_m").reset_index(drop=True)
+
+
+def curves(frame: pd.DataFrame, x: str, y: str, labels: Mapping[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{label: (x, y)}`` per method (and rank, when several ranks are swept) in sweep order."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    ranks = frame.loc[frame["family"] == "subspace", "rank"].dropna().unique()
+    for keys, grp in frame.groupby(["family", "method", "rank"], sort=False, dropna=False):
+        family, method, rank = keys
+        label = labels.get(method, method)
+        if family == "subspace" and len(ranks) > 1:
+            label = f"{label}, k={int(rank)}"
+        out[label] = (grp[x].to_numpy(), grp[y].to_numpy())
+    return out

@@ -1,0 +1,72 @@
+"""The trade-off sweep's library part: scale names, rescaled updates, the λ rule, the sweep frame."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from qrerase.tradeoff import curves, mean_answer_nll, scale_name, scaled_updates, select_scale, tradeoff_frame
+
+
+def test_scale_name_is_the_path_form():
+    assert [scale_name(x) for x in (0, 0.5, 2.0, 3, 1.25)] == ["0", "0.5", "2", "3", "1.25"]
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="scale: expected a finite number >= 0"):
+            scale_name(bad)
+
+
+def test_scaled_updates_rescale_the_product_exactly():
+    rng = np.random.default_rng(0)
+    U, V = rng.standard_normal((6, 2)), rng.standard_normal((2, 5))
+    out = scaled_updates({"m": (U, V)}, 2.5)
+    np.testing.assert_allclose(out["m"][0] @ out["m"][1], 2.5 * (U @ V), rtol=1e-14)
+    assert out["m"][1] is V
+    with pytest.raises(ValueError, match="factor must be finite"):
+        scaled_updates({"m": (U, V)}, float("inf"))
+
+
+def test_mean_answer_nll_is_the_mean_per_token_loss():
+    assert mean_answer_nll([(2.0, 4), (3.0, 1)]) == pytest.approx((0.5 + 3.0) / 2)
+    with pytest.raises(ValueError, match="no answers"):
+        mean_answer_nll([])
+    with pytest.raises(ValueError, match="has no tokens"):
+        mean_answer_nll([(1.0, 0)])
+
+
+def _points():
+    rows = []
+    for method, rises in (("qr_erase_ll", [0, 0.02, 0.05, 0.3]), ("unlearn", [0, 0.2, 0.4, 0.9])):
+        for scale, rise in zip([0, 1, 2, 4], rises):
+            rows.append({"method": method, "family": "subspace", "rank": 4, "scale": scale, "epochs": None,
+                         "tune_retain_nll": 0.5 + rise, "model_utility": 0.8 - rise, "forget_quality": 1e-3 * (1 + scale)})
+    rows.append({"method": "ga", "family": "baseline", "rank": None, "scale": None, "epochs": 5,
+                 "tune_retain_nll": 9.0, "model_utility": 0.4, "forget_quality": 0.2})
+    return pd.DataFrame(rows)
+
+
+def test_select_scale_takes_the_largest_lambda_within_the_rise():
+    sel = select_scale(_points(), max_rise=0.1)
+    assert sel.set_index("method")["selected_scale"].to_dict() == {"qr_erase_ll": 2.0, "unlearn": 0.0}
+    assert sel.set_index("method").loc["qr_erase_ll", "selected_nll"] == pytest.approx(0.55)
+    # the rule does not read Forget Quality: changing it changes nothing
+    pts = _points().assign(forget_quality=0.5)
+    pd.testing.assert_frame_equal(select_scale(pts, 0.1), sel)
+
+
+def test_select_scale_needs_the_unedited_point():
+    pts = _points()
+    with pytest.raises(ValueError, match="no scale-0 point"):
+        select_scale(pts[pts["scale"] != 0], 0.1)
+    with pytest.raises(ValueError, match="max_rise must be >= 0"):
+        select_scale(pts, -1)
+
+
+def test_tradeoff_frame_orders_points_and_relates_utility_to_base():
+    frame = tradeoff_frame(_points().sample(frac=1, random_state=0), base_utility=0.8)
+    sub = frame[frame["family"] == "subspace"]
+    assert list(sub.groupby("method", sort=False)["scale"].apply(list).iloc[0]) == [0, 1, 2, 4]
+    assert frame.loc[frame["method"] == "ga", "utility_rel"].item() == pytest.approx(0.5)
+    c = curves(frame, "forget_quality", "utility_rel", {"qr_erase_ll": "QR-Erase (LL)"})
+    assert set(c) == {"QR-Erase (LL)", "unlearn", "ga"}
+    np.testing.assert_allclose(c["QR-Erase (LL)"][1], [1.0, 0.975, 0.9375, 0.625])
+    with pytest.raises(ValueError, match="utility must be > 0"):
+        tradeoff_frame(_points(), 0.0)

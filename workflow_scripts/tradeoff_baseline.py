@@ -1,0 +1,31 @@
+"""Rule tradeoff_baseline: one sweep point of an optimisation baseline (its configured run, with the
+number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
+
+from qrerase.baselines import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
+from qrerase.evaluation import EvalConfig
+from qrerase.io import read_jsonl, write_csv
+from qrerase.lm import load_model, load_tokenizer
+from qrerase.tofu import load_log
+from qrerase.tradeoff import evaluate_text_point
+from qrerase.workflow import job, template_from
+
+p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    epochs = int(wc.epochs)
+    cfg = BaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
+    model = load_model(inp.model, dtype=dtype, device=device)
+    ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
+    tokenizer = load_tokenizer(inp.model)
+    template = template_from(p.model)
+    refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
+    model, _ = train_baseline(
+        model, ref_model, tokenizer, read_jsonl(inp.forget), read_jsonl(inp.retain), template, cfg,
+        refusals=refusals, desc=f"{wc.exp}-{cfg.method}-e{epochs}",
+    )
+    eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
+    ecfg = EvalConfig(batch_size=p.evaluate.get("batch_size", 32), max_new_tokens=p.evaluate.get("max_new_tokens", 48))
+    meta = {"method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
+    row = evaluate_text_point(model, tokenizer, template, eval_sets, read_jsonl(inp.tune), load_log(inp.reference), ecfg, meta)
+    write_csv(snakemake.output[0], row)  # noqa: F821
+    log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())
