@@ -25,11 +25,12 @@ __all__ = [
     "select_scale",
     "tradeoff_frame",
     "curves",
+    "point_reference",
     "POINT_COLUMNS",
 ]
 
 #: the columns of one text-track point (in this order; metric columns follow).
-POINT_COLUMNS = ("method", "family", "rank", "scale", "epochs")
+POINT_COLUMNS = ("group", "method", "family", "rank", "scale", "epochs")
 
 
 def scale_name(scale: float) -> str:
@@ -67,13 +68,14 @@ def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_reta
 
     Rule: the **largest** swept λ whose held-out retain NLL (``column``) exceeds the λ = 0 value (the
     unedited model) by at most ``max_rise`` nats. ``points`` needs ``family``, ``method``, ``rank``,
-    ``scale`` and ``column``; every ``(method, rank)`` needs its λ = 0 point. Returns one row per
+    ``scale`` and ``column``; every ``(method, rank)`` needs its λ = 0 point. Points without the
+    held-out column's values (a track without a held-out slice) select nothing. Returns one row per
     ``(method, rank)``: ``method, rank, selected_scale, base_nll, selected_nll``. The rule reads only
     the held-out slice: no Forget Quality, no evaluation set, no retain reference.
     """
     if max_rise < 0:
         raise ValueError(f"select_scale: max_rise must be >= 0, got {max_rise}")
-    sub = points[points["family"] == "subspace"]
+    sub = points[(points["family"] == "subspace") & points[column].notna()]
     rows = []
     for (method, rank), grp in sub.groupby(["method", "rank"], sort=False):
         base = grp[grp["scale"] == 0]
@@ -87,6 +89,16 @@ def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_reta
             "base_nll": base_nll, "selected_nll": float(best[column]),
         })
     return pd.DataFrame(rows, columns=["method", "rank", "selected_scale", "base_nll", "selected_nll"])
+
+
+def point_reference(reference_dir, lang: str | None = None) -> dict:
+    """The retain reference's eval log a point's Forget Quality is computed against: the TOFU eval
+    directory, or its language ``lang`` subdirectory (a cross-lingual ``xling_evaluate`` output)."""
+    from pathlib import Path
+
+    from .tofu import load_log
+
+    return load_log(Path(reference_dir) / lang if lang else reference_dir)
 
 
 def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -112,27 +124,36 @@ def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequ
     return pd.DataFrame([row])
 
 
-def tradeoff_frame(points: pd.DataFrame, base_utility: float) -> pd.DataFrame:
-    """All points of a text track in sweep order (subspace by method, rank, λ; baselines by method,
-    epochs) with ``utility_rel`` = Model Utility / the base model's (``base_utility`` > 0)."""
-    if not base_utility > 0:
-        raise ValueError(f"tradeoff_frame: the base model's utility must be > 0, got {base_utility}")
+def tradeoff_frame(points: pd.DataFrame) -> pd.DataFrame:
+    """All points of a text track in sweep order (per group: subspace by method, rank, λ; baselines
+    by method, epochs) with ``utility_rel`` = Model Utility / the unedited model's, taken from the
+    group's λ = 0 point (any subspace method; a group is the TOFU run or one unlearning language)."""
     df = points.copy()
-    df["utility_rel"] = df["model_utility"] / float(base_utility)
+    base = df[(df["family"] == "subspace") & (df["scale"] == 0)].groupby("group", sort=False)["model_utility"].first()
+    missing = sorted(set(df["group"]) - set(base.index))
+    if missing:
+        raise ValueError(f"tradeoff_frame: group(s) {missing} have no scale-0 point (the unedited model; add 0 to tradeoff.scales)")
+    if not (base > 0).all():
+        raise ValueError(f"tradeoff_frame: the unedited model's utility must be > 0, got {base.to_dict()}")
+    df["utility_rel"] = df["model_utility"] / df["group"].map(base)
     order = {m: i for i, m in enumerate(dict.fromkeys(df["method"]))}
-    df["_m"] = df["method"].map(order)
-    df = df.sort_values(["family", "_m", "rank", "scale", "epochs"], kind="stable", na_position="first")
-    return df.drop(columns="_m").reset_index(drop=True)
+    groups = {g: i for i, g in enumerate(dict.fromkeys(df["group"]))}
+    df["_g"], df["_m"] = df["group"].map(groups), df["method"].map(order)
+    df = df.sort_values(["_g", "family", "_m", "rank", "scale", "epochs"], kind="stable", na_position="first")
+    return df.drop(columns=["_g", "_m"]).reset_index(drop=True)
 
 
 def curves(frame: pd.DataFrame, x: str, y: str, labels: Mapping[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{label: (x, y)}`` per method (and rank, when several ranks are swept) in sweep order."""
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     ranks = frame.loc[frame["family"] == "subspace", "rank"].dropna().unique()
-    for keys, grp in frame.groupby(["family", "method", "rank"], sort=False, dropna=False):
-        family, method, rank = keys
+    groups = frame["group"].unique()
+    for keys, grp in frame.groupby(["group", "family", "method", "rank"], sort=False, dropna=False):
+        group, family, method, rank = keys
         label = labels.get(method, method)
         if family == "subspace" and len(ranks) > 1:
             label = f"{label}, k={int(rank)}"
+        if len(groups) > 1:
+            label = f"{label} ({group}→{group})"
         out[label] = (grp[x].to_numpy(), grp[y].to_numpy())
     return out

@@ -8,6 +8,11 @@ TRADEOFF = config.get("tradeoff", {})
 TRADEOFF_SCALES = [scale_name(s) for s in TRADEOFF.get("scales", [])]
 TRADEOFF_RANKS = list(TRADEOFF.get("ranks", [RANK]))
 TRADEOFF_EPOCHS = list(TRADEOFF.get("epochs", []))
+if TRADEOFF_SCALES and "0" not in TRADEOFF_SCALES:
+    raise WorkflowError(
+        "config key 'tradeoff.scales': must include 0 (the unedited model: the utility "
+        "reference of every curve and the baseline of the lambda rule)"
+    )
 
 PATHS.update(
     {
@@ -18,13 +23,30 @@ PATHS.update(
 )
 
 
+def tradeoff_lang(wildcards):
+    """The unlearning (= evaluation) language of a cross-lingual point ('xling_hi_R' -> 'hi_R'), else None."""
+    exp = wildcards.exp
+    return exp[len("xling_") :] if exp.startswith("xling_") else None
+
+
 def tradeoff_eval_inputs(wildcards):
-    """The TOFU evaluation sets, the held-out retain slice and the retain reference's eval log."""
+    """The track's evaluation sets and the retain reference's eval log (TOFU: also the held-out
+    retain slice; cross-lingual: the unlearning language X, so a point is the X -> X pair)."""
+    lang = tradeoff_lang(wildcards)
+    if lang is None:
+        return {
+            **eval_data_inputs(wildcards),
+            "tune": path("data", exp=wildcards.exp, name="tune_retain"),
+            "reference": path("eval", exp=wildcards.exp, model="retain"),
+        }
     return {
-        **eval_data_inputs(wildcards),
-        "tune": path("data", exp=wildcards.exp, name="tune_retain"),
-        "reference": path("eval", exp=wildcards.exp, model="retain"),
+        **{s: path("xling_sets", lang=lang, name=f"eval_{s}") for s in EVAL_SETS},
+        "reference": path("xling_eval", exp="xling", model="retain"),
     }
+
+
+def tradeoff_evaluate(wildcards):
+    return XLING["evaluate"] if tradeoff_lang(wildcards) else config["tofu"]["evaluate"]
 
 
 def tradeoff_erase_inputs(wildcards):
@@ -39,33 +61,42 @@ def tradeoff_baseline_inputs(wildcards):
     return {**baseline_inputs(wildcards), **tradeoff_eval_inputs(wildcards)}
 
 
-def tofu_tradeoff_points():
-    subspace = [m for m in METHODS if m in DECOMP]
-    baselines = [m for m in METHODS if m in BASELINES]
+def tradeoff_points(track):
+    """Every sweep point of a text track (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
+    if track == "tofu":
+        exps, methods = [EXP], METHODS
+    else:
+        exps, methods = [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
     return [
         *[
-            path("tradeoff_erase", exp=EXP, rank=k, method=m, scale=s)
-            for m in subspace
+            path("tradeoff_erase", exp=e, rank=k, method=m, scale=s)
+            for e in exps
+            for m in methods
+            if m in DECOMP
             for k in TRADEOFF_RANKS
             for s in TRADEOFF_SCALES
         ],
         *[
-            path("tradeoff_baseline", exp=EXP, method=m, epochs=e)
-            for m in baselines
-            for e in TRADEOFF_EPOCHS
+            path("tradeoff_baseline", exp=e, method=m, epochs=n)
+            for e in exps
+            for m in methods
+            if m in BASELINES
+            for n in TRADEOFF_EPOCHS
         ],
     ]
 
 
 def tradeoff_targets():
-    outs = []
-    if "tofu" in config["tracks"]:
-        outs += [
-            path("table", table="tofu_tradeoff", ext="csv"),
-            path("tradeoff_selection", track="tofu"),
-            path("figure", name="tofu_tradeoff"),
-        ]
-    return outs
+    return [
+        out
+        for track in ("tofu", "crosslingual")
+        if track in config["tracks"]
+        for out in (
+            path("table", table=f"{track}_tradeoff", ext="csv"),
+            path("tradeoff_selection", track=track),
+            path("figure", name=f"{track}_tradeoff"),
+        )
+    ]
 
 
 rule tradeoff_erase:
@@ -77,7 +108,7 @@ rule tradeoff_erase:
     log:
         log_path("tradeoff_erase", "exp", "rank", "method", "scale"),
     wildcard_constraints:
-        exp=r"tofu_forget\d\d",
+        exp=r"tofu_forget\d\d|xling_[a-z]{2}(_R)?",
         scale=r"\d+(\.\d+)?",
     conda:
         "../envs/eval.yaml"
@@ -86,7 +117,8 @@ rule tradeoff_erase:
         **resources_for("evaluate"),
     params:
         model=config["model"],
-        evaluate=config["tofu"]["evaluate"],
+        evaluate=tradeoff_evaluate,
+        lang=tradeoff_lang,
         stored_scale=lambda wc: erase_scale(wc.exp),
         seed=config["seed"],
     script:
@@ -102,7 +134,7 @@ rule tradeoff_baseline:
     log:
         log_path("tradeoff_baseline", "exp", "method", "epochs"),
     wildcard_constraints:
-        exp=r"tofu_forget\d\d",
+        exp=r"tofu_forget\d\d|xling_[a-z]{2}(_R)?",
         method="|".join(BASELINES),
         epochs=r"\d+",
     conda:
@@ -112,28 +144,30 @@ rule tradeoff_baseline:
         **resources_for("train"),
     params:
         model=config["model"],
-        evaluate=config["tofu"]["evaluate"],
+        evaluate=tradeoff_evaluate,
+        lang=tradeoff_lang,
         baseline=baseline_params,
         seed=config["seed"],
     script:
         "../workflow_scripts/tradeoff_baseline.py"
 
 
-rule tofu_tradeoff:
-    # All points, the lambda rule on the held-out retain slice, the utility-Forget Quality figure.
+rule track_tradeoff:
+    # All points of a track, the lambda rule on the held-out retain slice (TOFU), the figure.
     input:
-        points=tofu_tradeoff_points(),
-        base=path("metrics", exp=EXP, model="base"),
+        points=lambda wc: tradeoff_points(wc.track),
     output:
-        csv=path("table", table="tofu_tradeoff", ext="csv"),
-        selection=path("tradeoff_selection", track="tofu"),
+        csv=path("table", table="{track}_tradeoff", ext="csv"),
+        selection=path("tradeoff_selection"),
         figure=report(
-            path("figure", name="tofu_tradeoff"),
-            caption="../report/tofu_tradeoff.rst",
-            category="TOFU",
+            path("figure", name="{track}_tradeoff"),
+            caption="../report/tradeoff.rst",
+            category="Trade-off",
         ),
     log:
-        log_path("tofu_tradeoff"),
+        log_path("tradeoff", "track"),
+    wildcard_constraints:
+        track="tofu|crosslingual",
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -141,9 +175,9 @@ rule tofu_tradeoff:
         **resources_for("light"),
     params:
         max_rise=TRADEOFF.get("max_retain_nll_rise", 0.1),
-        title="TOFU: utility vs forgetting, every method's sweep",
+        title=lambda wc: f"{wc.track}: utility vs forgetting, every method's sweep",
     script:
-        "../workflow_scripts/tofu_tradeoff.py"
+        "../workflow_scripts/tradeoff_table.py"
 
 
 rule tradeoff:

@@ -107,6 +107,24 @@ def test_cost_table_per_unlearning_language(xling_workdir):
     assert "Unlearn in hi_R" in (xling_workdir / "results/tables/crosslingual_cost.md").read_text()
 
 
+def test_tradeoff_points_are_the_x_to_x_pairs_of_the_table(xling_workdir):
+    scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]
+    cfg = xling_config(xling_workdir, "xling_tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__ranks=[2],
+                       methods__crosslingual=["qr_erase_ll"])
+    snakemake(xling_workdir, "tradeoff", "--cores", "2", "--configfile", str(cfg))
+    frame = pd.read_csv(xling_workdir / "results/tables/crosslingual_tradeoff.csv")
+    assert sorted(frame["group"].unique()) == ["en", "hi_R"] and len(frame) == 4
+    metrics = pd.read_csv(xling_workdir / "results/xling/metrics.csv")
+    for _, row in frame.iterrows():  # lambda 0 is the base model in X; lambda_0 the table's X -> X erase
+        x = row["group"]
+        unlearn, method = ("base", "base") if row["scale"] == 0 else (x, "qr_erase_ll")
+        hit = metrics[(metrics["unlearn"] == unlearn) & (metrics["method"] == method) & (metrics["eval"] == x)]
+        assert row["model_utility"] == pytest.approx(hit["model_utility"].item(), rel=1e-6)
+    assert frame["tune_retain_nll"].isna().all()  # no held-out retain slice in this track: no lambda rule
+    assert pd.read_csv(xling_workdir / "results/tables/crosslingual_tradeoff_selection.csv").empty
+    assert (xling_workdir / "results/figures/crosslingual_tradeoff.png").is_file()
+
+
 def test_rerun_does_nothing(xling_workdir):
     proc = snakemake(xling_workdir, "-n", "--configfile", str(xling_workdir / "xling.yaml"))
     assert planned_rules(proc) == {}

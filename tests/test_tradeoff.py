@@ -36,9 +36,9 @@ def _points():
     rows = []
     for method, rises in (("qr_erase_ll", [0, 0.02, 0.05, 0.3]), ("unlearn", [0, 0.2, 0.4, 0.9])):
         for scale, rise in zip([0, 1, 2, 4], rises):
-            rows.append({"method": method, "family": "subspace", "rank": 4, "scale": scale, "epochs": None,
+            rows.append({"group": "tofu", "method": method, "family": "subspace", "rank": 4, "scale": scale, "epochs": None,
                          "tune_retain_nll": 0.5 + rise, "model_utility": 0.8 - rise, "forget_quality": 1e-3 * (1 + scale)})
-    rows.append({"method": "ga", "family": "baseline", "rank": None, "scale": None, "epochs": 5,
+    rows.append({"group": "tofu", "method": "ga", "family": "baseline", "rank": None, "scale": None, "epochs": 5,
                  "tune_retain_nll": 9.0, "model_utility": 0.4, "forget_quality": 0.2})
     return pd.DataFrame(rows)
 
@@ -52,6 +52,12 @@ def test_select_scale_takes_the_largest_lambda_within_the_rise():
     pd.testing.assert_frame_equal(select_scale(pts, 0.1), sel)
 
 
+def test_select_scale_skips_points_without_a_held_out_slice():
+    pts = _points()
+    pts.loc[pts["method"] == "unlearn", "tune_retain_nll"] = np.nan
+    assert list(select_scale(pts, 0.1)["method"]) == ["qr_erase_ll"]
+
+
 def test_select_scale_needs_the_unedited_point():
     pts = _points()
     with pytest.raises(ValueError, match="no scale-0 point"):
@@ -60,13 +66,18 @@ def test_select_scale_needs_the_unedited_point():
         select_scale(pts, -1)
 
 
-def test_tradeoff_frame_orders_points_and_relates_utility_to_base():
-    frame = tradeoff_frame(_points().sample(frac=1, random_state=0), base_utility=0.8)
+def test_tradeoff_frame_orders_points_and_relates_utility_to_the_unedited_model():
+    frame = tradeoff_frame(_points().sample(frac=1, random_state=0))
     sub = frame[frame["family"] == "subspace"]
     assert list(sub.groupby("method", sort=False)["scale"].apply(list).iloc[0]) == [0, 1, 2, 4]
     assert frame.loc[frame["method"] == "ga", "utility_rel"].item() == pytest.approx(0.5)
     c = curves(frame, "forget_quality", "utility_rel", {"qr_erase_ll": "QR-Erase (LL)"})
     assert set(c) == {"QR-Erase (LL)", "unlearn", "ga"}
     np.testing.assert_allclose(c["QR-Erase (LL)"][1], [1.0, 0.975, 0.9375, 0.625])
-    with pytest.raises(ValueError, match="utility must be > 0"):
-        tradeoff_frame(_points(), 0.0)
+    with pytest.raises(ValueError, match="no scale-0 point"):
+        tradeoff_frame(_points().query("scale != 0"))
+    # two groups (unlearning languages): each relative to its own unedited model, labelled by pair
+    two = pd.concat([_points(), _points().assign(group="hi", model_utility=lambda d: d["model_utility"] / 2)])
+    frame2 = tradeoff_frame(two)
+    np.testing.assert_allclose(frame2.groupby("group")["utility_rel"].max(), [1.0, 1.0])
+    assert "QR-Erase (LL) (hi→hi)" in curves(frame2, "forget_quality", "utility_rel", {"qr_erase_ll": "QR-Erase (LL)"})

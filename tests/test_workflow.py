@@ -20,6 +20,7 @@ pytestmark = pytest.mark.workflow
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
 BASELINES = ["ga", "npo"]  # config/test.yaml
+CONTROLS = ["qr_erase_ll_control"]  # config.yaml unlearn.control: the same edit built from the retain adapter
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -101,7 +102,7 @@ def run_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
 
 def test_tofu_table_has_every_model_with_real_numbers(workdir):
     table = pd.read_csv(workdir / "results/tables/tofu.csv")
-    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *BASELINES, *METHODS]
+    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *BASELINES, *METHODS, *CONTROLS]
     imported = table.set_index("method").loc["llama2_7b_full"]
     assert round(imported["model_utility"], 4) == 0.6227 and imported["forget_quality"] < 1e-10
     table = table[table["method"] != "llama2_7b_full"]
@@ -117,6 +118,10 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
     assert "Llama-2-7B full (TOFU log)" in md
     wide = pd.read_csv(workdir / "results/tables/tofu_wide.csv")
     assert {"retain_probability", "world_facts_rougeL", "forget_truth_ratio"} <= set(wide.columns)
+    # selectivity diagnostic: answer-NLL change against the base model, per set, for every row
+    dnll = wide.set_index("method")[["forget_dnll", "retain_dnll"]]
+    assert (dnll.loc["base"] == 0).all() and dnll.loc["retain", "forget_dnll"] > 1  # the reference never saw the forget set
+    assert dnll.loc[[*METHODS, *CONTROLS]].notna().all().all()
 
 
 def test_metrics_recompute_from_the_written_logs(workdir):
@@ -199,8 +204,8 @@ def test_changing_rank_reruns_no_training(workdir):
     cfg = run_config(workdir, "rank1.yaml", unlearn__rank=1)
     proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))
     rules = planned_rules(proc)
-    assert rules.get("factors") == 4 and rules.get("tofu_table") == 1 and rules.get("evaluate") == 4
-    assert not {"tofu_data", "tokenizer", "finetune", "lora", "task_matrices", "baseline"} & set(rules)
+    assert rules.get("factors") == 4 and rules.get("tofu_table") == 1 and rules.get("evaluate") == 4 + len(CONTROLS)
+    assert not {"tofu_data", "tokenizer", "pretrain", "finetune", "lora", "task_matrices", "baseline"} & set(rules)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +228,7 @@ def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):
 # ---------------------------------------------------------------------------------------------
 # Provenance, audit, report, incremental reruns, cluster execution, determinism.
 # ---------------------------------------------------------------------------------------------
-TRAINING = {"tofu_data", "tokenizer", "finetune"}
+TRAINING = {"tofu_data", "tokenizer", "pretrain", "finetune"}
 EXP = "results/tofu_forget10"
 
 
@@ -238,9 +243,13 @@ def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
     assert "results/tables/tofu.csv" in manifest["targets"]
     produced = {p: a for p, a in manifest["artifacts"].items() if a["rule"]}
     assert {a["rule"] for a in produced.values()} >= {
-        "tofu_data", "tokenizer", "finetune", "lora", "task_matrices", "factors", "energy", "forget_update",
-        "erase_adapter", "erase_merged", "evaluate", "tofu_metrics", "tofu_table", "factor_report",
+        "tofu_data", "tokenizer", "pretrain", "finetune", "lora", "task_matrices", "factors", "energy", "forget_update",
+        "forget_update_control", "erase_adapter", "erase_merged", "evaluate", "tofu_metrics", "tofu_table", "factor_report",
     }
+    # both fine-tuned models start from the pretrained checkpoint (rule pretrain)
+    for which in ("full", "retain"):
+        assert {"from": f"{EXP}/models/pretrained", "to": f"{EXP}/models/{which}",
+                "sha256": produced[f"{EXP}/models/pretrained"]["sha256"]} in manifest["edges"]
     assert "data/tofu/forget10.jsonl" in manifest["artifacts"]  # a source file (relative data root)
     assert {"from": f"{EXP}/models/full", "to": f"{EXP}/lora/forget",
             "sha256": produced[f"{EXP}/models/full"]["sha256"]} in manifest["edges"]
@@ -298,7 +307,8 @@ def test_changing_a_lora_hyperparameter_reruns_lora_and_downstream_only(workdir)
     cfg = run_config(workdir, "lora_lr.yaml", lora__lr=0.001)
     rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
     assert rules.get("lora") == 2 and rules.get("task_matrices") == 2 and rules.get("factors") == 4
-    assert rules.get("erase_merged") == 4 and rules.get("evaluate") == 4 and rules.get("tofu_metrics") == 4
+    n = 4 + len(CONTROLS)
+    assert rules.get("erase_merged") == n and rules.get("evaluate") == n and rules.get("tofu_metrics") == n
     assert rules.get("tofu_table") == 1 and rules.get("provenance_manifest") == 1
     assert not TRAINING & set(rules)
 
@@ -324,7 +334,9 @@ def test_editing_a_data_file_reruns_everything_that_depends_on_it(workdir):
         data.write_bytes(text)
         os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert rules.get("tofu_data") == 1 and rules.get("tokenizer") == 1 and rules.get("finetune") == 2
-    assert rules.get("lora") == 2 and rules.get("evaluate") == 2 + len(METHODS) + len(BASELINES) and rules.get("tofu_table") == 1
+    assert rules.get("pretrain") == 1
+    assert rules.get("lora") == 2 and rules.get("evaluate") == 2 + len(METHODS) + len(BASELINES) + len(CONTROLS)
+    assert rules.get("tofu_table") == 1
     assert rules.get("provenance_manifest") == 1
     assert planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(workdir / "test.yaml"))) == {}
 
@@ -378,3 +390,56 @@ def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
     assert _untimed(manifest) == _untimed(first)
     assert len(_untimed(first)["artifacts"]) > 50
     assert qrerase_cli(wd, "audit", "results").returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Pretrained base, retain rank above k, the trade-off sweep (issue: erasure that visibly erases).
+# ---------------------------------------------------------------------------------------------
+def test_lora_base_pretrained_retrains_only_the_adapters_from_the_pretrained_checkpoint(workdir):
+    cfg = run_config(workdir, "pretrained_base.yaml", lora__base="pretrained")
+    proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))
+    rules = planned_rules(proc)
+    assert rules.get("lora") == 2 and not TRAINING & set(rules)
+    assert f"input: {EXP}/models/pretrained, {EXP}/data/forget.jsonl" in proc.stdout
+
+
+def test_retain_rank_above_k_builds_the_projector_from_a_higher_rank_decomposition(workdir):
+    cfg = run_config(workdir, "retain_rank.yaml", unlearn__retain_rank=4)  # k = 2, LoRA r = 4
+    snakemake(workdir, f"{EXP}/updates/k2/cpqr.safetensors", "--cores", "2", "--configfile", str(cfg))
+    from qrerase.linalg import load_decompositions, load_updates
+
+    assert next(iter(load_decompositions(workdir / f"{EXP}/factors/k4/cpqr_retain.safetensors").values())).rank == 4
+    update = load_updates(workdir / f"{EXP}/updates/k2/cpqr.safetensors")
+    assert all(U.shape[1] == 2 for U, _ in update.values())
+
+
+def test_changing_lambda_reruns_no_training(workdir):
+    cfg = run_config(workdir, "lambda.yaml", unlearn__scale=1.5)
+    rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("forget_update") == 2 and rules.get("evaluate") == 4 + len(CONTROLS)
+    assert not (TRAINING | {"lora", "task_matrices", "factors", "baseline"}) & set(rules)
+
+
+def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
+    from qrerase.tradeoff import select_scale
+
+    scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
+    cfg = run_config(workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[1], tradeoff__ranks=[2])
+    snakemake(workdir, "tradeoff", "--cores", "2", "--configfile", str(cfg))
+    frame = pd.read_csv(workdir / "results/tables/tofu_tradeoff.csv")
+    sub, base = frame[frame["family"] == "subspace"], frame[frame["family"] == "baseline"]
+    assert sorted(sub["method"].unique()) == sorted(METHODS) and len(sub) == 2 * len(METHODS)
+    assert sorted(base["method"]) == sorted(BASELINES) and (base["epochs"] == 1).all()
+    table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
+    for _, row in sub.iterrows():  # the sweep evaluates exactly what the main run evaluates
+        name = "base" if row["scale"] == 0 else row["method"]
+        assert row["model_utility"] == pytest.approx(table.loc[name, "model_utility"], rel=1e-6)
+    assert (sub.loc[sub["scale"] == 0, "utility_rel"] == 1).all()
+    selection = pd.read_csv(workdir / "results/tables/tofu_tradeoff_selection.csv")
+    pd.testing.assert_frame_equal(selection, select_scale(frame, 0.1), check_dtype=False)
+    assert frame["selected"].sum() == len(METHODS)
+    assert (workdir / "results/figures/tofu_tradeoff.png").stat().st_size > 10_000
+    # another lambda grid re-uses every factor and update: no training, no decomposition
+    cfg2 = run_config(workdir, "tradeoff2.yaml", tradeoff__scales=[0, 0.5], tradeoff__epochs=[1], tradeoff__ranks=[2])
+    rules = planned_rules(snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg2)))
+    assert rules.get("tradeoff_erase") == len(METHODS) and not (TRAINING | {"lora", "factors", "forget_update"}) & set(rules)

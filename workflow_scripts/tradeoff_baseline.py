@@ -5,8 +5,7 @@ from qrerase.baselines import NEEDS_REFERENCE, BaselineConfig, read_refusals, tr
 from qrerase.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
 from qrerase.lm import load_model, load_tokenizer
-from qrerase.tofu import load_log
-from qrerase.tradeoff import evaluate_text_point
+from qrerase.tradeoff import evaluate_text_point, point_reference
 from qrerase.workflow import job, template_from
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
@@ -23,9 +22,10 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         model, ref_model, tokenizer, read_jsonl(inp.forget), read_jsonl(inp.retain), template, cfg,
         refusals=refusals, desc=f"{wc.exp}-{cfg.method}-e{epochs}",
     )
+    tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
     eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
-    ecfg = EvalConfig(batch_size=p.evaluate.get("batch_size", 32), max_new_tokens=p.evaluate.get("max_new_tokens", 48))
-    meta = {"method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
-    row = evaluate_text_point(model, tokenizer, template, eval_sets, read_jsonl(inp.tune), load_log(inp.reference), ecfg, meta)
+    ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+    meta = {"group": p.lang or "tofu", "method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
+    row = evaluate_text_point(model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta)
     write_csv(snakemake.output[0], row)  # noqa: F821
     log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())

@@ -5,8 +5,7 @@ from qrerase.erase import apply_updates
 from qrerase.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
 from qrerase.linalg import load_updates
-from qrerase.tofu import load_log
-from qrerase.tradeoff import evaluate_text_point, scaled_updates
+from qrerase.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow import job, load_checkpoint, selected_updates, template_from
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
@@ -18,9 +17,10 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
             raise ValueError("unlearn.scale is 0: the stored forget update is zero and cannot be rescaled")
         updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
         apply_updates(model, scaled_updates(updates, scale / p.stored_scale))
+    tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
     eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
-    cfg = EvalConfig(batch_size=p.evaluate.get("batch_size", 32), max_new_tokens=p.evaluate.get("max_new_tokens", 48))
-    meta = {"method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
-    row = evaluate_text_point(model, tokenizer, template_from(p.model), eval_sets, read_jsonl(inp.tune), load_log(inp.reference), cfg, meta)
+    cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+    meta = {"group": p.lang or "tofu", "method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
+    row = evaluate_text_point(model, tokenizer, template_from(p.model), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
     write_csv(snakemake.output[0], row)  # noqa: F821
     log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())

@@ -1,5 +1,5 @@
-"""Rule tofu_tradeoff: every sweep point of a text track in one table, the λ selection rule applied
-to the held-out retain slice, and the utility–Forget Quality figure."""
+"""Rule track_tradeoff: every sweep point of a text track in one table, the λ selection rule applied
+to the held-out retain slice (where the track has one), and the utility–Forget Quality figure."""
 
 import pandas as pd
 
@@ -12,9 +12,7 @@ from qrerase.workflow import job
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821
     points = pd.concat([pd.read_csv(f) for f in inp.points], ignore_index=True)
-    base = pd.read_csv(inp.base)
-    base_utility = float(base.loc[base["metric"] == "model_utility", "value"].iloc[0])
-    frame = tradeoff_frame(points, base_utility)
+    frame = tradeoff_frame(points)
     selection = select_scale(frame, p.max_rise)
     frame["selected"] = False
     for _, s in selection.iterrows():
