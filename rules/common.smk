@@ -245,6 +245,12 @@ def adapter_dir(wildcards):
     return given if given else path("lora", exp=wildcards.exp, set=wildcards.set)
 
 
+def forget_adapter_dir(wildcards):
+    """The experiment's forget adapter (its fan_in_fan_out, set for Conv1D models, carries over)."""
+    given = config["lora"]["adapters"].get("forget")
+    return given if given else path("lora", exp=wildcards.exp, set="forget")
+
+
 def erase_inputs(wildcards):
     decomp = DECOMP[wildcards.method]
     inputs = {

@@ -22,6 +22,6 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     records = read_jsonl(snakemake.input.data)
     cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})
     log.info("training on %d QA pairs: %s", len(records), cfg)
-    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg), cfg, desc=snakemake.wildcards.which)
+    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg, tokenizer), cfg, desc=snakemake.wildcards.which)
     save_model(model, tokenizer, snakemake.output.model)
     write_csv(snakemake.output.curve, curve)

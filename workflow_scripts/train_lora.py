@@ -1,5 +1,6 @@
 """Rule lora: LoRA fine-tuning of the fine-tuned model on the forget or the retain set."""
 
+from qrerase.architectures import resolve_target_modules
 from qrerase.io import read_jsonl, write_csv
 from qrerase.lm import load_model, load_tokenizer
 from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
@@ -19,10 +20,10 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         r=lcfg["r"],
         alpha=lcfg["alpha"],
         dropout=lcfg.get("dropout", 0.0),
-        target_modules=tuple(lcfg["target_modules"]),
+        target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"])),
         train=train,
     )
     log.info("LoRA on %d QA pairs (%s): %s", len(records), snakemake.wildcards.set, cfg)
-    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model), cfg, desc=f"lora-{snakemake.wildcards.set}")
+    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}")
     save_adapter(peft_model, snakemake.output.adapter)
     write_csv(snakemake.output.curve, curve)
