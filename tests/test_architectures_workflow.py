@@ -133,7 +133,7 @@ def test_speech_track_on_a_hubert_checkpoint(tmp_path):
     ckpt = save_hubert(tmp_path / "hubert")
     cfg = write_speech_config(
         tmp_path, speech__model__name_or_path=str(ckpt), speech__lora__target_modules="auto", speech__settings=["class"],
-        speech__rank_settings=[], speech__data__max_per_digit=2, methods__speech=["qr_erase_ll"],
+        speech__rank_settings=[], methods__speech=["qr_erase_ll"],
         speech__finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 32}, speech__lora__epochs=1,
     )
     erase = "results/speech_class/erase/k2/qr_erase_ll"
