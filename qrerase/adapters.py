@@ -6,6 +6,12 @@ returned here have PEFT's ``base_model.model.`` prefix and the ``.lora_A/B.weigh
 they equal the base model's module names (``model.layers.0.self_attn.q_proj``; its weight is
 ``<module>.weight`` in the base state dict, shape d_out×d_in, the same as T).
 
+``fan_in_fan_out`` adapters (PEFT's setting for GPT-2-style ``Conv1D`` layers, whose weight is stored
+transposed, d_in×d_out) are read the same way: lora_A is r×d_in and lora_B d_out×r, PEFT adds
+(s·B·A)ᵀ to the stored weight, and T = s·B·A here is always the linear map's own orientation
+(y = T x, d_out×d_in), so Conv1D and nn.Linear modules factor, discriminate and erase alike; only the
+write-back transposes (:func:`qrerase.erase.apply_updates`, the erase adapter's ``fan_in_fan_out``).
+
 Per-module rank and alpha follow PEFT exactly: ``rank_pattern`` / ``alpha_pattern`` keys are regexes
 matched as ``re.match(rf"(.*\\.)?({key})$", module)`` (first matching key wins), the scale is
 alpha / r, or alpha / sqrt(r) with ``use_rslora``.
@@ -35,6 +41,8 @@ __all__ = [
     "LowRank",
     "LoraAdapterConfig",
     "read_adapter_config",
+    "checkpoint_shapes",
+    "check_adapter_fits",
     "pattern_key",
     "lora_scale",
     "task_matrices",
@@ -51,7 +59,6 @@ _KEY_RE = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[
 _UNSUPPORTED = {
     "use_dora": "DoRA (magnitude-rescaled) adapters",
     "lora_bias": "LoRA bias terms",
-    "fan_in_fan_out": "fan_in_fan_out (Conv1D-transposed) weights",
     "layer_replication": "layer replication",
     "target_parameters": "target_parameters (nn.Parameter targets)",
     "use_qalora": "QALoRA",
@@ -69,6 +76,7 @@ class LoraAdapterConfig:
     alpha_pattern: dict[str, float]
     use_rslora: bool
     base_model_name_or_path: str | None
+    fan_in_fan_out: bool = False
 
     def rank_for(self, module: str) -> int:
         key = pattern_key(self.rank_pattern, module)
@@ -132,6 +140,7 @@ def read_adapter_config(adapter_dir: str | Path) -> LoraAdapterConfig:
         alpha_pattern={k: float(v) for k, v in alpha_pattern.items()},
         use_rslora=bool(cfg.get("use_rslora", False)),
         base_model_name_or_path=cfg.get("base_model_name_or_path"),
+        fan_in_fan_out=bool(cfg.get("fan_in_fan_out", False)),
     )
 
 
@@ -170,14 +179,15 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
     dict module name → LowRank
         B (d_out×r, float64, multiplied by s = alpha/r, or alpha/sqrt(r) with ``use_rslora``; r and
         alpha honour ``rank_pattern`` / ``alpha_pattern``) and A (r×d_in, float64). Ordered by block
-        index, then module name. ``.dense()`` gives T = s·B·A (d_out×d_in), the exact merged delta.
+        index, then module name. ``.dense()`` gives T = s·B·A (d_out×d_in), the exact merged delta
+        (its transpose for a ``fan_in_fan_out`` adapter, whose Conv1D weights are stored d_in×d_out).
 
     Raises
     ------
     FileNotFoundError
         Missing directory, config or weights file (message names the path).
     ValueError
-        Unreadable files, unsupported LoRA variants (DoRA, bias, fan_in_fan_out, embeddings, …), a module
+        Unreadable files, unsupported LoRA variants (DoRA, bias, embeddings, …), a module
         with only one factor, inconsistent ranks/shapes, or NaN/Inf (message names the module and shapes).
     """
     cfg = read_adapter_config(adapter_dir)
@@ -206,6 +216,51 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
         s = cfg.scale_for(module, r)
         out[module] = as_lowrank((B * s, A), module)
     return out
+
+
+def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name → shape of a safetensors checkpoint directory (single file or sharded), headers only.
+
+    Reads ``model.safetensors`` or the shards listed in ``model.safetensors.index.json``; no tensor
+    data is loaded. FileNotFoundError naming the directory when it holds neither.
+    """
+    from safetensors import safe_open
+
+    model_dir = Path(model_dir)
+    single, index = model_dir / "model.safetensors", model_dir / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        files = [model_dir / f for f in sorted(set(weight_map.values()))]
+    else:
+        raise FileNotFoundError(f"{model_dir}: no model.safetensors(.index.json) checkpoint")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        with safe_open(str(f), framework="numpy") as fh:
+            for key in fh.keys():
+                shapes[key] = tuple(int(x) for x in fh.get_slice(key).get_shape())
+    return shapes
+
+
+def check_adapter_fits(adapter_dir: str | Path, factors: Mapping[str, LowRank], model_dir: str | Path) -> None:
+    """Check that every adapted module exists in the checkpoint ``model_dir`` with the task matrix's shape.
+
+    A module ``m`` fits when the checkpoint holds ``m.weight`` of shape (d_out, d_in) = T's shape, or
+    (d_in, d_out) for a ``fan_in_fan_out`` adapter (Conv1D). Otherwise a one-line ValueError names the
+    adapter, the model, the module and the adapter's ``base_model_name_or_path`` (the usual cause: an
+    adapter trained on another base model).
+    """
+    cfg = read_adapter_config(adapter_dir)
+    shapes = checkpoint_shapes(model_dir)
+    where = f"adapter {adapter_dir} (trained on {cfg.base_model_name_or_path or 'an unnamed base'}) does not fit model {model_dir}"
+    for module, lr in factors.items():
+        want = tuple(reversed(lr.shape)) if cfg.fan_in_fan_out else tuple(lr.shape)
+        have = shapes.get(f"{module}.weight")
+        if have is None:
+            raise ValueError(f"{where}: module {module!r} is not in the model (no '{module}.weight')")
+        if have != want:
+            raise ValueError(f"{where}: module {module!r} has weight {have} in the model but {want} in the adapter")
 
 
 def save_factors(path: str | Path, factors: Mapping[str, Any]) -> None:

@@ -13,6 +13,10 @@ single adapted module (``granularity="module"``). The block of a module name is 
 first ``layers.`` / ``layer.`` / ``h.`` / ``blocks.`` path component (``model.layers.3.mlp.up_proj`` →
 ``"3"``, ``hubert.encoder.layers.2.attention.q_proj`` → ``"2"``, ``transformer.h.5.attn.c_attn`` → ``"5"``).
 Note that an encoder–decoder with ``encoder.layers.i`` and ``decoder.layers.i`` would share block i.
+The first such component wins, so a mixture-of-experts name maps to its block, not its expert
+(``model.layers.3.block_sparse_moe.experts.7.w1`` → ``"3"``). :func:`module_kind` gives the module's
+role within its block with numeric indices replaced by ``*`` (``block_sparse_moe.experts.*.w1``,
+``attn.c_attn``, ``self_attn.q_proj``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "block_of",
     "block_index",
     "module_sort_key",
+    "module_kind",
     "layer_of",
     "module_norms",
     "energy_from_norms",
@@ -63,6 +68,17 @@ def block_index(name: str) -> int:
             f"module {name!r}: cannot map to a transformer block (no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
         )
     return b
+
+
+def module_kind(name: str) -> str:
+    """The module's role within its block: the path after the block index, other indices as ``*``.
+
+    ``transformer.h.5.attn.c_attn`` → ``attn.c_attn``; ``model.layers.0.block_sparse_moe.experts.3.w1``
+    → ``block_sparse_moe.experts.*.w1``; a name without a block is returned with indices as ``*``.
+    """
+    m = _BLOCK_RE.search(name)
+    rest = name[m.end() + 1 :] if m else name
+    return ".".join("*" if part.isdigit() else part for part in rest.split("."))
 
 
 def module_sort_key(name: str) -> tuple[int, int, str]:

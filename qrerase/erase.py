@@ -9,7 +9,9 @@ The same edit as a LoRA adapter (PEFT adds s·lora_B·lora_A to W) uses ``lora_B
 ``r = k``, ``lora_alpha = k`` (s = 1); ``rank_pattern``/``alpha_pattern`` give per-module k when ranks
 differ; ``target_modules`` are the exact module names. Keys follow PEFT 0.21's saved format:
 ``base_model.model.<module>.lora_A.weight`` (k×d_in) and ``base_model.model.<module>.lora_B.weight``
-(d_out×k). The safetensors file is written in streaming fashion (header first, then one module at a
+(d_out×k). Conv1D modules (GPT-2 style, weight stored d_in×d_out) take the transposed product,
+W' = W − (U V)ᵀ, and their adapter says ``fan_in_fan_out: true`` (PEFT then transposes s·B·A itself).
+The safetensors file is written in streaming fashion (header first, then one module at a
 time), so :class:`EraseAdapterWriter` never holds more than one module's update.
 """
 
@@ -70,47 +72,57 @@ def validate_updates(updates: Mapping[str, Any], shapes: Mapping[str, tuple[int,
     return out
 
 
-def _weights(model: Any, names: Iterable[str]) -> dict[str, Any]:
-    """Map module name → its weight tensor/array (model: ``get_submodule(name).weight``; state dict: ``<name>.weight``)."""
-    out = {}
+def _weights(model: Any, names: Iterable[str]) -> tuple[dict[str, Any], set[str]]:
+    """Module name → its weight tensor/array (model: ``get_submodule(name).weight``; state dict:
+    ``<name>.weight``), and the names whose module is a transformers ``Conv1D`` (weight d_in×d_out)."""
+    out, conv1d = {}, set()
     if isinstance(model, Mapping):
         for n in names:
             if f"{n}.weight" in model:
                 out[n] = model[f"{n}.weight"]
-        return out
+        return out, conv1d
     for n in names:
         try:
-            w = model.get_submodule(n).weight
+            module = model.get_submodule(n)
+            w = module.weight
         except AttributeError:
             continue
         out[n] = w
-    return out
+        if type(module).__name__ == "Conv1D":
+            conv1d.add(n)
+    return out, conv1d
 
 
-def apply_updates(model: Any, updates: Mapping[str, Any]) -> Any:
+def apply_updates(model: Any, updates: Mapping[str, Any], transposed: Iterable[str] = ()) -> Any:
     """Merge a QR-Erase edit in place: W' = W − U @ V for every module in ``updates`` (eq. 6 / eq. 16).
 
     Parameters
     ----------
     model : torch.nn.Module (e.g. a transformers model) or a state dict (name → torch.Tensor / ndarray)
         The weight of module ``m`` is ``model.get_submodule(m).weight`` or ``state_dict[m + ".weight"]``,
-        shape (d_out, d_in), any float dtype.
+        shape (d_out, d_in), any float dtype; for a transformers ``Conv1D`` module (GPT-2 style,
+        detected on a model) or a name in ``transposed`` it is stored (d_in, d_out) and the edit is
+        W' = W − (U @ V)ᵀ.
     updates : mapping module → (U, V)
-        U (d_out×k), V (k×d_in) with U @ V = λ·T̃_f.
+        U (d_out×k), V (k×d_in) with U @ V = λ·T̃_f in the linear map's orientation (y = T x).
+    transposed : module names whose weight is stored (d_in, d_out) (for state dicts of Conv1D models).
 
     The product is formed in float32 (float64 for float64 weights) and the result rounded once to the
     weight's dtype. All updates are validated (module exists, shapes, finiteness) before any weight is
     modified. Returns ``model``.
     """
     names = list(updates)
-    weights = _weights(model, names)
-    shapes = {n: tuple(w.shape) for n, w in weights.items()}
+    weights, conv1d = _weights(model, names)
+    flip = conv1d | set(transposed)
     for n, w in weights.items():
         if len(w.shape) != 2:
             raise ValueError(f"module {n!r}: weight has shape {tuple(w.shape)}, expected a 2-D (d_out×d_in) matrix")
+    shapes = {n: tuple(reversed(w.shape)) if n in flip else tuple(w.shape) for n, w in weights.items()}
     checked = validate_updates(updates, shapes)
     for n, (U, V) in checked.items():
         w = weights[n]
+        if n in flip:  # Conv1D: stored Wᵀ, so subtract (U V)ᵀ = Vᵀ Uᵀ
+            U, V = V.T, U.T
         if isinstance(w, np.ndarray):
             work = np.float64 if w.dtype == np.float64 else np.float32
             w[...] = (w.astype(work) - U.astype(work) @ V.astype(work)).astype(w.dtype)
@@ -119,7 +131,9 @@ def apply_updates(model: Any, updates: Mapping[str, Any]) -> Any:
 
         with torch.no_grad():
             work = torch.float64 if w.dtype == torch.float64 else torch.float32
-            delta = torch.from_numpy(U).to(device=w.device, dtype=work) @ torch.from_numpy(V).to(device=w.device, dtype=work)
+            delta = torch.from_numpy(np.ascontiguousarray(U)).to(device=w.device, dtype=work) @ torch.from_numpy(
+                np.ascontiguousarray(V)
+            ).to(device=w.device, dtype=work)
             if w.dtype == work:
                 w.sub_(delta)
             else:
@@ -146,11 +160,13 @@ def save_merged(model: Any, tokenizer: Any | None, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def erase_adapter_config(ranks: Mapping[str, int], base_model_name_or_path: str | None, task_type: str | None = None) -> dict:
+def erase_adapter_config(ranks: Mapping[str, int], base_model_name_or_path: str | None, task_type: str | None = None,
+                         fan_in_fan_out: bool = False) -> dict:
     """PEFT ``adapter_config.json`` content for an erase adapter with per-module ranks ``ranks``.
 
     r / lora_alpha are the most common k (ties: the largest); modules with another k get
     ``rank_pattern[module] = alpha_pattern[module] = k``, so the scale is 1 everywhere.
+    ``fan_in_fan_out`` is PEFT's flag for Conv1D (GPT-2 style) layers: PEFT then adds (B A)ᵀ.
     """
     counts = Counter(int(k) for k in ranks.values())
     r0 = max(counts, key=lambda k: (counts[k], k))
@@ -168,7 +184,7 @@ def erase_adapter_config(ranks: Mapping[str, int], base_model_name_or_path: str 
         "exclude_modules": None,
         "lora_dropout": 0.0,
         "bias": "none",
-        "fan_in_fan_out": False,
+        "fan_in_fan_out": bool(fan_in_fan_out),
         "use_rslora": False,
         "use_dora": False,
         "lora_bias": False,
@@ -200,6 +216,7 @@ class EraseAdapterWriter:
         task_type: str | None = None,
         dtype: Any = np.float32,
         metadata: Mapping[str, str] | None = None,
+        fan_in_fan_out: bool = False,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.dtype = np.dtype(dtype)
@@ -215,6 +232,7 @@ class EraseAdapterWriter:
             self.shapes[m] = (d_out, d_in, k)
         self.base = base_model_name_or_path
         self.task_type = task_type
+        self.fan_in_fan_out = bool(fan_in_fan_out)
         self.metadata = {"format": "pt", "qrerase": "erase-adapter", **(dict(metadata) if metadata else {})}
         self._order = list(self.shapes)
         self._next = 0
@@ -241,7 +259,7 @@ class EraseAdapterWriter:
         self._ctx = atomic_dir(self.out_dir)
         tmp = self._ctx.__enter__()
         try:
-            cfg = erase_adapter_config({m: s[2] for m, s in self.shapes.items()}, self.base, self.task_type)
+            cfg = erase_adapter_config({m: s[2] for m, s in self.shapes.items()}, self.base, self.task_type, self.fan_in_fan_out)
             write_json(tmp / "adapter_config.json", cfg)
             self._fh = open(tmp / "adapter_model.safetensors", "wb")
             head = self._header()
@@ -301,6 +319,7 @@ def save_erase_adapter(
     *,
     task_type: str | None = None,
     dtype: Any = np.float32,
+    fan_in_fan_out: bool = False,
 ) -> Path:
     """Write the edit W' = W − U @ V as a rank-k PEFT LoRA adapter directory (atomically).
 
@@ -313,13 +332,17 @@ def save_erase_adapter(
         (``base_model.model.<module>.lora_A.weight`` = V, ``…lora_B.weight`` = −U, ``dtype``).
     base_model_name_or_path : str or None
         Recorded in the config for ``PeftModel.from_pretrained``.
+    fan_in_fan_out : bool
+        True for Conv1D (GPT-2 style) modules: U, V stay in the linear map's orientation and PEFT
+        transposes the product (the forget adapter's own setting).
 
     ``PeftModel.from_pretrained(base, out_dir)`` then computes the same function as the merged
     checkpoint from :func:`apply_updates`. All updates are validated before anything is written.
     """
     checked = validate_updates(updates)
     shapes = {m: (U.shape[0], V.shape[1], U.shape[1]) for m, (U, V) in checked.items()}
-    with EraseAdapterWriter(out_dir, shapes, base_model_name_or_path, task_type=task_type, dtype=dtype) as w:
+    with EraseAdapterWriter(out_dir, shapes, base_model_name_or_path, task_type=task_type, dtype=dtype,
+                            fan_in_fan_out=fan_in_fan_out) as w:
         for m, (U, V) in checked.items():
             w.write(m, U, V)
     return Path(out_dir)

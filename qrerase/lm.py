@@ -82,24 +82,53 @@ class PromptTemplate:
     prompt after a single space (``" " + answer``) and is closed by the EOS token. The default is a
     plain ``Question: ... / Answer: ...`` format; TOFU's Llama-2 format is
     ``PromptTemplate(question_start="[INST] ", question_end=" [/INST]", answer_start="")``.
+    :meth:`from_chat_template` derives the template from a tokenizer's own chat template
+    (config ``model.template: chat``).
     """
 
     question_start: str = "Question: "
     question_end: str = "\n"
     answer_start: str = "Answer:"
     answer_end: str = ""
+    answer_separator: str = " "
 
     def prompt(self, question: str) -> str:
         """The prompt string for ``question`` (everything before the answer)."""
         return f"{self.question_start}{question}{self.question_end}{self.answer_start}"
 
     def answer_text(self, answer: str) -> str:
-        """The answer string as appended after the prompt (leading space, ``answer_end`` suffix)."""
-        return f" {answer}{self.answer_end}"
+        """The answer string as appended after the prompt (``answer_separator``, by default a space,
+        then the answer and the ``answer_end`` suffix)."""
+        return f"{self.answer_separator}{answer}{self.answer_end}"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PromptTemplate":
         return _from_dict(cls, d, "prompt template")
+
+    @classmethod
+    def from_chat_template(cls, tokenizer) -> "PromptTemplate":
+        """The single-turn template of a tokenizer's chat template, as TOFU / open-unlearning use it.
+
+        The prompt is ``apply_chat_template([{"role": "user", "content": question}],
+        add_generation_prompt=True)`` (for Llama-2-chat ``<s>[INST] q [/INST]``, for Llama-3-instruct
+        ``<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nq<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n``),
+        split around the question; a leading BOS token text is dropped because :func:`encode_qa`
+        prepends the BOS id itself. The answer follows after a space unless the prompt ends in
+        whitespace, and is closed by EOS. ValueError naming the tokenizer when it has no chat template.
+        """
+        if not getattr(tokenizer, "chat_template", None):
+            name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            raise ValueError(f"model.template: chat, but tokenizer {name!r} has no chat_template")
+        marker = "QRERASEQUESTIONMARKER"
+        text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True)
+        if text.count(marker) != 1:
+            raise ValueError(f"model.template: chat template does not render the question once: {text!r}")
+        before, after = text.split(marker)
+        bos = getattr(tokenizer, "bos_token", None)
+        if bos and before.startswith(bos):
+            before = before[len(bos) :]
+        return cls(question_start=before, question_end="", answer_start=after, answer_end="",
+                   answer_separator="" if after[-1:].isspace() else " ")
 
 
 def qa_pair(record: Mapping[str, Any]) -> tuple[str, str]:

@@ -98,9 +98,15 @@ def _write_provenance(snakemake: Any, config: dict, recording, seed, start: floa
     log.info("provenance: %d record(s), e.g. %s", len(written), written[0])
 
 
-def template_from(model_cfg: dict):
+def template_from(model_cfg: dict, tokenizer: Any = None):
+    """The prompt template of config ``model.template``: its four strings, or ``chat`` (the tokenizer's
+    own chat template, :meth:`qrerase.lm.PromptTemplate.from_chat_template`)."""
     from .lm import PromptTemplate
 
+    if model_cfg["template"] == "chat":
+        if tokenizer is None:
+            raise ValueError("model.template: chat needs the model's tokenizer")
+        return PromptTemplate.from_chat_template(tokenizer)
     return PromptTemplate.from_dict(model_cfg["template"])
 
 

@@ -200,7 +200,9 @@ def lora_base_inputs(wildcards):
     if config["lora"].get("base", "finetuned") == "finetuned":
         return {"model": base_model(wildcards)}
     if tiny_model():
-        return {"model": path("model", exp=model_exp(wildcards.exp), which="pretrained")}
+        return {
+            "model": path("model", exp=model_exp(wildcards.exp), which="pretrained")
+        }
     return {}
 
 
@@ -281,11 +283,18 @@ def adapter_dir(wildcards):
 
 def retain_factors(wildcards, which):
     """The factors P_r is built from (eq. 3): rank max(k, unlearn.retain_rank), so that a retain rank
-    above k uses the leading columns of a decomposition that has them (truncation is exact)."""
+    above k uses the leading columns of a decomposition that has them (truncation is exact).
+    """
     rank = max(int(wildcards.rank), config["unlearn"].get("retain_rank") or 0)
     return path(
         "factors", exp=wildcards.exp, rank=rank, decomp=wildcards.decomp, set=which
     )
+
+
+def forget_adapter_dir(wildcards):
+    """The experiment's forget adapter (its fan_in_fan_out, set for Conv1D models, carries over)."""
+    given = config["lora"]["adapters"].get("forget")
+    return given if given else path("lora", exp=wildcards.exp, set="forget")
 
 
 def erase_inputs(wildcards):
@@ -917,3 +926,104 @@ def with_cost_table(track):
 
 for _track in ("crosslingual", "speech"):
     TRACK_TARGETS[_track] = with_cost_table(_track)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trade-off sweeps (rules/tradeoff.smk): every method's utility-forgetting curve.
+# ---------------------------------------------------------------------------------------------
+from qrerase.tradeoff import scale_name
+
+TRADEOFF = config.get("tradeoff", {})
+TRADEOFF_SCALES = [scale_name(s) for s in TRADEOFF.get("scales", [])]
+TRADEOFF_RANKS = list(TRADEOFF.get("ranks", [RANK]))
+TRADEOFF_EPOCHS = list(TRADEOFF.get("epochs", []))
+if TRADEOFF_SCALES and "0" not in TRADEOFF_SCALES:
+    raise WorkflowError(
+        "config key 'tradeoff.scales': must include 0 (the unedited model: the utility "
+        "reference of every curve and the baseline of the lambda rule)"
+    )
+
+PATHS.update(
+    {
+        "tradeoff_erase": "results/{exp}/tradeoff/k{rank}/{method}/lambda{scale}.csv",
+        "tradeoff_baseline": "results/{exp}/tradeoff/baselines/{method}_e{epochs}.csv",
+        "tradeoff_selection": "results/tables/{track}_tradeoff_selection.csv",
+    }
+)
+
+
+def tradeoff_lang(wildcards):
+    """The unlearning (= evaluation) language of a cross-lingual point ('xling_hi_R' -> 'hi_R'), else None."""
+    exp = wildcards.exp
+    return exp[len("xling_") :] if exp.startswith("xling_") else None
+
+
+def tradeoff_eval_inputs(wildcards):
+    """The track's evaluation sets and the retain reference's eval log (TOFU: also the held-out
+    retain slice; cross-lingual: the unlearning language X, so a point is the X -> X pair).
+    """
+    lang = tradeoff_lang(wildcards)
+    if lang is None:
+        return {
+            **eval_data_inputs(wildcards),
+            "tune": path("data", exp=wildcards.exp, name="tune_retain"),
+            "reference": path("eval", exp=wildcards.exp, model="retain"),
+        }
+    return {
+        **{s: path("xling_sets", lang=lang, name=f"eval_{s}") for s in EVAL_SETS},
+        "reference": path("xling_eval", exp="xling", model="retain"),
+    }
+
+
+def tradeoff_evaluate(wildcards):
+    return XLING["evaluate"] if tradeoff_lang(wildcards) else config["tofu"]["evaluate"]
+
+
+def tradeoff_erase_inputs(wildcards):
+    return {
+        **erase_inputs(wildcards),
+        **tradeoff_eval_inputs(wildcards),
+        "model": base_model(wildcards),
+    }
+
+
+def tradeoff_baseline_inputs(wildcards):
+    return {**baseline_inputs(wildcards), **tradeoff_eval_inputs(wildcards)}
+
+
+def tradeoff_points(track):
+    """Every sweep point of a text track (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
+    if track == "tofu":
+        exps, methods = [EXP], METHODS
+    else:
+        exps, methods = [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
+    return [
+        *[
+            path("tradeoff_erase", exp=e, rank=k, method=m, scale=s)
+            for e in exps
+            for m in methods
+            if m in DECOMP
+            for k in TRADEOFF_RANKS
+            for s in TRADEOFF_SCALES
+        ],
+        *[
+            path("tradeoff_baseline", exp=e, method=m, epochs=n)
+            for e in exps
+            for m in methods
+            if m in BASELINES
+            for n in TRADEOFF_EPOCHS
+        ],
+    ]
+
+
+def tradeoff_targets():
+    return [
+        out
+        for track in ("tofu", "crosslingual")
+        if track in config["tracks"]
+        for out in (
+            path("table", table=f"{track}_tradeoff", ext="csv"),
+            path("tradeoff_selection", track=track),
+            path("figure", name=f"{track}_tradeoff"),
+        )
+    ]

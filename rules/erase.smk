@@ -3,6 +3,7 @@ rule erase_adapter:
     input:
         unpack(erase_inputs),
         model=base_model,
+        forget_adapter=forget_adapter_dir,
     output:
         directory(path("erase_adapter")),
     log:

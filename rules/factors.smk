@@ -2,6 +2,7 @@ rule task_matrices:
     # T = (lora_alpha / r) B A per adapted module, kept factored.
     input:
         adapter=adapter_dir,
+        model=base_model,
     output:
         path("task_matrix"),
     log:

@@ -18,7 +18,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
     log.info("%s on %d forget / %d retain QA pairs: %s", cfg.method, len(forget), len(retain), cfg)
     model, curve = train_baseline(
-        model, ref_model, tokenizer, forget, retain, template_from(p.model), cfg, refusals=refusals,
+        model, ref_model, tokenizer, forget, retain, template_from(p.model, tokenizer), cfg, refusals=refusals,
         desc=f"{snakemake.wildcards.exp}-{cfg.method}",  # noqa: F821
     )
     save_model(model, tokenizer, out.model)

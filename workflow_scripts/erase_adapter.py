@@ -1,5 +1,6 @@
 """Rule erase_adapter: the erase edit (eq. 6, or eq. 16 on the selected layers) as a PEFT LoRA adapter."""
 
+from qrerase.adapters import read_adapter_config
 from qrerase.erase import save_erase_adapter
 from qrerase.linalg import load_updates
 from qrerase.workflow import job, selected_updates
@@ -7,5 +8,7 @@ from qrerase.workflow import job, selected_updates
 with job(snakemake) as log:  # noqa: F821
     inp = snakemake.input  # noqa: F821
     updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
-    save_erase_adapter(updates, snakemake.output[0], base_model_name_or_path=str(inp.model))  # noqa: F821
-    log.info("erase adapter over %d modules", len(updates))
+    # Conv1D (GPT-2 style) models: the forget adapter's fan_in_fan_out carries over to the erase adapter.
+    fan_in_fan_out = read_adapter_config(inp.forget_adapter).fan_in_fan_out
+    save_erase_adapter(updates, snakemake.output[0], base_model_name_or_path=str(inp.model), fan_in_fan_out=fan_in_fan_out)  # noqa: F821
+    log.info("erase adapter over %d modules (fan_in_fan_out=%s)", len(updates), fan_in_fan_out)

@@ -17,7 +17,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         batch_size=p.evaluate.get("batch_size", 32),
         max_new_tokens=p.evaluate.get("max_new_tokens", 48),
     )
-    result = evaluate_tofu(model, tokenizer, template_from(p.model), eval_sets, cfg)
+    result = evaluate_tofu(model, tokenizer, template_from(p.model, tokenizer), eval_sets, cfg)
     with atomic_dir(snakemake.output[0]) as tmp:  # noqa: F821
         write_log(result, tmp)
         write_aggregated(result, Path(tmp) / "eval_log_aggregated.json")

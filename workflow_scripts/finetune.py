@@ -27,6 +27,6 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     which = snakemake.wildcards.get("which", "pretrained")  # noqa: F821
     cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     log.info("training %s on %d QA pairs: %s", which, len(records), cfg)
-    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg), cfg, desc=which)
+    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg, tokenizer), cfg, desc=which)
     save_model(model, tokenizer, snakemake.output.model)  # noqa: F821
     write_csv(snakemake.output.curve, curve)  # noqa: F821

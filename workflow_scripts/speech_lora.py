@@ -1,5 +1,6 @@
 """Rule speech_lora: LoRA on the attention projections of the fine-tuned model, on D_f (train) or D_r."""
 
+from qrerase.architectures import resolve_target_modules
 from qrerase.io import write_csv
 from qrerase.speech import load_speech_data, load_speech_model, train_mask, train_speech_lora
 from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter
@@ -12,7 +13,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     model = load_speech_model(inp.model)
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio")
     cfg = LoraTrainConfig(
-        r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(lcfg["target_modules"]),
+        r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
         train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),  # noqa: F821
     )
     mask = train_mask(index, p.setting, which)

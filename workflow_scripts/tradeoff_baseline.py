@@ -16,7 +16,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
     tokenizer = load_tokenizer(inp.model)
-    template = template_from(p.model)
+    template = template_from(p.model, tokenizer)
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
     model, _ = train_baseline(
         model, ref_model, tokenizer, read_jsonl(inp.forget), read_jsonl(inp.retain), template, cfg,

@@ -21,6 +21,6 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     meta = {"group": p.lang or "tofu", "method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
-    row = evaluate_text_point(model, tokenizer, template_from(p.model), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
+    row = evaluate_text_point(model, tokenizer, template_from(p.model, tokenizer), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
     write_csv(snakemake.output[0], row)  # noqa: F821
     log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())

@@ -1,6 +1,7 @@
 """Rule lora: LoRA task adapter on the forget or the retain set, trained from the checkpoint that
 `lora.base` names (the fine-tuned model, or the pretrained one)."""
 
+from qrerase.architectures import resolve_target_modules
 from qrerase.io import read_jsonl, write_csv
 from qrerase.lm import load_model, load_tokenizer
 from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
@@ -24,10 +25,10 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         r=lcfg["r"],
         alpha=lcfg["alpha"],
         dropout=lcfg.get("dropout", 0.0),
-        target_modules=tuple(lcfg["target_modules"]),
+        target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"])),
         train=train,
     )
     log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, p.base, source, cfg)  # noqa: F821
-    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model), cfg, desc=f"lora-{snakemake.wildcards.set}")
+    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}")
     save_adapter(peft_model, snakemake.output.adapter)
     write_csv(snakemake.output.curve, curve)

@@ -16,7 +16,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     with atomic_dir(snakemake.output[0]) as tmp:  # noqa: F821
         for lang in p.languages:
             eval_sets = {s: read_jsonl(inp[f"{lang}:{s}"]) for s in ("forget", "retain", "real_authors", "world_facts")}
-            result = evaluate_tofu(model, tokenizer, template_from(p.model), eval_sets, cfg)
+            result = evaluate_tofu(model, tokenizer, template_from(p.model, tokenizer), eval_sets, cfg)
             write_log(result, Path(tmp) / lang)
             write_aggregated(result, Path(tmp) / lang / "eval_log_aggregated.json")
             log.info("evaluated %s in %s on %s", snakemake.wildcards.model, lang, {k: len(v) for k, v in eval_sets.items()})  # noqa: F821
