@@ -963,14 +963,14 @@ def tradeoff_eval_inputs(wildcards):
     retain slice; cross-lingual: the unlearning language X, so a point is the X -> X pair).
     """
     lang = tradeoff_lang(wildcards)
-    if lang is None:
+    if lang is None:  # keys eval_<set>: a baseline point also reads the training sets forget/retain
         return {
-            **eval_data_inputs(wildcards),
+            **{f"eval_{s}": f for s, f in eval_data_inputs(wildcards).items()},
             "tune": path("data", exp=wildcards.exp, name="tune_retain"),
             "reference": path("eval", exp=wildcards.exp, model="retain"),
         }
     return {
-        **{s: path("xling_sets", lang=lang, name=f"eval_{s}") for s in EVAL_SETS},
+        **{f"eval_{s}": path("xling_sets", lang=lang, name=f"eval_{s}") for s in EVAL_SETS},
         "reference": path("xling_eval", exp="xling", model="retain"),
     }
 

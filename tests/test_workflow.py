@@ -102,7 +102,7 @@ def run_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
 
 def test_tofu_table_has_every_model_with_real_numbers(workdir):
     table = pd.read_csv(workdir / "results/tables/tofu.csv")
-    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *BASELINES, *METHODS, *CONTROLS]
+    assert list(table["method"]) == ["base", "retain", "llama2_7b_full", *CONTROLS, *BASELINES, *METHODS]
     imported = table.set_index("method").loc["llama2_7b_full"]
     assert round(imported["model_utility"], 4) == 0.6227 and imported["forget_quality"] < 1e-10
     table = table[table["method"] != "llama2_7b_full"]
@@ -424,16 +424,18 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     from qrerase.tradeoff import select_scale
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
-    cfg = run_config(workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[1], tradeoff__ranks=[2])
+    epochs = yaml.safe_load((REPO / "config/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # ga, npo: 2
+    cfg = run_config(workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[epochs], tradeoff__ranks=[2])
     snakemake(workdir, "tradeoff", "--cores", "2", "--configfile", str(cfg))
     frame = pd.read_csv(workdir / "results/tables/tofu_tradeoff.csv")
     sub, base = frame[frame["family"] == "subspace"], frame[frame["family"] == "baseline"]
     assert sorted(sub["method"].unique()) == sorted(METHODS) and len(sub) == 2 * len(METHODS)
-    assert sorted(base["method"]) == sorted(BASELINES) and (base["epochs"] == 1).all()
+    assert sorted(base["method"]) == sorted(BASELINES) and (base["epochs"] == epochs).all()
     table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
-    for _, row in sub.iterrows():  # the sweep evaluates exactly what the main run evaluates
+    for _, row in frame.iterrows():  # the sweep evaluates exactly what the main run evaluates
         name = "base" if row["scale"] == 0 else row["method"]
         assert row["model_utility"] == pytest.approx(table.loc[name, "model_utility"], rel=1e-6)
+        assert row["forget_quality"] == pytest.approx(table.loc[name, "forget_quality"], rel=1e-6)
     assert (sub.loc[sub["scale"] == 0, "utility_rel"] == 1).all()
     selection = pd.read_csv(workdir / "results/tables/tofu_tradeoff_selection.csv")
     pd.testing.assert_frame_equal(selection, select_scale(frame, 0.1), check_dtype=False)
@@ -443,3 +445,9 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     cfg2 = run_config(workdir, "tradeoff2.yaml", tradeoff__scales=[0, 0.5], tradeoff__epochs=[1], tradeoff__ranks=[2])
     rules = planned_rules(snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg2)))
     assert rules.get("tradeoff_erase") == len(METHODS) and not (TRAINING | {"lora", "factors", "forget_update"}) & set(rules)
+    # a retain-using baseline's point trains on the retain set, not on the retain evaluation set
+    cfg3 = run_config(workdir, "tradeoff3.yaml", tradeoff__epochs=[1], methods={"tofu": ["graddiff"]},
+                      baselines__graddiff={"epochs": 1, "lr": 1e-3, "batch_size": 8})
+    proc = snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg3))
+    job = proc.stdout.split("rule tradeoff_baseline:", 1)[1].split("output:", 1)[0]
+    assert f"{EXP}/data/retain.jsonl" in job and f"{EXP}/data/eval_retain.jsonl" in job

@@ -23,7 +23,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         refusals=refusals, desc=f"{wc.exp}-{cfg.method}-e{epochs}",
     )
     tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
-    eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
+    eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
     ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     meta = {"group": p.lang or "tofu", "method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
     row = evaluate_text_point(model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta)

@@ -18,7 +18,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
         apply_updates(model, scaled_updates(updates, scale / p.stored_scale))
     tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
-    eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
+    eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     meta = {"group": p.lang or "tofu", "method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
     row = evaluate_text_point(model, tokenizer, template_from(p.model, tokenizer), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
