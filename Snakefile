@@ -28,6 +28,7 @@ include: "rules/baselines.smk"
 include: "rules/tables.smk"
 include: "rules/crosslingual.smk"
 include: "rules/speech.smk"
+include: "rules/task.smk"
 include: "rules/bench.smk"
 include: "rules/provenance.smk"
 

@@ -147,7 +147,7 @@ def log_path(rule_name, *wildcard_names):
 
 
 wildcard_constraints:
-    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)",
+    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task",
     name=r"[a-z_]+",
     which="full|retain",
     set="forget|retain",
@@ -235,8 +235,12 @@ def tofu_data_files(wildcards):
 
 
 def base_model_inputs(wildcards):
-    """The tokenizer built here (embedded default) or nothing (a hub/local model)."""
-    return {"tokenizer": path("tokenizer", exp=wildcards.exp)} if tiny_model() else {}
+    """The tokenizer built here (embedded default) or nothing (a hub/local model); for the task
+    track also its initial checkpoint (task_init_model in rules/task.smk)."""
+    inputs = {"tokenizer": path("tokenizer", exp=wildcards.exp)} if tiny_model() else {}
+    if wildcards.exp == "task":
+        inputs.update(task_init_model(wildcards))
+    return inputs
 
 
 def adapter_dir(wildcards):
@@ -440,6 +444,8 @@ def exp_section(section, exp):
     )
     if model_exp(exp) == "xling":
         base.update(XLING.get(section) or {})
+    if exp == "task":  # the task-level track's overrides (task.<section>)
+        base.update(config.get("task", {}).get(section) or {})
     return base
 
 
@@ -588,6 +594,8 @@ def erase_scale(exp):
     """lambda of W' = W - lambda T~_f for an experiment: `speech.scale` for speech, else `unlearn.scale`."""
     if exp.partition("_")[0] == "speech":
         return config["speech"]["scale"]
+    if exp == "task":
+        return config["task"].get("scale", config["unlearn"]["scale"])
     return config["unlearn"]["scale"]
 
 
@@ -800,7 +808,7 @@ def cost_components(
 
 
 #: track -> header of its cost table's column groups (None: one group, the TOFU experiment).
-COST_GROUP_HEADER = {"tofu": None, "crosslingual": "Unlearn in", "speech": "Setting"}
+COST_GROUP_HEADER = {"tofu": None, "crosslingual": "Unlearn in", "speech": "Setting", "task": None}
 
 
 def track_costs(track):
@@ -831,6 +839,8 @@ def track_costs(track):
             )
             for s in SPEECH_SETTINGS
         }
+    if track == "task":
+        return {"": task_costs()}  # rules/task.smk
     raise WorkflowError(f"cost: unknown track '{track}'")
 
 

@@ -16,6 +16,9 @@ rule tokenizer:
         **resources_for("light"),
     params:
         vocab_size=lambda wc: exp_section("tokenizer", wc.exp)["vocab_size"],
+        individual_digits=lambda wc: exp_section("tokenizer", wc.exp).get(
+            "individual_digits", False
+        ),
     script:
         "../workflow_scripts/train_tokenizer.py"
 

@@ -8,7 +8,10 @@ from qrerase.workflow import job, template_from
 p = snakemake.params  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     mcfg = p.model
-    if mcfg["name_or_path"] is None:
+    if "init" in snakemake.input.keys():  # noqa: F821  (an initial checkpoint, e.g. a pretrained model)
+        tokenizer = load_tokenizer(snakemake.input.init)  # noqa: F821
+        model = load_model(snakemake.input.init, dtype=mcfg.get("dtype", "float32"), device=mcfg.get("device", "cpu"))  # noqa: F821
+    elif mcfg["name_or_path"] is None:
         tokenizer = load_tokenizer(snakemake.input.tokenizer)
         model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
         model = model.to(resolve_device(mcfg.get("device", "cpu")))

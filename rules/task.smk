@@ -1,0 +1,249 @@
+# Task-level track (paper Table 1): forget a skill (arithmetic), keep a similar one (maths in words)
+# and an unrelated one (multiple-choice knowledge). Experiment "task" owns its model: generic tokenizer
+# and finetune rules, then the unchanged lora -> task_matrices -> factors -> energy -> forget_update ->
+# erase_merged chain; baselines GA, KGA, KU by task_baseline; its own evaluation and table.
+from qrerase.task import EVAL_FILES as TASK_EVAL_FILES
+from qrerase.task import ROLES as TASK_ROLES
+from qrerase.task import TaskDataConfig, check_task_config
+from qrerase.task_baselines import TASK_BASELINES
+
+TASK = config.get("task", {})
+TASK_EXP = "task"
+TASK_METHODS = list(config["methods"].get("task", []))
+TASK_RANK = TASK.get("rank", RANK)
+TASK_DATA_SETS = [
+    "forget",
+    "retain",
+    "new",
+    "finetune_full",
+    *(f for files in TASK_EVAL_FILES.values() for f in files),
+]
+
+PATHS.update(
+    {
+        "task_eval": "results/{exp}/task_eval/{model}.csv",
+        "task_metrics": "results/task/metrics.csv",
+    }
+)
+
+
+def validate_task_config(cfg):
+    """The task section (after the schema): skills, split sizes, operand ranges, data files; rank."""
+    if "task" not in cfg["tracks"]:
+        return
+    if "task" not in cfg or "task" not in cfg["methods"]:
+        raise WorkflowError(
+            "config key 'task': the task track needs a 'task' section and 'methods.task'"
+        )
+    try:
+        check_task_config(TaskDataConfig.from_dict(cfg["task"]["data"]))
+    except (ValueError, TypeError) as exc:
+        raise WorkflowError(f"config key '{exc}'".replace(": ", "': ", 1)) from None
+    rank = cfg["task"].get("rank", cfg["unlearn"]["rank"])
+    lora_r = cfg["lora"]["r"]
+    if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
+        raise WorkflowError(
+            f"config key 'task.rank': {rank} exceeds the LoRA rank lora.r={lora_r}"
+        )
+    for i, method in enumerate(cfg["methods"]["task"]):
+        if method in TASK_BASELINES and not cfg["task"]["baselines"].get(method):
+            raise WorkflowError(
+                f"config key 'methods.task.{i}': baseline '{method}' has no 'task.baselines.{method}' settings"
+            )
+
+
+validate_task_config(config)
+
+
+def task_init_model(wildcards):
+    """The checkpoint the task model is fine-tuned from (and KGA's auxiliary models start from).
+
+    {}: from scratch (the tiny model built from the tokenizer with the seed, or model.name_or_path).
+    A pretraining stage plugs in here: return {"init": <pretrained checkpoint directory>}.
+    """
+    return {}
+
+
+def task_data_files(wildcards):
+    """The vendored knowledge files the generator reads (an edit re-runs everything downstream)."""
+    data = TASK.get("data", {})
+    if "knowledge" not in [data.get(r) for r in TASK_ROLES]:
+        return []
+    know = data.get("knowledge", {})
+    root = Path(know.get("root", "data/tofu"))
+    return [
+        str(root / f"{s}.jsonl")
+        for s in know.get("sources", ["world_facts", "real_authors"])
+    ]
+
+
+def task_models():
+    """Evaluated models: base, then each method (subspace methods at rank k: '<method>_k<rank>')."""
+    return ["base"] + [
+        f"{m}_k{TASK_RANK}" if m in DECOMP else m for m in TASK_METHODS
+    ]
+
+
+def task_checkpoint(wildcards):
+    """Model name -> checkpoint: base, a baseline's, or a merged erase."""
+    model = wildcards.model
+    if model == "base":
+        return base_model(wildcards)
+    if model in TASK_BASELINES:
+        return path("baseline_model", exp=wildcards.exp, method=model)
+    method, rank = split_model(model)
+    if rank is None:
+        raise WorkflowError(f"task_evaluate: unknown model '{model}'")
+    return path("erased_model", exp=wildcards.exp, rank=rank, method=method)
+
+
+def task_baseline_inputs(wildcards):
+    inputs = {
+        "model": base_model(wildcards),
+        **{
+            s: path("data", exp=wildcards.exp, name=s)
+            for s in ("forget", "retain", "new")
+        },
+    }
+    if wildcards.method == "kga":  # A_f and A_n start from the fine-tuning's initial checkpoint
+        inputs.update(base_model_inputs(wildcards))
+    return inputs
+
+
+def task_costs():
+    """The cost table's components per method (rules/common.smk cost_components)."""
+    return cost_components(
+        TASK_EXP,
+        TASK_METHODS,
+        TASK_RANK,
+        "erase_merged",
+        baseline_rule="task_baseline",
+        adapters=config["lora"]["adapters"],
+    )
+
+
+def task_targets():
+    return [
+        *expand(PATHS["table"], table=["task", "task_wide"], ext=["csv", "md", "tex"]),
+        path("task_metrics"),
+        path("energy_fig", exp=TASK_EXP),
+        path("factor_report", exp=TASK_EXP, rank=TASK_RANK),
+        *cost_targets("task"),
+    ]
+
+
+TRACK_TARGETS["task"] = task_targets
+
+
+rule task_data:
+    # Generated skills (deterministic from the seed): forget / retain / new training sets, the
+    # fine-tuning mixture and the held-out evaluation sets.
+    input:
+        task_data_files,
+    output:
+        **{name: path("data", name=name) for name in TASK_DATA_SETS},
+    log:
+        log_path("task_data", "exp"),
+    wildcard_constraints:
+        exp="task",
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        data=TASK.get("data"),
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/task_data.py"
+
+
+rule task_baseline:
+    # Gradient Ascent (qrerase.baselines), KGA or KU (qrerase.task_baselines) from the fine-tuned model.
+    input:
+        unpack(task_baseline_inputs),
+    output:
+        model=directory(path("baseline_model")),
+        curve=path("baseline_curve"),
+    log:
+        log_path("task_baseline", "exp", "method"),
+    benchmark:
+        benchmark_path("task_baseline", "exp", "method")
+    wildcard_constraints:
+        exp="task",
+        method="|".join(TASK_BASELINES),
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        model=config["model"],
+        cfg=lambda wc: TASK["baselines"][wc.method],
+        max_length=lambda wc: exp_section("finetune", wc.exp).get("max_length", 128),
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/task_baseline.py"
+
+
+rule task_evaluate:
+    # Exact-match accuracy of greedy answers and answer-token NLL of one model on each role's eval set.
+    input:
+        model=task_checkpoint,
+        **{
+            f: path("data", name=f)
+            for files in TASK_EVAL_FILES.values()
+            for f in files
+        },
+    output:
+        path("task_eval"),
+    log:
+        log_path("task_evaluate", "exp", "model"),
+    wildcard_constraints:
+        exp="task",
+    conda:
+        "../envs/eval.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
+    params:
+        model=config["model"],
+        evaluate=TASK.get("evaluate"),
+        roles={r: list(f) for r, f in TASK_EVAL_FILES.items()},
+        skills={r: TASK.get("data", {}).get(r) for r in TASK_ROLES},
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/task_evaluate.py"
+
+
+rule task_table:
+    # The paper's Table 1 layout: Method x {unrelated, similar, forgotten} accuracy; + NLL (wide).
+    input:
+        evals=[path("task_eval", exp=TASK_EXP, model=m) for m in task_models()],
+    output:
+        **{
+            f"{table}_{ext}": report(
+                path("table", table=table, ext=ext),
+                caption="../report/task_table.rst",
+                category="Task-level",
+                subcategory="Tables",
+                labels={"table": table, "format": ext},
+            )
+            for table in ("task", "task_wide")
+            for ext in ("csv", "md", "tex")
+        },
+        metrics=path("task_metrics"),
+    log:
+        log_path("task_table"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        models=task_models(),
+        skills={r: TASK.get("data", {}).get(r) for r in TASK_ROLES},
+        rank=TASK_RANK,
+        scale=TASK.get("scale"),
+    script:
+        "../workflow_scripts/task_table.py"
