@@ -808,7 +808,12 @@ def cost_components(
 
 
 #: track -> header of its cost table's column groups (None: one group, the TOFU experiment).
-COST_GROUP_HEADER = {"tofu": None, "crosslingual": "Unlearn in", "speech": "Setting", "task": None}
+COST_GROUP_HEADER = {
+    "tofu": None,
+    "crosslingual": "Unlearn in",
+    "speech": "Setting",
+    "task": None,
+}
 
 
 def track_costs(track):

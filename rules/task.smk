@@ -38,7 +38,8 @@ def validate_task_config(cfg):
     try:
         check_task_config(TaskDataConfig.from_dict(cfg["task"]["data"]))
     except (ValueError, TypeError) as exc:
-        raise WorkflowError(f"config key '{exc}'".replace(": ", "': ", 1)) from None
+        key, _, message = str(exc).partition(": ")
+        raise WorkflowError(f"config key '{key}': {message}") from None
     rank = cfg["task"].get("rank", cfg["unlearn"]["rank"])
     lora_r = cfg["lora"]["r"]
     if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
@@ -79,22 +80,19 @@ def task_data_files(wildcards):
 
 def task_models():
     """Evaluated models: base, then each method (subspace methods at rank k: '<method>_k<rank>')."""
-    return ["base"] + [
-        f"{m}_k{TASK_RANK}" if m in DECOMP else m for m in TASK_METHODS
-    ]
+    return ["base"] + [f"{m}_k{TASK_RANK}" if m in DECOMP else m for m in TASK_METHODS]
 
 
 def task_checkpoint(wildcards):
-    """Model name -> checkpoint: base, a baseline's, or a merged erase."""
+    """Model name -> weights: base, a baseline's checkpoint, a merged erase, or base + erase adapter."""
     model = wildcards.model
     if model == "base":
-        return base_model(wildcards)
+        return {"model": base_model(wildcards)}
     if model in TASK_BASELINES:
-        return path("baseline_model", exp=wildcards.exp, method=model)
-    method, rank = split_model(model)
-    if rank is None:
+        return {"model": path("baseline_model", exp=wildcards.exp, method=model)}
+    if split_model(model)[1] is None:
         raise WorkflowError(f"task_evaluate: unknown model '{model}'")
-    return path("erased_model", exp=wildcards.exp, rank=rank, method=method)
+    return eval_model_inputs(wildcards)
 
 
 def task_baseline_inputs(wildcards):
@@ -105,7 +103,8 @@ def task_baseline_inputs(wildcards):
             for s in ("forget", "retain", "new")
         },
     }
-    if wildcards.method == "kga":  # A_f and A_n start from the fine-tuning's initial checkpoint
+    # KGA's A_f and A_n start from the fine-tuning's initial checkpoint
+    if wildcards.method == "kga":
         inputs.update(base_model_inputs(wildcards))
     return inputs
 
@@ -116,7 +115,7 @@ def task_costs():
         TASK_EXP,
         TASK_METHODS,
         TASK_RANK,
-        "erase_merged",
+        "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter",
         baseline_rule="task_baseline",
         adapters=config["lora"]["adapters"],
     )
@@ -189,12 +188,8 @@ rule task_baseline:
 rule task_evaluate:
     # Exact-match accuracy of greedy answers and answer-token NLL of one model on each role's eval set.
     input:
-        model=task_checkpoint,
-        **{
-            f: path("data", name=f)
-            for files in TASK_EVAL_FILES.values()
-            for f in files
-        },
+        unpack(task_checkpoint),
+        **{f: path("data", name=f) for files in TASK_EVAL_FILES.values() for f in files},
     output:
         path("task_eval"),
     log:

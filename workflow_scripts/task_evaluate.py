@@ -9,7 +9,7 @@ from qrerase.workflow import job, load_for_eval, template_from
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
-    model, tokenizer = load_for_eval(inp.model, None, p.model)
+    model, tokenizer = load_for_eval(inp.model, inp.adapter if "adapter" in inp.keys() else None, p.model)
     cfg = EvalConfig.from_dict(p.evaluate)
     rows = []
     for role, files in p.roles.items():
