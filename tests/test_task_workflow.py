@@ -83,11 +83,15 @@ def test_cost_and_energy_outputs(workdir):
 
 
 def test_llama3_70b_config_plans(tmp_path):
-    proc = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config" / "llama3-70b-task.yaml"))
+    cfg = yaml.safe_load((REPO / "config" / "llama3-70b-task.yaml").read_text())
+    cfg["task"]["data"]["knowledge"]["root"] = str(REPO / "data" / "tofu")
+    cfg["tofu"] = {"data": {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}}
+    proc = snakemake(tmp_path, "-n", "--configfile", str(write_yaml_config(tmp_path, "70b.yaml", cfg, {})))
     jobs = planned_rules(proc)
     assert jobs["task_baseline"] == 3 and jobs["task_evaluate"] == 8 and jobs["erase_adapter"] == 4
     assert "tokenizer" not in jobs and "erase_merged" not in jobs
     assert not (tmp_path / "results").exists()
+    assert jobs["finetune"] == 1 and jobs["lora"] == 2
 
 
 @pytest.mark.parametrize("overrides, message", [
