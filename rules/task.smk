@@ -19,7 +19,7 @@ rule task_data:
     wildcard_constraints:
         exp="task",
     conda:
-        "../envs/tables.yaml"
+        "../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("light"),
