@@ -42,7 +42,8 @@ def test_method_labels():
     assert METHOD_LABELS["unlearn_ll"] == "UNLEARN (LL)"
     assert METHOD_LABELS["retain"] == "Retain reference"
     assert METHOD_LABELS["bad_teaching"] == "Bad Teaching"
-    assert len(METHOD_LABELS) == 14
+    assert METHOD_LABELS["kga"] == "KGA" and METHOD_LABELS["ku"] == "KU"
+    assert len(METHOD_LABELS) == 16
 
 
 @pytest.mark.parametrize(
