@@ -341,8 +341,12 @@ def sequence_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor
 # --------------------------------------------------------------------------------------------------
 
 
-def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike):
+def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike,
+                        individual_digits: bool = False):
     """Train a byte-level BPE tokenizer on ``texts`` and save it (atomically) to ``out_dir``.
+
+    ``individual_digits``: split every digit into its own pre-token (as Llama-2's tokenizer does),
+    so numbers are spelled digit by digit and arithmetic can generalise across numbers.
 
     Special tokens ``<s>`` (BOS, prepended by the post-processor like Llama's), ``</s>`` (EOS),
     ``<pad>`` and ``<unk>`` get ids 0..3. Training is deterministic for given texts and vocab size.
@@ -355,6 +359,10 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | os
     specials = [SPECIAL_TOKENS[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token")]
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if individual_digits:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=int(vocab_size),

@@ -128,7 +128,8 @@ def _epoch_seed(seed: int, epoch: int) -> int:
 
 
 def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
-                loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]], desc: str = "train") -> list[dict]:
+                loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]], desc: str = "train",
+                stop: Callable[[int], bool] | None = None) -> list[dict]:
     """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines.
 
     ``steps`` lists one ``(epoch, payload)`` per optimiser step (epoch 1-based); ``loss_fn(payload)``
@@ -137,7 +138,9 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     of the steps then linear decay to 0, gradient clipping at ``cfg.max_grad_norm`` (``<= 0``: off).
     Only parameters with ``requires_grad`` are trained. Returns one dict per step: ``step``
     (1-based), ``epoch``, ``loss`` (before the update), ``lr`` (used for that update), then the
-    terms. The model is left in eval mode; a tqdm bar on stderr shows progress.
+    terms. The model is left in eval mode; a tqdm bar on stderr shows progress. ``stop(step)``,
+    when given, is called after each update (model in train mode on return) and ends training
+    early when it returns ``True`` (the learning-rate schedule still spans all of ``steps``).
     """
     total = len(steps)
     warmup = int(round(cfg.warmup_ratio * total))
@@ -170,6 +173,8 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
             bar.update(1)
             if step % 10 == 0 or step == total:
                 bar.set_postfix(epoch=epoch, loss=f"{value:.3f}", refresh=False)
+            if stop is not None and stop(step):
+                break
     finally:
         bar.close()
         model.eval()

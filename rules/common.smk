@@ -161,7 +161,7 @@ def log_path(rule_name, *wildcard_names):
 
 
 wildcard_constraints:
-    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)",
+    exp=r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task",
     name=r"[a-z_]+",
     which="full|retain|pretrained",
     set="forget|retain",
@@ -206,12 +206,23 @@ def lora_base_inputs(wildcards):
     return {}
 
 
+def tokenizer_texts(wildcards):
+    """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
+    set and the pretraining text (the task-level track has no pretraining set yet)."""
+    names = ["finetune_full", "eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts"]
+    if wildcards.exp != "task":
+        names.append("pretrain")
+    return [path("data", exp=wildcards.exp, name=n) for n in names]
+
+
 def finetune_init_inputs(wildcards):
     """What fine-tuning starts from: the tokenizer to build the model on (rule pretrain), the
     pretrained checkpoint (both fine-tuned models of the embedded default), or nothing (a hub
     model, loaded by name)."""
     if not tiny_model():
         return {}
+    if wildcards.exp == "task":  # the task-level track (rules/task_common.smk)
+        return task_start_inputs(wildcards)
     if wildcards.get("which", "pretrained") == "pretrained":
         return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
     return {"init": path("model", exp=wildcards.exp, which="pretrained")}
@@ -494,6 +505,8 @@ def exp_section(section, exp):
     base.pop("base", None)  # lora.base selects a checkpoint, not a training setting
     if model_exp(exp) == "xling":
         base.update(XLING.get(section) or {})
+    if exp == "task":  # the task-level track's overrides (task.<section>)
+        base.update(config.get("task", {}).get(section) or {})
     return base
 
 
@@ -642,6 +655,8 @@ def erase_scale(exp):
     """lambda of W' = W - lambda T~_f for an experiment: `speech.scale` for speech, else `unlearn.scale`."""
     if exp.partition("_")[0] == "speech":
         return config["speech"]["scale"]
+    if exp == "task":
+        return config["task"].get("scale", config["unlearn"]["scale"])
     return config["unlearn"]["scale"]
 
 
@@ -854,7 +869,12 @@ def cost_components(
 
 
 #: track -> header of its cost table's column groups (None: one group, the TOFU experiment).
-COST_GROUP_HEADER = {"tofu": None, "crosslingual": "Unlearn in", "speech": "Setting"}
+COST_GROUP_HEADER = {
+    "tofu": None,
+    "crosslingual": "Unlearn in",
+    "speech": "Setting",
+    "task": None,
+}
 
 
 def track_costs(track):
@@ -885,6 +905,8 @@ def track_costs(track):
             )
             for s in SPEECH_SETTINGS
         }
+    if track == "task":
+        return {"": task_costs()}  # rules/task.smk
     raise WorkflowError(f"cost: unknown track '{track}'")
 
 

@@ -1,11 +1,6 @@
 rule tokenizer:
     input:
-        path("data", name="finetune_full"),
-        path("data", name="eval_forget"),
-        path("data", name="eval_retain"),
-        path("data", name="eval_real_authors"),
-        path("data", name="eval_world_facts"),
-        path("data", name="pretrain"),
+        tokenizer_texts,
     output:
         directory(path("tokenizer")),
     log:
@@ -17,6 +12,9 @@ rule tokenizer:
         **resources_for("light"),
     params:
         vocab_size=lambda wc: exp_section("tokenizer", wc.exp)["vocab_size"],
+        individual_digits=lambda wc: exp_section("tokenizer", wc.exp).get(
+            "individual_digits", False
+        ),
     script:
         "../workflow_scripts/train_tokenizer.py"
 

@@ -80,7 +80,9 @@ rule cost:
         **resources_for("light"),
     params:
         groups=lambda wildcards: track_costs(wildcards.track),
-        group_column=lambda wildcards: (None if wildcards.track == "tofu" else "group"),
+        group_column=lambda wildcards: (
+            None if COST_GROUP_HEADER[wildcards.track] is None else "group"
+        ),
         group_header=lambda wildcards: COST_GROUP_HEADER[wildcards.track],
     script:
         "../workflow_scripts/cost.py"

@@ -11,5 +11,6 @@ with job(snakemake) as log:  # noqa: F821
             texts += [rec["question"], rec["answer"], rec.get("paraphrased_answer", "")]
             texts += list(rec.get("perturbed_answer", []))
     texts = [t for t in texts if t]
-    tok = train_bpe_tokenizer(texts, snakemake.params.vocab_size, snakemake.output[0])
+    digits = bool(getattr(snakemake.params, "individual_digits", False))
+    tok = train_bpe_tokenizer(texts, snakemake.params.vocab_size, snakemake.output[0], individual_digits=digits)
     log.info("tokenizer: %d texts, vocabulary %d", len(texts), len(tok))

@@ -1,0 +1,435 @@
+"""Task-level unlearning data and evaluation (the UNLEARN benchmark of the paper's Table 1, small).
+
+A *skill* is a family of questions with one correct short answer. The track forgets one skill and
+keeps two: a *similar* one (it shares the forgotten skill's computations) and an *unrelated* one.
+Three skills are generated here, deterministically from a seed:
+
+``arithmetic`` (HELM-style two-operand integer arithmetic)
+    ``What is {a} {op} {b}?`` → the integer result. ``op`` ∈ ``ops`` (``+``, ``-``, ``*``); operands
+    in ``[min_operand, max_operand]``; subtraction only with ``a >= b`` (results are never negative).
+``word_math`` (multi-step maths in words: linear equations and two-step word problems)
+    ``Solve for x: x + {a} = {b}.`` → ``b - a`` (``b >= a``); ``Solve for x: x - {a} = {b}.`` →
+    ``a + b``; ``Solve for x: {a}x = {b}.`` → ``b / a`` (``a`` in 2..9, ``x`` in 0..9);
+    ``{Name} has {a} {items}. {He/She} gets {b} more and then gives away {c}. How many {items} does
+    {Name} have now?`` → ``a + b - c`` (``a + b >= c``); ``{Name} had {a} {items} and gave away {b}.
+    Then {he/she} bought {c} more. How many {items} does {Name} have now?`` → ``a - b + c``
+    (``a >= b``). Numbers ``a, b, c`` in ``1..max_number``; names and items from fixed lists.
+``knowledge`` (multiple-choice knowledge, MMLU-style)
+    TOFU's ``world_facts`` / ``real_authors`` questions with their four options, shuffled with the
+    seed and lettered: ``{question} A. {o1} B. {o2} C. {o3} D. {o4}`` → the letter of the correct
+    option. The facts themselves (``question`` → ``answer``) are training data of every model
+    (``knowledge_facts``), standing in for what a pretrained LLM knows; the *multiple-choice items*
+    of the evaluation split are never trained.
+
+Every skill's question universe is enumerable, so distinct questions are drawn by sampling indices
+without replacement (``numpy.random.default_rng(seed + skill offset)``), then cut into disjoint
+``train`` / ``eval`` / ``new`` splits (``new``: held-out data for KGA's D_n and KU's threshold).
+:func:`check_task_config` rejects an unknown skill, an empty split or more questions than the
+universe holds before anything runs.
+
+Evaluation (:func:`evaluate_skill`): exact match of the normalised greedy answer
+(:func:`normalise_answer`: numbers as integers, letters upper-case) and the mean answer-token NLL.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .io import read_jsonl
+
+__all__ = [
+    "SKILLS",
+    "ROLES",
+    "SPLITS",
+    "KNOWLEDGE_SOURCES",
+    "ArithmeticConfig",
+    "WordMathConfig",
+    "KnowledgeConfig",
+    "TaskDataConfig",
+    "check_task_config",
+    "skill_universe",
+    "generate_skill",
+    "make_task_sets",
+    "normalise_answer",
+    "exact_match",
+    "evaluate_skill",
+    "task_frame",
+]
+
+SKILLS = ("arithmetic", "word_math", "knowledge")
+ROLES = ("forget", "similar", "unrelated")
+SPLITS = ("train", "eval", "new")
+KNOWLEDGE_SOURCES = ("world_facts", "real_authors")
+ARITHMETIC_OPS = ("+", "-", "*")
+NAMES = ("Anna", "Ben", "Clara", "David", "Emma", "Farid", "Grace", "Hugo")
+PRONOUNS = ("She", "He", "She", "He", "She", "He", "She", "He")
+ITEMS = ("apples", "marbles", "books", "coins", "stickers", "pencils", "shells", "cards")
+LETTERS = "ABCD"
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    ops: tuple[str, ...] = ("+", "-")
+    min_operand: int = 0
+    max_operand: int = 99
+
+
+@dataclass(frozen=True)
+class WordMathConfig:
+    max_number: int = 30
+
+
+@dataclass(frozen=True)
+class KnowledgeConfig:
+    root: str = "data/tofu"
+    sources: tuple[str, ...] = KNOWLEDGE_SOURCES
+
+
+@dataclass(frozen=True)
+class TaskDataConfig:
+    """The ``task.data`` config section.
+
+    ``forget`` / ``similar`` / ``unrelated``: the skill of each role (distinct, from :data:`SKILLS`).
+    ``sizes``: per skill ``{train, eval, new}`` question counts. ``knowledge_facts``: train every
+    model on the plain knowledge facts (question → answer) of all splits too.
+    """
+
+    forget: str = "arithmetic"
+    similar: str = "word_math"
+    unrelated: str = "knowledge"
+    sizes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    arithmetic: ArithmeticConfig = ArithmeticConfig()
+    word_math: WordMathConfig = WordMathConfig()
+    knowledge: KnowledgeConfig = KnowledgeConfig()
+    knowledge_facts: bool = True
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TaskDataConfig":
+        d = dict(d)
+        sub = {"arithmetic": ArithmeticConfig, "word_math": WordMathConfig, "knowledge": KnowledgeConfig}
+        for key, klass in sub.items():
+            if key in d:
+                v = dict(d[key])
+                for k in ("ops", "sources"):
+                    if k in v:
+                        v[k] = tuple(v[k])
+                d[key] = klass(**v)
+        return cls(**d)
+
+    def roles(self) -> dict[str, str]:
+        return {"forget": self.forget, "similar": self.similar, "unrelated": self.unrelated}
+
+
+def check_task_config(cfg: TaskDataConfig) -> None:
+    """``ValueError`` with a one-line message naming the key, for any unusable setting."""
+    roles = cfg.roles()
+    for role, skill in roles.items():
+        if skill not in SKILLS:
+            raise ValueError(f"task.data.{role}: unknown skill {skill!r}; expected one of {list(SKILLS)}")
+    if len(set(roles.values())) != len(roles):
+        raise ValueError(f"task.data: the roles need three different skills, got {roles}")
+    a = cfg.arithmetic
+    for op in a.ops:
+        if op not in ARITHMETIC_OPS:
+            raise ValueError(f"task.data.arithmetic.ops: unknown operator {op!r}; expected some of {list(ARITHMETIC_OPS)}")
+    if not a.ops:
+        raise ValueError("task.data.arithmetic.ops: needs at least one operator")
+    if not 0 <= a.min_operand <= a.max_operand:
+        raise ValueError(f"task.data.arithmetic: need 0 <= min_operand <= max_operand, got {a.min_operand}, {a.max_operand}")
+    if cfg.word_math.max_number < 1:
+        raise ValueError(f"task.data.word_math.max_number: must be >= 1, got {cfg.word_math.max_number}")
+    for s in cfg.knowledge.sources:
+        if s not in KNOWLEDGE_SOURCES:
+            raise ValueError(f"task.data.knowledge.sources: unknown source {s!r}; expected some of {list(KNOWLEDGE_SOURCES)}")
+    if not cfg.knowledge.sources:
+        raise ValueError("task.data.knowledge.sources: needs at least one source")
+    for skill in roles.values():
+        sizes = cfg.sizes.get(skill)
+        if sizes is None:
+            raise ValueError(f"task.data.sizes.{skill}: missing (train, eval, new question counts)")
+        for split in SPLITS:
+            n = sizes.get(split)
+            if n is None or n < 1:
+                raise ValueError(f"task.data.sizes.{skill}.{split}: must be an integer >= 1 (an empty split), got {n}")
+        total = sum(sizes[s] for s in SPLITS)
+        have = skill_universe(skill, cfg)
+        if total > have:
+            raise ValueError(
+                f"task.data.sizes.{skill}: {total} distinct questions requested (train + eval + new) but the "
+                f"{skill} settings can produce only {have}"
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# Question universes: count, and decode an index into a question
+# --------------------------------------------------------------------------------------------------
+
+
+def _arith_counts(a: ArithmeticConfig) -> list[tuple[str, int]]:
+    r = a.max_operand - a.min_operand + 1
+    return [(op, r * (r + 1) // 2 if op == "-" else r * r) for op in a.ops]
+
+
+def _arith_decode(a: ArithmeticConfig, idx: int) -> dict:
+    r = a.max_operand - a.min_operand + 1
+    for op, count in _arith_counts(a):
+        if idx < count:
+            break
+        idx -= count
+    if op == "-":  # triangular index -> (x, y) with y <= x
+        x = int((math.isqrt(8 * idx + 1) - 1) // 2)
+        y = idx - x * (x + 1) // 2
+    else:
+        x, y = divmod(idx, r)
+    x, y = x + a.min_operand, y + a.min_operand
+    value = {"+": x + y, "-": x - y, "*": x * y}[op]
+    return {"question": f"What is {x} {op} {y}?", "answer": str(value)}
+
+
+def _word_templates(m: int) -> list[tuple[str, np.ndarray, bool]]:
+    """(template name, valid number tuples as rows, uses name/item) of the word_math grammar."""
+    n = np.arange(1, m + 1)
+    a2, b2 = (g.ravel() for g in np.meshgrid(n, n, indexing="ij"))
+    a3, b3, c3 = (g.ravel() for g in np.meshgrid(n, n, n, indexing="ij"))
+    ax, xx = (g.ravel() for g in np.meshgrid(np.arange(2, 10), np.arange(0, 10), indexing="ij"))
+    return [
+        ("eq_add", np.stack([a2, b2], 1)[b2 >= a2], False),
+        ("eq_sub", np.stack([a2, b2], 1), False),
+        ("eq_mul", np.stack([ax, ax * xx], 1), False),
+        ("story_gain", np.stack([a3, b3, c3], 1)[a3 + b3 >= c3], True),
+        ("story_loss", np.stack([a3, b3, c3], 1)[a3 >= b3], True),
+    ]
+
+
+def _word_decode(templates, idx: int) -> dict:
+    per_story = len(NAMES) * len(ITEMS)
+    for name, rows, story in templates:
+        count = len(rows) * (per_story if story else 1)
+        if idx < count:
+            break
+        idx -= count
+    if story:
+        idx, who = divmod(idx, len(NAMES))
+        idx, what = divmod(idx, len(ITEMS))
+    a, b, *rest = (int(v) for v in rows[idx])
+    if name == "eq_add":
+        return {"question": f"Solve for x: x + {a} = {b}.", "answer": str(b - a)}
+    if name == "eq_sub":
+        return {"question": f"Solve for x: x - {a} = {b}.", "answer": str(a + b)}
+    if name == "eq_mul":
+        return {"question": f"Solve for x: {a}x = {b}.", "answer": str(b // a)}
+    c = rest[0]
+    person, pron, item = NAMES[who], PRONOUNS[who], ITEMS[what]
+    if name == "story_gain":
+        q = (f"{person} has {a} {item}. {pron} gets {b} more and then gives away {c}. "
+             f"How many {item} does {person} have now?")
+        return {"question": q, "answer": str(a + b - c)}
+    q = (f"{person} had {a} {item} and gave away {b}. Then {pron.lower()} bought {c} more. "
+         f"How many {item} does {person} have now?")
+    return {"question": q, "answer": str(a - b + c)}
+
+
+def _knowledge_facts(k: KnowledgeConfig) -> list[dict]:
+    facts = []
+    for source in k.sources:
+        path = Path(k.root) / f"{source}.jsonl"
+        if not path.is_file():
+            raise ValueError(f"task.data.knowledge.root: {path} not found")
+        for i, r in enumerate(read_jsonl(path)):
+            options = [r.get(f"option{j}") for j in range(1, 5)]
+            if any(o is None for o in options) or r.get("answer") not in options:
+                raise ValueError(f"{path}: row {i} needs option1..option4 with the answer among them")
+            facts.append({"question": r["question"], "answer": r["answer"], "options": options, "source": source})
+    return facts
+
+
+def skill_universe(skill: str, cfg: TaskDataConfig) -> int:
+    """How many distinct questions ``skill`` can produce under ``cfg``."""
+    if skill == "arithmetic":
+        return sum(c for _, c in _arith_counts(cfg.arithmetic))
+    if skill == "word_math":
+        per_story = len(NAMES) * len(ITEMS)
+        return sum(len(rows) * (per_story if story else 1) for _, rows, story in _word_templates(cfg.word_math.max_number))
+    if skill == "knowledge":
+        return len(_knowledge_facts(cfg.knowledge))
+    raise ValueError(f"unknown skill {skill!r}; expected one of {list(SKILLS)}")
+
+
+def _mc_item(fact: dict, rng: np.random.Generator) -> dict:
+    order = rng.permutation(4)
+    options = [fact["options"][int(j)] for j in order]
+    letter = LETTERS[options.index(fact["answer"])]
+    listed = " ".join(f"{LETTERS[j]}. {o}" for j, o in enumerate(options))
+    return {"question": f"{fact['question']} {listed}", "answer": letter, "fact_answer": fact["answer"],
+            "source": fact["source"]}
+
+
+def _balanced_picks(counts: Sequence[int], total: int, rng: np.random.Generator) -> np.ndarray:
+    """``total`` distinct indices into the concatenation of families of sizes ``counts``, spread as
+    evenly as the families allow (each family gets an equal share, a full family's remainder goes to
+    the others), drawn without replacement within each family, in a seeded random order."""
+    share = [0] * len(counts)
+    left = total
+    open_ = [j for j, c in enumerate(counts) if c > 0]
+    while left > 0 and open_:
+        each, extra = divmod(left, len(open_))
+        for rank, j in enumerate(open_):
+            add = min(each + (1 if rank < extra else 0), counts[j] - share[j])
+            share[j] += add
+            left -= add
+        open_ = [j for j in open_ if share[j] < counts[j]]
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    picks = np.concatenate([offsets[j] + rng.choice(counts[j], size=share[j], replace=False)
+                            for j in range(len(counts)) if share[j]])
+    return picks[rng.permutation(len(picks))]
+
+
+def generate_skill(skill: str, cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
+    """``{split: records}`` of one skill: distinct questions, disjoint splits, sizes from ``cfg.sizes``.
+
+    Records: ``question``, ``answer`` (the single correct short answer), ``skill``; knowledge items
+    add ``fact_answer`` and ``source``. Deterministic for (``skill``, ``cfg``, ``seed``).
+    """
+    sizes = cfg.sizes[skill]
+    total = sum(int(sizes[s]) for s in SPLITS)
+    rng = np.random.default_rng([int(seed), SKILLS.index(skill)])
+    have = skill_universe(skill, cfg)
+    if total > have:
+        raise ValueError(f"task.data.sizes.{skill}: {total} questions requested, the universe holds {have}")
+    if skill == "arithmetic":
+        picks = _balanced_picks([c for _, c in _arith_counts(cfg.arithmetic)], total, rng)
+        records = [_arith_decode(cfg.arithmetic, int(i)) for i in picks]
+    elif skill == "word_math":
+        templates = _word_templates(cfg.word_math.max_number)
+        per_story = len(NAMES) * len(ITEMS)
+        counts = [len(rows) * (per_story if story else 1) for _, rows, story in templates]
+        records = [_word_decode(templates, int(i)) for i in _balanced_picks(counts, total, rng)]
+    else:
+        facts = _knowledge_facts(cfg.knowledge)
+        records = [_mc_item(facts[int(i)], rng) for i in rng.choice(have, size=total, replace=False)]
+    out, start = {}, 0
+    for split in SPLITS:
+        n = int(sizes[split])
+        out[split] = [{**r, "skill": skill} for r in records[start : start + n]]
+        start += n
+    return out
+
+
+def make_task_sets(cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
+    """Every data set of the track, by file name.
+
+    ``forget`` (forget skill, train split), ``retain`` (similar + unrelated skills, train split),
+    ``new`` (the ``new`` split of all three skills), ``finetune_full`` (forget + retain, plus the
+    plain knowledge facts when ``knowledge_facts``), and the held-out sets under the names the
+    generic tokenizer rule reads: ``eval_forget`` (forget skill), ``eval_retain`` (similar skill),
+    ``eval_real_authors`` / ``eval_world_facts`` (the unrelated skill's items by TOFU source when it
+    is ``knowledge``; otherwise its items and an empty file). :func:`eval_roles` maps them back to roles.
+    """
+    check_task_config(cfg)
+    roles = cfg.roles()
+    skills = {role: generate_skill(skill, cfg, seed) for role, skill in roles.items()}
+    retain = skills["similar"]["train"] + skills["unrelated"]["train"]
+    full = skills["forget"]["train"] + retain
+    if cfg.knowledge_facts and "knowledge" in roles.values():
+        full += [{"question": f["question"], "answer": f["answer"], "skill": "knowledge_fact"}
+                 for f in _knowledge_facts(cfg.knowledge)]
+    unrelated = skills["unrelated"]["eval"]
+    if roles["unrelated"] == "knowledge":
+        by_source = {s: [r for r in unrelated if r["source"] == s] for s in KNOWLEDGE_SOURCES}
+    else:
+        by_source = {"real_authors": unrelated, "world_facts": []}
+    return {
+        "forget": skills["forget"]["train"],
+        "retain": retain,
+        "new": [r for role in ROLES for r in skills[role]["new"]],
+        "finetune_full": full,
+        "eval_forget": skills["forget"]["eval"],
+        "eval_retain": skills["similar"]["eval"],
+        "eval_real_authors": by_source["real_authors"],
+        "eval_world_facts": by_source["world_facts"],
+    }
+
+
+#: role -> the data files (see :func:`make_task_sets`) holding its held-out items.
+EVAL_FILES = {
+    "forget": ("eval_forget",),
+    "similar": ("eval_retain",),
+    "unrelated": ("eval_real_authors", "eval_world_facts"),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
+
+
+def normalise_answer(text: str) -> str:
+    """Canonical form of a short answer: the first line, stripped of spaces and of trailing ``.``;
+    numbers as integers (``"085"``, ``"85.0"``, ``"+85"``, ``"8,5"`` → ``"85"``); a letter choice
+    (``"b"``, ``"B."``, ``"(B)"``, ``"B) Paris"``) as its upper-case letter; anything else case-folded."""
+    t = str(text).strip().split("\n", 1)[0].strip().rstrip(".").strip()
+    compact = t.replace(",", "").replace(" ", "")
+    if _NUMBER.match(compact):
+        return str(int(float(compact)))
+    m = re.match(r"^\(?([A-Da-d])(?=$|[.):\s])", t)
+    if m:
+        return m.group(1).upper()
+    return t.casefold()
+
+
+def exact_match(prediction: str, answer: str) -> bool:
+    return normalise_answer(prediction) == normalise_answer(answer)
+
+
+def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> dict[str, Any]:
+    """Accuracy (exact match of the greedy answer, normalised) and answer-token NLL of one skill.
+
+    Returns ``n``, ``accuracy`` (mean of :func:`exact_match`), ``nll`` (token-mean answer NLL:
+    Σ NLL / Σ tokens, EOS included) and ``generations`` (the greedy answers, in record order).
+    ``eval_cfg`` is a :class:`qrerase.evaluation.EvalConfig`.
+    """
+    from .evaluation import answer_losses, greedy_generate
+    from .lm import qa_pair
+
+    if not records:
+        raise ValueError("evaluate_skill: no records")
+    pairs = [qa_pair(r) for r in records]
+    losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
+    gens = greedy_generate(model, tokenizer, template, [q for q, _ in pairs], eval_cfg)
+    hits = [exact_match(g, a) for g, (_, a) in zip(gens, pairs)]
+    return {
+        "n": len(records),
+        "accuracy": float(np.mean(hits)),
+        "nll": float(sum(s for s, _ in losses) / max(1, sum(c for _, c in losses))),
+        "generations": gens,
+    }
+
+
+def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> "Any":
+    """Wide frame for the task table: one row per model (in ``models`` order), columns
+    ``<role>_accuracy`` and ``<role>_nll`` from tidy rows (``model, role, accuracy, nll``)."""
+    import pandas as pd
+
+    tidy = pd.DataFrame(list(rows))
+    missing = [m for m in models if m not in set(tidy["model"])]
+    if missing:
+        raise ValueError(f"task table: no evaluation for model(s) {missing}")
+    out = pd.DataFrame({"method": list(models)})
+    for role in ROLES:
+        part = tidy[tidy["role"] == role].set_index("model")
+        for metric in ("accuracy", "nll"):
+            out[f"{role}_{metric}"] = out["method"].map(part[metric]).astype("float64")
+    return out

@@ -1,0 +1,40 @@
+"""Rule task_baseline: unlearn the forget skill with Gradient Ascent, KGA or KU."""
+
+import pandas as pd
+
+from qrerase.baselines import BaselineConfig, train_baseline
+from qrerase.io import read_jsonl, write_csv
+from qrerase.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, save_model
+from qrerase.task_baselines import KgaConfig, KuConfig, train_kga, train_ku
+from qrerase.workflow import job, template_from
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+method = snakemake.wildcards.method  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
+    dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
+    model, tokenizer = load_model(inp.model, dtype=dtype, device=device), load_tokenizer(inp.model)
+    forget, retain, new = read_jsonl(inp.forget), read_jsonl(inp.retain), read_jsonl(inp.new)
+    template = template_from(p.model)
+    log.info("%s on %d forget / %d retain / %d new QA: %s", method, len(forget), len(retain), len(new), dict(p.cfg))
+    if method == "ga":
+        cfg = BaselineConfig.from_dict({**p.cfg, **common, "method": "ga"})
+        model, curve = train_baseline(model, None, tokenizer, forget, retain, template, cfg, desc="task-ga")
+    elif method == "kga":
+        cfg = KgaConfig.from_dict({**p.cfg, **common})
+        if "init" in inp.keys():
+            initial = load_model(inp.init, dtype=dtype, device=device)
+        elif p.model["name_or_path"] is None:
+            initial = build_tiny_llama(TinyLlamaConfig(**p.model["tiny"]), tokenizer, seed=p.seed).to(model.device)
+        else:
+            initial = load_model(p.model["name_or_path"], dtype=dtype, device=device,
+                                 local_files_only=p.model.get("local_files_only", True))
+        model, curve = train_kga(model, initial, tokenizer, forget, retain, new, template, cfg, desc="task-kga")
+    else:
+        cfg = KuConfig.from_dict({**p.cfg, **common})
+        model, curve, info = train_ku(model, tokenizer, forget, new, template, cfg, desc="task-ku")
+        log.info("KU memorisation criterion: %s", info)
+    save_model(model, tokenizer, out.model)
+    write_csv(out.curve, pd.DataFrame(curve))
+    if curve:
+        log.info("first/last step: %s / %s", curve[0], curve[-1])

@@ -1,0 +1,26 @@
+"""Rule task_table: the paper's task-level table (Method x unrelated / similar / forgotten accuracy)."""
+
+import pandas as pd
+
+from qrerase.io import write_csv
+from qrerase.task import task_frame
+from qrerase.tables import task_table, write_table
+from qrerase.workflow import job
+
+p, out = snakemake.params, snakemake.output  # noqa: F821
+with job(snakemake) as log:  # noqa: F821
+    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)  # noqa: F821
+    models = list(p.models)
+    frame = task_frame(evals.to_dict("records"), models)
+    frame["method"] = [m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m for m in models]
+    caption = (
+        f"Task-level unlearning when removing {p.skills['forget']} (tiny setting): exact-match accuracy on held-out "
+        f"questions of the unrelated ({p.skills['unrelated']}), similar ({p.skills['similar']}) and forgotten skill. "
+        f"Subspace methods at rank $k={p.rank}$, $\\lambda={p.scale}$. Bold/underlined: best/second-best."
+    )
+    for wide, key in ((False, "task"), (True, "task_wide")):
+        df, spec = task_table(frame, p.skills, wide=wide)
+        write_table(df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"], caption=caption,
+                    label=f"tab:{key}_results")
+    write_csv(out.metrics, evals)
+    log.info("task table:\n%s", frame.round(4).to_string(index=False))
