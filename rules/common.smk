@@ -502,7 +502,6 @@ def exp_section(section, exp):
     base = dict(
         config["model"]["tokenizer"] if section == "tokenizer" else config[section]
     )
-    base.pop("base", None)  # lora.base selects a checkpoint, not a training setting
     if model_exp(exp) == "xling":
         base.update(XLING.get(section) or {})
     if exp == "task":  # the task-level track's overrides (task.<section>)

@@ -18,7 +18,6 @@ rule lora:
         **resources_for("train"),
     params:
         model=config["model"],
-        base=config["lora"].get("base", "finetuned"),
         lora=lambda wc: exp_section("lora", wc.exp),
         seed=config["seed"],
     script:

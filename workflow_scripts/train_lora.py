@@ -28,7 +28,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
         target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"])),
         train=train,
     )
-    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, p.base, source, cfg)  # noqa: F821
+    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, lcfg.get("base", "finetuned"), source, cfg)  # noqa: F821
     peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}")
     save_adapter(peft_model, snakemake.output.adapter)
     write_csv(snakemake.output.curve, curve)
