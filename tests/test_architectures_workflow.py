@@ -158,4 +158,6 @@ def test_paper_model_configs_plan(name, tmp_path):
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     path = write_yaml_config(tmp_path, f"{name}.yaml", cfg, {})
     ran = planned_rules(snakemake(tmp_path, "-n", "--cores", "2", "--configfile", str(path)))
-    assert ran["finetune"] == 2 and ran["lora"] == 2 and ran["erase_adapter"] == 4 and "tokenizer" not in ran
+    # 4 subspace methods + the QR-Erase (LL) control row (config.yaml unlearn.control)
+    assert ran["finetune"] == 2 and ran["lora"] == 2 and ran["erase_adapter"] == 5 and "tokenizer" not in ran
+    assert "pretrain" not in ran  # a hub checkpoint is the pretrained model
