@@ -14,6 +14,9 @@ Data (the Free Spoken Digit Dataset layout: ``{digit}_{speaker}_{index}.wav``, m
   - ``class``: D_f = every utterance (train and test) of the forgotten speaker(s), D_r = the training
     utterances of the retained speakers, D_t = the test utterances of the retained speakers.
 
+  :func:`split_validation` holds a seeded ``val_fraction`` of every speaker's non-test utterances out
+  of all training and evaluation (``split == 'val'``): the slice the λ rule reads (:func:`val_mask`).
+
   :func:`partition` labels every utterance ``forget`` / ``retain`` / ``test`` for a setting;
   :func:`train_mask` says which utterances a LoRA adapter or a baseline trains on (D_f ∩ train for
   the forget set: the forget adapter learns what the model was trained on; D_r for the retain set).
@@ -56,16 +59,21 @@ __all__ = [
     "fix_length",
     "load_audio",
     "split_train_test",
+    "split_validation",
     "choose_forget_speakers",
     "partition",
     "train_mask",
     "eval_masks",
+    "val_mask",
+    "graft_encoder",
     "make_speech_data",
     "load_speech_data",
+    "digit_task",
     "TinyHubertConfig",
     "build_tiny_hubert",
     "load_speech_model",
     "save_speech_model",
+    "load_pretrained",
     "batches",
     "train_classifier",
     "speech_lora_config",
@@ -100,6 +108,7 @@ class SpeechDataConfig:
     max_seconds: float = 0.8
     max_per_digit: int | None = None
     test_fraction: float = 0.2
+    val_fraction: float = 0.0
     forget_fraction: float = 0.1
     forget_speakers: tuple[str, ...] | None = None
     seed: int = 0
@@ -109,6 +118,8 @@ class SpeechDataConfig:
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and 0.0 < float(value) < 1.0):
                 raise ValueError(f"speech.{key}: must lie in (0, 1), got {value!r}")
+        if not (isinstance(self.val_fraction, (int, float)) and 0.0 <= float(self.val_fraction) < 1.0):
+            raise ValueError(f"speech.val_fraction: must lie in [0, 1), got {self.val_fraction!r}")
         if self.sample_rate <= 0 or self.max_seconds <= 0:
             raise ValueError(f"speech.data: sample_rate and max_seconds must be positive, got {self.sample_rate}, {self.max_seconds}")
         if self.forget_speakers is not None:
@@ -258,6 +269,28 @@ def split_train_test(recs: Sequence[Recording], test_fraction: float, seed: int)
     return test
 
 
+def split_validation(speakers: Sequence[str], test: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
+    """Boolean validation mask: per speaker, ``round(val_fraction · n)`` of its n non-test utterances,
+    drawn by a generator seeded with ``seed + 1`` (speakers visited in sorted order; 0: none).
+
+    The validation slice is held out of every training run (pretraining, fine-tuning, LoRA, baselines)
+    and of every evaluation set; it only serves choices made before the evaluation (the λ rule).
+    """
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"speech.val_fraction: must lie in [0, 1), got {val_fraction!r}")
+    speakers = np.asarray(speakers)
+    test = np.asarray(test, dtype=bool)
+    if speakers.shape != test.shape:
+        raise ValueError(f"split_validation: {speakers.shape[0]} speakers vs {test.shape[0]} test flags")
+    rng = np.random.default_rng(seed + 1)
+    val = np.zeros(len(test), dtype=bool)
+    for name in sorted(set(speakers.tolist())):
+        idx = np.flatnonzero((speakers == name) & ~test)
+        n_val = int(round(val_fraction * len(idx)))
+        val[idx[rng.permutation(len(idx))[:n_val]]] = True
+    return val
+
+
 def choose_forget_speakers(speakers: Sequence[str], forget_speakers: Sequence[str] | None, fraction: float, seed: int) -> list[str]:
     """The class setting's forgotten speakers: the configured ones (checked), or a seeded draw of
     ``max(1, round(fraction · #speakers))``. ValueError naming an unknown speaker."""
@@ -278,16 +311,17 @@ def choose_forget_speakers(speakers: Sequence[str], forget_speakers: Sequence[st
 
 def partition(index: pd.DataFrame, setting: str, forget_fraction: float = 0.1,
               forget_speakers: Sequence[str] = (), seed: int = 0) -> np.ndarray:
-    """Per utterance ``'forget'`` (D_f), ``'retain'`` (D_r) or ``'test'`` (D_t) for a setting.
+    """Per utterance ``'forget'`` (D_f), ``'retain'`` (D_r), ``'test'`` (D_t) or ``'val'`` for a setting.
 
-    ``index`` needs columns ``speaker`` and ``split`` (``train``/``test``). Sample setting: D_f =
+    ``index`` needs columns ``speaker`` and ``split`` (``train``/``val``/``test``). Sample setting: D_f =
     ``round(forget_fraction · n_train)`` training utterances drawn with ``seed``. Class setting: D_f =
-    all utterances of ``forget_speakers``; test utterances of retained speakers are D_t.
+    all utterances of ``forget_speakers``; test utterances of retained speakers are D_t. Validation
+    utterances (of retained speakers, in the class setting) are ``'val'``: in no evaluation set.
     """
     if setting not in SETTINGS:
         raise ValueError(f"speech setting must be one of {SETTINGS}, got {setting!r}")
     split = index["split"].to_numpy()
-    out = np.where(split == "train", "retain", "test").astype(object)
+    out = np.select([split == "train", split == "val"], ["retain", "val"], "test").astype(object)
     if setting == "sample":
         if not 0.0 < forget_fraction < 1.0:
             raise ValueError(f"speech.forget_fraction: must lie in (0, 1), got {forget_fraction!r}")
@@ -321,6 +355,11 @@ def eval_masks(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     return {"D_t": part == "test", "D_f": part == "forget", "D_r": part == "retain"}
 
 
+def val_mask(index: pd.DataFrame, setting: str) -> np.ndarray:
+    """The validation slice of a setting: held-out utterances of the retained speakers (``'val'``)."""
+    return index[f"{setting}_partition"].to_numpy() == "val"
+
+
 def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict[str, np.ndarray], pd.DataFrame, dict]:
     """Read, resample, split and partition the corpus.
 
@@ -335,6 +374,7 @@ def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict
     forget_speakers = choose_forget_speakers(speakers, cfg.forget_speakers, cfg.forget_fraction, cfg.seed)
     xs, ms = load_audio(recs, cfg.sample_rate, cfg.length, progress=progress)  # a bad file fails here, naming it
     test = split_train_test(recs, cfg.test_fraction, cfg.seed)
+    val = split_validation([r.speaker for r in recs], test, cfg.val_fraction, cfg.seed)
     index = pd.DataFrame(
         {
             "file": [Path(r.path).name for r in recs],
@@ -342,7 +382,7 @@ def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict
             "digit": [r.digit for r in recs],
             "index": [r.index for r in recs],
             "label": [speakers.index(r.speaker) for r in recs],
-            "split": np.where(test, "test", "train"),
+            "split": np.select([test, val], ["test", "val"], "train"),
         }
     )
     index["sample_partition"] = partition(index, "sample", cfg.forget_fraction, seed=cfg.seed)
@@ -364,6 +404,19 @@ def load_speech_data(audio: str | os.PathLike, index_csv: str | os.PathLike) -> 
     if len(index) != len(arrays["labels"]) or not np.array_equal(index["label"].to_numpy(), arrays["labels"]):
         raise ValueError(f"{index_csv}: does not match {audio} ({len(index)} rows vs {len(arrays['labels'])} utterances)")
     return arrays, index
+
+
+def digit_task(arrays: Mapping[str, np.ndarray], index: pd.DataFrame) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The pretraining task of the same corpus: digit recognition. Returns (arrays with ``labels`` = the
+    position of each utterance's digit among the sorted digits present, label names ``['0', …]``)."""
+    digits = index["digit"].to_numpy()
+    if len(digits) != len(arrays["labels"]):
+        raise ValueError(f"digit_task: {len(digits)} index rows vs {len(arrays['labels'])} utterances")
+    values = sorted(set(int(d) for d in digits))
+    if len(values) < 2:
+        raise ValueError(f"digit_task: need at least 2 digits, found {values}")
+    labels = np.searchsorted(values, digits).astype(np.int64)
+    return {**arrays, "labels": labels}, [str(v) for v in values]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -481,6 +534,19 @@ def load_speech_model(name_or_path: str | os.PathLike, speakers: Sequence[str] |
     return model.to(resolve_device(device)).eval()
 
 
+def load_pretrained(model_cfg: Mapping[str, Any], checkpoint: str | os.PathLike | None = None,
+                    speakers: Sequence[str] | None = None, seed: int = 0):
+    """The pretrained speech model: ``checkpoint`` (the digit-pretrained encoder built here) when given,
+    else the configured ``model_cfg['name_or_path']`` (a hub / local HuBERT checkpoint, honouring its
+    ``local_files_only``, ``dtype`` and ``device``). With ``speakers``: a new seeded speaker head."""
+    if checkpoint is None and not model_cfg.get("name_or_path"):
+        raise ValueError("speech.model.name_or_path: no pretrained checkpoint (the embedded model needs speech_pretrain)")
+    source = checkpoint if checkpoint is not None else model_cfg["name_or_path"]
+    return load_speech_model(source, speakers, dtype=model_cfg.get("dtype", "float32"),
+                             local_files_only=checkpoint is not None or model_cfg.get("local_files_only", True),
+                             device=model_cfg.get("device", "cpu"), seed=seed)
+
+
 def save_speech_model(model, out_dir: str | os.PathLike) -> None:
     """``save_pretrained`` (safetensors) atomically; a PEFT-wrapped model is merged first."""
     from .lm import save_model
@@ -488,6 +554,32 @@ def save_speech_model(model, out_dir: str | os.PathLike) -> None:
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     save_model(model, None, out_dir)
+
+
+def graft_encoder(model, encoder_source, prefix: str = "hubert."):
+    """Replace ``model``'s encoder (every parameter and buffer under ``prefix``) by ``encoder_source``'s,
+    in place, keeping ``model``'s own head (projector, classifier). Returns ``model``.
+
+    The forget / retain task adapters of ``speech.lora.base: pretrained`` train on the pretrained
+    encoder carrying the fine-tuned speaker head. ValueError when the two encoders differ in a
+    tensor's name or shape (not the same architecture).
+    """
+    import torch
+
+    own = {k: v for k, v in model.state_dict().items() if k.startswith(prefix)}
+    new = {k: v for k, v in encoder_source.state_dict().items() if k.startswith(prefix)}
+    if not own:
+        raise ValueError(f"graft_encoder: the model has no tensors under {prefix!r}")
+    if set(own) != set(new):
+        diff = sorted(set(own) ^ set(new))
+        raise ValueError(f"graft_encoder: encoders differ in tensors {diff[:3]}")
+    bad = [k for k in own if tuple(own[k].shape) != tuple(new[k].shape)]
+    if bad:
+        raise ValueError(f"graft_encoder: {bad[0]} is {tuple(new[bad[0]].shape)} in the source, {tuple(own[bad[0]].shape)} in the model")
+    with torch.no_grad():
+        for k, v in own.items():
+            v.copy_(new[k].to(device=v.device, dtype=v.dtype))
+    return model
 
 
 # --------------------------------------------------------------------------------------------------

@@ -590,7 +590,7 @@ def validate_speech_config(cfg):
                 f"config key 'speech.{key}': must lie in (0, 1), got {sp[key]}"
             )
     lora_r = sp["lora"]["r"]
-    for k in [sp["rank"], *sp["ranks"]]:
+    for k in [sp["rank"], *sp["ranks"], *sp["tradeoff"]["ranks"]]:
         if k > lora_r:
             raise WorkflowError(
                 f"config key 'speech.rank(s)': rank {k} exceeds the LoRA rank speech.lora.r={lora_r}; "
@@ -599,6 +599,10 @@ def validate_speech_config(cfg):
     if not set(sp["rank_settings"]) <= set(sp["settings"]):
         raise WorkflowError(
             f"config key 'speech.rank_settings': {sp['rank_settings']} must be among speech.settings {sp['settings']}"
+        )
+    if not set(sp["tradeoff"]["settings"]) <= set(sp["settings"]):
+        raise WorkflowError(
+            f"config key 'speech.tradeoff.settings': {sp['tradeoff']['settings']} must be among speech.settings {sp['settings']}"
         )
     if "speech" not in cfg["tracks"]:
         return  # the data checks below need the recordings; a run without the track needs neither
@@ -641,6 +645,9 @@ PATHS.update(
         "speech_eval": "results/{exp}/speech_eval/{model}.csv",
         "speech_baseline": "results/{exp}/baselines/{method}/model",
         "speech_baseline_curve": "results/{exp}/baselines/{method}/loss.csv",
+        "speech_pretrained": "results/{exp}/models/pretrained",
+        "speech_pretrain_curve": "results/{exp}/models/pretrained_loss.csv",
+        "speech_tradeoff_points": "results/{exp}/tradeoff/{method}.csv",
     }
 )
 
@@ -669,6 +676,7 @@ def speech_data_params():
     return {
         **sp["data"],
         "test_fraction": sp["test_fraction"],
+        "val_fraction": sp.get("val_fraction", 0.0),
         "forget_fraction": sp["forget_fraction"],
         "forget_speakers": sp.get("forget_speakers"),
     }
@@ -691,6 +699,26 @@ def speech_data_inputs():
     return {
         key: path(f"speech_{key}", exp="speech") for key in ("audio", "index", "meta")
     }
+
+
+def speech_tiny():
+    """True for the embedded tiny HuBERT (pretrained here); False for a hub checkpoint (the pretrained model)."""
+    return config["speech"]["model"]["name_or_path"] is None
+
+
+def speech_pretrained_inputs(wildcards=None):
+    """The digit-pretrained checkpoint fine-tuning starts from (none for a hub model: the hub checkpoint)."""
+    return (
+        {"pretrained": path("speech_pretrained", exp="speech")} if speech_tiny() else {}
+    )
+
+
+def speech_lora_inputs(wildcards):
+    """The fine-tuned model and, for speech.lora.base 'pretrained', the encoder the adapters train on."""
+    inputs = {"model": base_model(wildcards)}
+    if config["speech"]["lora"].get("base", "finetuned") == "pretrained":
+        inputs.update(speech_pretrained_inputs(wildcards))
+    return inputs
 
 
 def speech_baseline_params(wildcards):
@@ -735,6 +763,62 @@ def speech_targets():
 
 
 TRACK_TARGETS["speech"] = speech_targets
+
+SPEECH_TRADEOFF = config["speech"]["tradeoff"]
+
+
+def speech_tradeoff_methods():
+    """Methods of the trade-off sweep: the subspace ones of methods.speech, then its baselines that
+    have a knob under speech.tradeoff.baselines."""
+    sweeps = SPEECH_TRADEOFF["baselines"]
+    return [m for m in SPEECH_METHODS if m in DECOMP] + [
+        m for m in SPEECH_METHODS if m in SPEECH_BASELINES and m in sweeps
+    ]
+
+
+def speech_tradeoff_factor_inputs(wildcards):
+    """The lambda-free factors of both sets at every swept rank (and the LL selection)."""
+    inputs = {
+        f"{s}_k{k}": path(
+            "factors",
+            exp=wildcards.exp,
+            rank=k,
+            decomp=DECOMP[wildcards.method],
+            set=s,
+        )
+        for k in sorted(SPEECH_TRADEOFF["ranks"])
+        for s in ("forget", "retain")
+    }
+    if wildcards.method.endswith("_ll"):
+        inputs["selected"] = path("selected", exp=wildcards.exp)
+    return inputs
+
+
+def speech_tradeoff_targets():
+    """The speech trade-off sweep's outputs (not part of the default target; `snakemake speech_tradeoff_all`)."""
+    return [
+        path("table", table="speech_tradeoff", ext="csv"),
+        path("table", table="speech_scale_rule", ext="csv"),
+        path("figure", name="speech_tradeoff"),
+    ]
+
+
+def speech_tradeoff_baseline_inputs(wildcards):
+    """A baseline's workflow-trained model (re-used at its configured knob value); none for 'base'."""
+    if wildcards.method == "base":
+        return {}
+    return {
+        "trained": path("speech_baseline", exp=wildcards.exp, method=wildcards.method)
+    }
+
+
+def speech_tradeoff_sweep(wildcards):
+    """(knob, values) of a baseline's sweep; ('', []) for the fine-tuned reference point."""
+    if wildcards.method == "base":
+        return {"param": "", "values": []}
+    sweep = SPEECH_TRADEOFF["baselines"][wildcards.method]
+    return {"param": sweep["param"], "values": list(sweep["values"])}
+
 
 # ---------------------------------------------------------------------------------------------
 # Optimisation baselines.

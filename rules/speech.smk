@@ -27,10 +27,39 @@ rule speech_data:
         "../workflow_scripts/speech_data.py"
 
 
-rule speech_finetune:
-    # The "fine-tuned model": HuBERT speaker classifier trained on the training split.
+rule speech_pretrain:
+    # The embedded encoder's pretraining: FSDD digit recognition (10 classes) over all speakers'
+    # training utterances (never the validation or test split). A hub model skips it.
     input:
         **speech_data_inputs(),
+    output:
+        model=directory(path("speech_pretrained")),
+        curve=path("speech_pretrain_curve"),
+    log:
+        log_path("speech_pretrain", "exp"),
+    benchmark:
+        benchmark_path("speech_pretrain", "exp")
+    wildcard_constraints:
+        exp="speech",
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        model=config["speech"]["model"],
+        train=config["speech"]["pretrain"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_pretrain.py"
+
+
+rule speech_finetune:
+    # The "fine-tuned model": HuBERT speaker classifier trained on the training split, from the
+    # pretrained encoder (digit-pretrained here, or the hub checkpoint) with a new speaker head.
+    input:
+        **speech_data_inputs(),
+        **speech_pretrained_inputs(),
     output:
         model=directory(path("model", which="full")),
         curve=path("train_curve", which="full"),
@@ -54,10 +83,11 @@ rule speech_finetune:
 
 
 rule speech_lora:
-    # LoRA on the attention projections, trained on D_f (train part) or D_r of one setting.
+    # LoRA on the attention projections, trained on D_f (train part) or D_r of one setting, from
+    # speech.lora.base: the pretrained encoder carrying the fine-tuned speaker head, or the fine-tuned model.
     input:
+        unpack(speech_lora_inputs),
         **speech_data_inputs(),
-        model=base_model,
     output:
         adapter=directory(path("lora")),
         curve=path("lora_curve"),
@@ -74,6 +104,7 @@ rule speech_lora:
         **resources_for("train"),
     params:
         lora=config["speech"]["lora"],
+        model=config["speech"]["model"],
         setting=speech_setting,
         seed=config["seed"],
     script:
@@ -236,3 +267,105 @@ rule speech_rank:
         selected_rank=SPEECH_RANK,
     script:
         "../workflow_scripts/speech_rank.py"
+
+
+rule speech_tradeoff_subspace:
+    # One subspace method at every (k, lambda) of speech.tradeoff, erased in-process from the
+    # lambda-free factors; D_t, D_f, D_r and the validation slice D_v of each point.
+    input:
+        unpack(speech_tradeoff_factor_inputs),
+        **speech_data_inputs(),
+        model=base_model,
+    output:
+        path("speech_tradeoff_points"),
+    log:
+        log_path("speech_tradeoff_subspace", "exp", "method"),
+    benchmark:
+        benchmark_path("speech_tradeoff_subspace", "exp", "method")
+    wildcard_constraints:
+        exp="speech_(sample|class)",
+        method="|".join(DECOMP),
+    conda:
+        "../envs/eval.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
+    params:
+        setting=speech_setting,
+        ranks=sorted(SPEECH_TRADEOFF["ranks"]),
+        scales=list(SPEECH_TRADEOFF["scales"]),
+        retain_rank=config["unlearn"]["retain_rank"],
+        top_k=config["speech"]["top_k"],
+        batch_size=config["speech"]["evaluate"]["batch_size"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_tradeoff_subspace.py"
+
+
+rule speech_tradeoff_baseline:
+    # One baseline at every value of its knob (epochs or lr), or the fine-tuned reference ('base').
+    input:
+        unpack(speech_tradeoff_baseline_inputs),
+        **speech_data_inputs(),
+        model=base_model,
+    output:
+        path("speech_tradeoff_points"),
+    log:
+        log_path("speech_tradeoff_baseline", "exp", "method"),
+    benchmark:
+        benchmark_path("speech_tradeoff_baseline", "exp", "method")
+    wildcard_constraints:
+        exp="speech_(sample|class)",
+        method="|".join(["base", *SPEECH_BASELINES]),
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        cfg=lambda wc: {} if wc.method == "base" else speech_baseline_params(wc),
+        sweep=speech_tradeoff_sweep,
+        setting=speech_setting,
+        top_k=config["speech"]["top_k"],
+        batch_size=config["speech"]["evaluate"]["batch_size"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/speech_tradeoff_baseline.py"
+
+
+rule speech_tradeoff:
+    # D_r against D_f per method and setting (table + figure), and the lambda rule on D_v.
+    input:
+        points=[
+            path("speech_tradeoff_points", exp=f"speech_{s}", method=m)
+            for s in SPEECH_TRADEOFF["settings"]
+            for m in ["base", *speech_tradeoff_methods()]
+        ],
+    output:
+        csv=path("table", table="speech_tradeoff", ext="csv"),
+        rule_csv=path("table", table="speech_scale_rule", ext="csv"),
+        figure=report(
+            path("figure", name="speech_tradeoff"),
+            caption="../report/speech_tradeoff.rst",
+            category="Speech",
+            subcategory="Figures",
+            labels={"figure": "trade-off"},
+        ),
+    log:
+        log_path("speech_tradeoff"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        rank=SPEECH_RANK,
+        rule_methods=[m for m in SPEECH_METHODS if m in DECOMP],
+        max_drop=SPEECH_TRADEOFF["max_drop"],
+    script:
+        "../workflow_scripts/speech_tradeoff.py"
+
+
+rule speech_tradeoff_all:
+    input:
+        speech_tradeoff_targets(),

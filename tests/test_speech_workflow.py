@@ -104,6 +104,60 @@ def test_changing_the_speech_rank_reruns_no_training(workdir):
     assert not {"speech_data", "speech_finetune", "speech_lora", "speech_baseline", "task_matrices"} & set(rules)
 
 
+def test_pretraining_feeds_finetuning_and_the_lora_base(workdir):
+    curve = pd.read_csv(workdir / "results/speech/models/pretrained_loss.csv")
+    assert len(curve) > 0 and (workdir / "results/benchmarks/speech_pretrain/speech.tsv").is_file()
+    pre = yaml.safe_load((workdir / "results/speech/models/pretrained/config.json").read_text())
+    full = yaml.safe_load((workdir / "results/speech/models/full/config.json").read_text())
+    assert len(pre["id2label"]) == 10 and len(full["id2label"]) == 6  # digits, then speakers
+    index = pd.read_csv(workdir / "results/speech/data/index.csv")
+    assert (index["split"] == "val").sum() == 6 * 2  # round(0.1 * 20) non-test utterances per speaker
+    log = (workdir / "results/logs/speech_lora/speech_class_forget.log").read_text()
+    assert "LoRA base: the pretrained encoder" in log
+
+
+@pytest.fixture(scope="module")
+def tradeoff(workdir) -> pd.DataFrame:
+    cfg = write_speech_config(workdir)
+    snakemake(workdir, "speech_tradeoff_all", "--cores", "2", "--configfile", str(cfg))
+    return pd.read_csv(workdir / "results/tables/speech_tradeoff.csv")
+
+
+def test_tradeoff_sweep_covers_every_method_and_point(workdir, tradeoff):
+    assert (workdir / "results/figures/speech_tradeoff.png").read_bytes()[:4] == b"\x89PNG"
+    for setting in ("sample", "class"):
+        d = tradeoff[tradeoff["setting"] == setting]
+        assert (d["method"] == "base").sum() == 1
+        for m in ("unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"):
+            pts = d[d["method"] == m]
+            assert sorted(zip(pts["rank"], pts["value"])) == [(1, 1.0), (1, 4.0), (2, 1.0), (2, 4.0)]
+        assert sorted(d.loc[d["method"] == "ga", "value"]) == [0.0005, 0.002]
+        assert set(d.loc[d["method"] == "scrub", "param"]) == {"epochs"}
+    assert tradeoff[["D_t", "D_f", "D_r", "D_v"]].apply(lambda c: c.between(0, 1)).all().all()
+    rule = pd.read_csv(workdir / "results/tables/speech_scale_rule.csv")
+    assert set(rule["method"]) == {"unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"} and (rule["rank"] == 2).all()
+
+
+def test_tradeoff_points_equal_the_workflow_evaluations(workdir, tradeoff):
+    # (k = speech.rank, λ = speech.scale) in-process equals the merged erase the table evaluates; the
+    # configured baseline knob re-uses the trained baseline
+    for setting in ("sample", "class"):
+        d = tradeoff[tradeoff["setting"] == setting]
+        for method, model, where in (("qr_erase_ll", "qr_erase_ll_k2", (d["rank"] == 2) & (d["value"] == 1.0)),
+                                     ("ga", "ga", d["value"] == 0.0005), ("base", "base", d["method"] == "base")):
+            ev = pd.read_csv(workdir / f"results/speech_{setting}/speech_eval/{model}.csv").set_index("set")["accuracy"]
+            row = d[(d["method"] == method) & where].iloc[0]
+            assert [row[s] for s in ("D_t", "D_f", "D_r")] == pytest.approx([ev[s] for s in ("D_t", "D_f", "D_r")])
+
+
+def test_changing_the_sweep_grid_reruns_no_training(workdir, tradeoff):
+    cfg = write_speech_config(workdir, "grid.yaml", speech__tradeoff__scales=[1.0, 2.0], speech__scale=2.0)
+    rules = planned_rules(snakemake(workdir, "speech_tradeoff_all", "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("speech_tradeoff_subspace") == 8 and rules.get("speech_tradeoff") == 1
+    assert not {"speech_pretrain", "speech_finetune", "speech_lora", "speech_baseline", "speech_tradeoff_baseline",
+                "task_matrices", "factors"} & set(rules)
+
+
 def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "hubert-xlarge.yaml").read_text())
     cfg["speech"]["data"]["root"] = str(REPO / "data" / "fsdd")
@@ -112,6 +166,7 @@ def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     rules = planned_rules(snakemake(tmp_path, "-n", "--cores", "2", "--configfile", str(path)))
     assert rules["speech_finetune"] == 1 and rules["speech_lora"] == 4 and rules["speech_baseline"] == 6
+    assert "speech_pretrain" not in rules  # the hub checkpoint is the pretrained model
     assert rules["speech_evaluate"] == 2 * 8 + 2 * 8  # table rows + the rank sweep's extra ranks, both settings
 
 
@@ -124,6 +179,10 @@ def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
         ({"methods": {"tofu": ["qr_erase"], "speech": ["qr_erase", "npo"]}}, "config key 'methods.speech.1'"),
         ({"speech__ranks": [1, 8]}, "exceeds the LoRA rank speech.lora.r=4"),
         ({"speech__data__root": "/no/such/dir"}, "config key 'speech.data.root': /no/such/dir"),
+        ({"speech__lora__base": "scratch"}, "config key 'speech.lora.base'"),
+        ({"speech__pretrain__epochs": 0}, "config key 'speech.pretrain.epochs'"),
+        ({"speech__tradeoff__baselines__ga": {"param": "alpha", "values": [1]}}, "config key 'speech.tradeoff.baselines.ga.param'"),
+        ({"speech__tradeoff__ranks": [1, 8]}, "exceeds the LoRA rank speech.lora.r=4"),
     ],
 )
 def test_bad_speech_config_fails_at_dag_construction(tmp_path, overrides, message):

@@ -1,8 +1,8 @@
-"""Rule speech_lora: LoRA on the attention projections of the fine-tuned model, on D_f (train) or D_r."""
+"""Rule speech_lora: LoRA on the attention projections (from speech.lora.base), on D_f (train) or D_r."""
 
 from qrerase.architectures import resolve_target_modules
 from qrerase.io import write_csv
-from qrerase.speech import load_speech_data, load_speech_model, train_mask, train_speech_lora
+from qrerase.speech import graft_encoder, load_pretrained, load_speech_data, load_speech_model, train_mask, train_speech_lora
 from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter
 from qrerase.workflow import job
 
@@ -11,6 +11,9 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     lcfg, which = p.lora, snakemake.wildcards.set  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
+    if lcfg.get("base", "finetuned") == "pretrained":  # the pretrained encoder carrying the fine-tuned speaker head
+        graft_encoder(model, load_pretrained(p.model, inp.get("pretrained")))
+        log.info("LoRA base: the pretrained encoder with the fine-tuned speaker head")
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio")
     cfg = LoraTrainConfig(
         r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),

@@ -1,0 +1,20 @@
+"""Rule speech_pretrain: digit recognition (FSDD, 10 classes, all speakers, training split) for the tiny encoder."""
+
+from qrerase.io import write_csv
+from qrerase.lm import resolve_device
+from qrerase.speech import TinyHubertConfig, build_tiny_hubert, digit_task, load_speech_data, save_speech_model, train_classifier
+from qrerase.training import TrainConfig
+from qrerase.workflow import job
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+with job(snakemake, seed=p.seed) as log:  # noqa: F821
+    arrays, index = load_speech_data(inp.audio, inp.index)
+    digits, names = digit_task(arrays, index)
+    model = build_tiny_hubert(TinyHubertConfig.from_dict(p.model["tiny"]), names, seed=p.seed)
+    model = model.to(resolve_device(p.model.get("device", "cpu")))
+    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    mask = index["split"].to_numpy() == "train"
+    log.info("digit pretraining on %d utterances (%d classes): %s", mask.sum(), len(names), cfg)
+    curve = train_classifier(model, digits, mask, cfg, desc="pretrain")
+    save_speech_model(model, out.model)
+    write_csv(out.curve, curve)
