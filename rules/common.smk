@@ -1122,7 +1122,8 @@ def tradeoff_points(track):
 
 
 def tradeoff_targets():
-    return [
+    """The sweeps of every configured track (the speech track's from speech_tradeoff_targets)."""
+    outs = [
         out
         for track in ("tofu", "crosslingual")
         if track in config["tracks"]
@@ -1132,3 +1133,4 @@ def tradeoff_targets():
             path("figure", name=f"{track}_tradeoff"),
         )
     ]
+    return outs + (speech_tradeoff_targets() if "speech" in config["tracks"] else [])
