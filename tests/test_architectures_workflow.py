@@ -25,6 +25,7 @@ SMALL = dict(  # a few optimiser steps and questions: the run checks plumbing, n
     finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 64, "max_length": 64},
     lora={"r": 4, "alpha": 8, "target_modules": "auto", "epochs": 1, "lr": 1.0e-3, "batch_size": 32, "max_length": 64},
     unlearn__rank=2,
+    unlearn__control=[],  # no control row: one erase and one evaluation per architecture
     methods={"tofu": ["qr_erase_ll"]},
     erase={"outputs": ["merged", "adapter"]},
 )
