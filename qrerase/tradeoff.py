@@ -127,15 +127,15 @@ def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequ
 def tradeoff_frame(points: pd.DataFrame) -> pd.DataFrame:
     """All points of a text track in sweep order (per group: subspace by method, rank, λ; baselines
     by method, epochs) with ``utility_rel`` = Model Utility / the unedited model's, taken from the
-    group's λ = 0 point (any subspace method; a group is the TOFU run or one unlearning language)."""
+    group's λ = 0 point (any subspace method; a group is the TOFU run or one unlearning language);
+    NaN where that utility is 0."""
     df = points.copy()
     base = df[(df["family"] == "subspace") & (df["scale"] == 0)].groupby("group", sort=False)["model_utility"].first()
     missing = sorted(set(df["group"]) - set(base.index))
     if missing:
         raise ValueError(f"tradeoff_frame: group(s) {missing} have no scale-0 point (the unedited model; add 0 to tradeoff.scales)")
-    if not (base > 0).all():
-        raise ValueError(f"tradeoff_frame: the unedited model's utility must be > 0, got {base.to_dict()}")
-    df["utility_rel"] = df["model_utility"] / df["group"].map(base)
+    # an unedited model with zero utility (harmonic mean of a zero component) has no relative scale
+    df["utility_rel"] = df["model_utility"] / df["group"].map(base.where(base > 0))
     order = {m: i for i, m in enumerate(dict.fromkeys(df["method"]))}
     groups = {g: i for i, g in enumerate(dict.fromkeys(df["group"]))}
     df["_g"], df["_m"] = df["group"].map(groups), df["method"].map(order)

@@ -76,6 +76,7 @@ def test_tradeoff_frame_orders_points_and_relates_utility_to_the_unedited_model(
     np.testing.assert_allclose(c["QR-Erase (LL)"][1], [1.0, 0.975, 0.9375, 0.625])
     with pytest.raises(ValueError, match="no scale-0 point"):
         tradeoff_frame(_points().query("scale != 0"))
+    assert tradeoff_frame(_points().assign(model_utility=0.0))["utility_rel"].isna().all()
     # two groups (unlearning languages): each relative to its own unedited model, labelled by pair
     two = pd.concat([_points(), _points().assign(group="hi", model_utility=lambda d: d["model_utility"] / 2)])
     frame2 = tradeoff_frame(two)
