@@ -338,7 +338,7 @@ rule speech_tradeoff:
     input:
         points=[
             path("speech_tradeoff_points", exp=f"speech_{s}", method=m)
-            for s in SPEECH_TRADEOFF["settings"]
+            for s in SPEECH_TRADEOFF_SETTINGS
             for m in ["base", *speech_tradeoff_methods()]
         ],
     output:

@@ -156,6 +156,11 @@ def test_changing_the_sweep_grid_reruns_no_training(workdir, tradeoff):
     assert rules.get("speech_tradeoff_subspace") == 8 and rules.get("speech_tradeoff") == 1
     assert not {"speech_pretrain", "speech_finetune", "speech_lora", "speech_baseline", "speech_tradeoff_baseline",
                 "task_matrices", "factors"} & set(rules)
+    # the sweep covers only the settings the track runs
+    cfg = write_speech_config(workdir, "class.yaml", speech__tradeoff__scales=[1.0, 2.0], speech__scale=2.0,
+                              speech__settings=["class"], speech__rank_settings=["class"])
+    rules = planned_rules(snakemake(workdir, "speech_tradeoff_all", "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("speech_tradeoff_subspace") == 4 and rules.get("speech_tradeoff") == 1
 
 
 def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
@@ -183,6 +188,8 @@ def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
         ({"speech__pretrain__epochs": 0}, "config key 'speech.pretrain.epochs'"),
         ({"speech__tradeoff__baselines__ga": {"param": "alpha", "values": [1]}}, "config key 'speech.tradeoff.baselines.ga.param'"),
         ({"speech__tradeoff__ranks": [1, 8]}, "exceeds the LoRA rank speech.lora.r=4"),
+        ({"speech__settings": ["class"], "speech__rank_settings": [], "speech__tradeoff__settings": ["sample"]},
+         "config key 'speech.tradeoff.settings'"),
     ],
 )
 def test_bad_speech_config_fails_at_dag_construction(tmp_path, overrides, message):
