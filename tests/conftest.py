@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two pytest-xdist workers share the cores: one OpenMP thread each (set before torch is imported),
+    # as two 2-thread torch processes on 2 cores spin-wait on each other.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 TINY_LLAMA = dict(
     hidden_size=64,

@@ -256,7 +256,7 @@ def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
     lora = json.loads((workdir / f"results/provenance/records/tofu_forget10/lora/forget.json").read_text())
     assert lora["rule"] == "lora" and lora["wildcards"] == {"exp": "tofu_forget10", "set": "forget"}
     assert set(lora["config"]) == {"lora", "model", "seed"} and lora["config"]["lora"]["r"] == 4
-    assert lora["seed"] == 0 and lora["threads"] == 2
+    assert lora["seed"] == 0 and lora["threads"] == 1  # config/test.yaml threads
     assert {i["path"] for i in lora["inputs"]} == {f"{EXP}/models/full", f"{EXP}/data/forget.jsonl"}
     assert re.fullmatch(r"[0-9a-f]{40}", lora["code"]["git_commit"]) and isinstance(lora["code"]["git_dirty"], bool)
     assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(lora["versions"])
@@ -347,8 +347,9 @@ def _sha256(path: Path) -> str:
 
 def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
     """A second clean run of one table row's chain (pretraining, fine-tuning, both adapters, factors,
-    energy, every method's erase, the TOFU evaluation of QR-Erase (LL)), every job through the cluster-generic executor's job scripts, each run in the background
-    in its own process by tests/cluster/submit.sh: same artifacts and provenance graph as the first run.
+    energy, every method's erase, the TOFU evaluation of QR-Erase (LL)), every job through the
+    cluster-generic executor's job scripts, each run in the background in its own process by
+    tests/cluster/submit.sh: same artifacts and provenance graph as the first run.
     (A table is a pure function of the metrics files, which tests/test_tables.py checks byte for byte.)"""
     from qrerase.provenance import build_manifest
 
