@@ -1078,9 +1078,8 @@ def tradeoff_eval_inputs(wildcards):
     retain slice; cross-lingual: the unlearning language X, so a point is the X -> X pair).
     """
     lang = tradeoff_lang(wildcards)
-    if (
-        lang is None
-    ):  # keys eval_<set>: a baseline point also reads the training sets forget/retain
+    # keys eval_<set>: a baseline point also reads the training sets forget/retain
+    if lang is None:
         return {
             **{f"eval_{s}": f for s, f in eval_data_inputs(wildcards).items()},
             "tune": path("data", exp=wildcards.exp, name="tune_retain"),
