@@ -6,7 +6,7 @@ Public API (see README, "Library API"):
 - :func:`decompose` — exact rank-k CPQR / SVD of a task matrix given as factors (or densely).
 - :func:`forget_update` — subspace discrimination and reconstruction, T̃_f = (I − P_r) Q_f,k R_f,k Πᵀ.
 - :func:`layer_energy`, :func:`select_layers` — normalised task energy E_ℓ and the E_ℓ ≥ 1/|L| rule.
-- :mod:`qrerase.tofu` — TOFU metrics (Model Utility, Forget Quality) on TOFU-format eval logs.
+- :mod:`qrerase.text.tofu` — TOFU metrics (Model Utility, Forget Quality) on TOFU-format eval logs.
 
 The names are imported lazily so that ``import qrerase`` stays cheap (no torch import).
 """
@@ -18,11 +18,11 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
-    "task_matrices": "adapters",
-    "decompose": "linalg",
-    "forget_update": "linalg",
-    "layer_energy": "energy",
-    "select_layers": "energy",
+    "task_matrices": "method.adapters",
+    "decompose": "method.linalg",
+    "forget_update": "method.linalg",
+    "layer_energy": "method.energy",
+    "select_layers": "method.energy",
 }
 
 __all__ = ["__version__", *_LAZY]

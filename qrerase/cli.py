@@ -6,9 +6,9 @@
 - ``qrerase bench --sizes 768 2048 --out-dir DIR [--model-shapes llama3-8b]``: the decomposition
   runtime benchmark (and the whole-model erase benchmark), outside Snakemake.
 - ``qrerase factors FORGET_ADAPTER RETAIN_ADAPTER --rank K``: the per-module factor report of
-  :func:`qrerase.linalg.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
+  :func:`qrerase.method.linalg.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
 - ``qrerase audit results/``: re-hash every artifact with a provenance record and check every record,
-  every input → output link and the manifest (:func:`qrerase.provenance.audit`); exit status 0 when
+  every input → output link and the manifest (:func:`qrerase.workflow.provenance.audit`); exit status 0 when
   all hold, 1 with one line per broken artifact (path: why) otherwise.
 - ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON.
 """
@@ -20,7 +20,7 @@ import sys
 
 
 def _tofu(args: argparse.Namespace) -> int:
-    from .tofu import load_log, metrics_frame
+    from .text.tofu import load_log, metrics_frame
 
     log = load_log(args.log)
     ref = load_log(args.reference) if args.reference else None
@@ -30,8 +30,8 @@ def _tofu(args: argparse.Namespace) -> int:
 
 
 def _factors(args: argparse.Namespace) -> int:
-    from .adapters import task_matrices
-    from .linalg import factor_report
+    from .method.adapters import task_matrices
+    from .method.linalg import factor_report
 
     forget = task_matrices(args.forget)
     retain = task_matrices(args.retain)
@@ -43,7 +43,7 @@ def _factors(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import os
 
-    from . import bench
+    from .bench import runtime as bench
 
     bench.set_blas_threads(args.threads)
     out = args.out_dir
@@ -67,7 +67,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .provenance import audit
+    from .workflow.provenance import audit
 
     problems, counts = audit(args.results)
     for problem in problems:
@@ -87,7 +87,7 @@ def _manifest(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .provenance import build_manifest
+    from .workflow.provenance import build_manifest
 
     manifest = build_manifest(args.targets, root=Path(args.results).resolve().parent)
     print(json.dumps(manifest, indent=2, sort_keys=True))

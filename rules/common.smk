@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 # The qrerase library of this checkout, also without an install.
 sys.path.insert(0, workflow.basedir)
-from qrerase.data import required_splits
+from qrerase.text.data import required_splits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,8 +405,8 @@ def all_targets():
 # ---------------------------------------------------------------------------------------------
 # Unlearn in language X (exp "xling_X": LoRA on forget_X / retain_X, then the generic subspace chain
 # on the shared multilingual models of exp "xling"), evaluate in every configured language Y.
-from qrerase.multilingual import SPLIT_FILES as XLING_SPLITS
-from qrerase.multilingual import check_language_files, parse_language
+from qrerase.text.multilingual import SPLIT_FILES as XLING_SPLITS
+from qrerase.text.multilingual import check_language_files, parse_language
 
 XLING_SETS = [
     "forget",
@@ -582,12 +582,12 @@ TRACK_TARGETS["crosslingual"] = crosslingual_targets
 # ---------------------------------------------------------------------------------------------
 # Speech track.
 # ---------------------------------------------------------------------------------------------
-from qrerase.speech_baselines import SPEECH_BASELINES
+from qrerase.speech.baselines import SPEECH_BASELINES
 
 
 def validate_speech_config(cfg):
     """Cross-key checks of the `speech` section (the schema has checked types and ranges)."""
-    from qrerase.speech import list_recordings
+    from qrerase.speech.model import list_recordings
 
     sp = cfg["speech"]
     for key in ("forget_fraction", "test_fraction"):
@@ -690,7 +690,7 @@ def speech_data_params():
 
 def speech_wavs(wildcards):
     """The recordings the data rule reads (editing one re-runs everything downstream)."""
-    from qrerase.speech import list_recordings
+    from qrerase.speech.model import list_recordings
 
     data = config["speech"]["data"]
     try:
@@ -834,7 +834,7 @@ def speech_tradeoff_sweep(wildcards):
 # Optimisation baselines.
 # ---------------------------------------------------------------------------------------------
 # Baseline methods = the schema's methods.tofu enum minus the subspace methods (kept torch-free;
-# tests check it equals qrerase.baselines.METHODS).
+# tests check it equals qrerase.baselines.text.METHODS).
 BASELINES = [
     m
     for m in yaml.safe_load(
@@ -901,7 +901,7 @@ def baseline_inputs(wildcards):
 
 
 def baseline_params(wildcards):
-    """qrerase.baselines.BaselineConfig fields of one method (seed and threads added by the job)."""
+    """qrerase.baselines.text.BaselineConfig fields of one method (seed and threads added by the job)."""
     bl = config["baselines"]
     lora = bl["lora"]
     return {
@@ -1046,7 +1046,7 @@ for _track in ("crosslingual", "speech"):
 # ---------------------------------------------------------------------------------------------
 # Trade-off sweeps (rules/tradeoff.smk): every method's utility-forgetting curve.
 # ---------------------------------------------------------------------------------------------
-from qrerase.tradeoff import scale_name
+from qrerase.text.tradeoff import scale_name
 
 TRADEOFF = config.get("tradeoff", {})
 TRADEOFF_SCALES = [scale_name(s) for s in TRADEOFF.get("scales", [])]

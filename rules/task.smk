@@ -31,7 +31,7 @@ rule task_data:
 
 
 rule task_baseline:
-    # Gradient Ascent (qrerase.baselines), KGA or KU (qrerase.task_baselines) from the fine-tuned model.
+    # Gradient Ascent (qrerase.baselines.text), KGA or KU (qrerase.baselines.task) from the fine-tuned model.
     input:
         unpack(task_baseline_inputs),
     output:

@@ -1,8 +1,8 @@
 # Task-level track: config validation, names, path patterns and input functions (rules in task.smk).
-from qrerase.task import EVAL_FILES as TASK_EVAL_FILES
-from qrerase.task import ROLES as TASK_ROLES
-from qrerase.task import TaskDataConfig, check_task_config
-from qrerase.task_baselines import TASK_BASELINES
+from qrerase.text.task import EVAL_FILES as TASK_EVAL_FILES
+from qrerase.text.task import ROLES as TASK_ROLES
+from qrerase.text.task import TaskDataConfig, check_task_config
+from qrerase.baselines.task import TASK_BASELINES
 
 TASK = config.get("task", {})
 TASK_EXP = "task"

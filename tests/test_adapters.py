@@ -11,9 +11,9 @@ import pytest
 from conftest import build_tiny_llama, save_random_lora
 
 import qrerase
-from qrerase.adapters import load_factors, lora_scale, pattern_key, save_factors, task_matrices
-from qrerase.energy import module_sort_key
-from qrerase.linalg import LowRank
+from qrerase.method.adapters import load_factors, lora_scale, pattern_key, save_factors, task_matrices
+from qrerase.method.energy import module_sort_key
+from qrerase.method.linalg import LowRank
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

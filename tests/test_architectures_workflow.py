@@ -66,18 +66,18 @@ def test_tofu_track_on_a_checkpoint_of_each_architecture(arch, tokenizer, tmp_pa
     if full:
         table = pd.read_csv(tmp_path / "results/tables/tofu.csv")
         assert list(table["method"]) == ["base", "retain", "qr_erase_ll"] and table["model_utility"].between(0, 1).all()
-    from qrerase.adapters import load_factors
+    from qrerase.method.adapters import load_factors
 
     report = pd.read_csv(tmp_path / f"{EXP}/factors/k2/report.csv")
     assert len(report) == 2 * len(load_factors(tmp_path / f"{EXP}/task_matrices/forget.safetensors"))  # both sets
-    from qrerase.tofu import load_log, model_utility
+    from qrerase.text.tofu import load_log, model_utility
 
     assert 0 <= model_utility(load_log(tmp_path / f"{EXP}/eval/qr_erase_ll_k2")) <= 1
     lora = yaml.safe_load((tmp_path / f"{EXP}/lora/forget/adapter_config.json").read_text())
     modules = yaml.safe_load((tmp_path / f"{EXP}/energy/selected_layers.json").read_text())["modules"]
     erase_cfg = yaml.safe_load((tmp_path / f"{ERASE}/adapter/adapter_config.json").read_text())
-    from qrerase.architectures import TARGET_PRESETS
-    from qrerase.energy import module_kind
+    from qrerase.method.architectures import TARGET_PRESETS
+    from qrerase.method.energy import module_kind
 
     model_type = yaml.safe_load((ckpt / "config.json").read_text())["model_type"]
     assert sorted(lora["target_modules"]) == sorted(TARGET_PRESETS[model_type])  # target_modules: auto

@@ -1,4 +1,4 @@
-"""qrerase.baselines: each loss against a hand computation; training on real TOFU QA; determinism; LoRA; errors."""
+"""qrerase.baselines.text: each loss against a hand computation; training on real TOFU QA; determinism; LoRA; errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qrerase.baselines import (
+from qrerase.baselines.text import (
     METHODS,
     BaselineConfig,
     dpo_loss,
@@ -24,8 +24,8 @@ from qrerase.baselines import (
     train_baseline,
 )
 from qrerase.io import read_jsonl
-from qrerase.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, collate, encode_qa_many, sequence_nll, train_bpe_tokenizer
-from qrerase.training import TrainConfig, train_causal_lm
+from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, collate, encode_qa_many, sequence_nll, train_bpe_tokenizer
+from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
@@ -211,7 +211,7 @@ def test_deterministic_under_the_seed(finetuned, tok, sets):
 def test_lora_mode_gives_a_plain_checkpoint(finetuned, tok, sets, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from qrerase.lm import save_model
+    from qrerase.text.lm import save_model
 
     model, curve = _run(finetuned, tok, sets, method="graddiff", mode="lora", lora_r=4, lora_alpha=8, lr=1e-2)
     assert type(model) is type(finetuned)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from qrerase.data import TofuDataConfig, make_tofu_sets
+from qrerase.text.data import TofuDataConfig, make_tofu_sets
 
 ROOT = "data/tofu"
 

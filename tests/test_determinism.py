@@ -48,7 +48,7 @@ def test_save_adapter_config_is_byte_identical_across_processes(tmp_path):
         "sys.path.insert(0, sys.argv[2])\n"
         "from conftest import build_tiny_llama\n"
         "from peft import LoraConfig, get_peft_model\n"
-        "from qrerase.training import save_adapter\n"
+        "from qrerase.text.training import save_adapter\n"
         "model = get_peft_model(build_tiny_llama(0), LoraConfig(r=2, lora_alpha=4, init_lora_weights=False,\n"
         "    target_modules=['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']))\n"
         "save_adapter(model, sys.argv[1])\n"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import qrerase
-from qrerase.energy import (
+from qrerase.method.energy import (
     SELECT_RTOL,
     block_index,
     block_of,
@@ -19,7 +19,7 @@ from qrerase.energy import (
     select_layers,
     select_modules,
 )
-from qrerase.linalg import LowRank
+from qrerase.method.linalg import LowRank
 
 
 def _with_norm(norm: float, d_out: int = 6, d_in: int = 5, r: int = 2, seed: int = 0) -> LowRank:

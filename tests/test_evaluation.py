@@ -1,4 +1,4 @@
-"""qrerase.evaluation: TOFU eval-log fields on small real TOFU eval sets."""
+"""qrerase.text.evaluation: TOFU eval-log fields on small real TOFU eval sets."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from qrerase.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
+from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
 from qrerase.io import read_jsonl, write_json
-from qrerase.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, encode_prompts, encode_qa, train_bpe_tokenizer
-from qrerase.training import TrainConfig, train_causal_lm
+from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, encode_prompts, encode_qa, train_bpe_tokenizer
+from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 TPL = PromptTemplate()

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import qrerase
-from qrerase.linalg import (
+from qrerase.method.linalg import (
     LowRank,
     decompose,
     decompose_dense,
@@ -329,7 +329,7 @@ def test_forget_retain_mismatch():
 
 
 def test_discriminate_from_stored_decompositions_equals_forget_update(tmp_path):
-    from qrerase.linalg import discriminate, load_decompositions, load_updates, save_decompositions, save_updates
+    from qrerase.method.linalg import discriminate, load_decompositions, load_updates, save_decompositions, save_updates
 
     rng = np.random.default_rng(5)
     names = ["model.layers.1.mlp.up_proj", "model.layers.0.self_attn.q_proj"]

@@ -1,4 +1,4 @@
-"""qrerase.lm: prompt encoding, batching, tokenizer and model I/O on real TOFU text."""
+"""qrerase.text.lm: prompt encoding, batching, tokenizer and model I/O on real TOFU text."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qrerase.io import read_jsonl
-from qrerase.lm import (
+from qrerase.text.lm import (
     IGNORE_INDEX,
     PromptTemplate,
     TinyLlamaConfig,

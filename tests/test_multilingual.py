@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
-from qrerase.evaluation import UnicodeWords
+from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
+from qrerase.text.evaluation import UnicodeWords
 from qrerase.io import read_jsonl
-from qrerase.multilingual import (
+from qrerase.text.multilingual import (
     SPLIT_FILES,
     check_language_files,
     language_label,
@@ -24,9 +24,9 @@ from qrerase.multilingual import (
     parse_language,
     romanise_split,
 )
-from qrerase.plots import crosslingual_scatter, energy_overlay_plot
-from qrerase.romanise import romanise_record, romanise_text
-from qrerase.tables import render_latex, render_markdown, table_csv_frame
+from qrerase.reports.plots import crosslingual_scatter, energy_overlay_plot
+from qrerase.text.romanise import romanise_record, romanise_text
+from qrerase.reports.tables import render_latex, render_markdown, table_csv_frame
 
 REPO = Path(__file__).resolve().parents[1]
 EN = REPO / "data" / "tofu"

@@ -1,4 +1,4 @@
-"""qrerase.provenance: hashing, records, manifest and audit on a small real artifact graph."""
+"""qrerase.workflow.provenance: hashing, records, manifest and audit on a small real artifact graph."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qrerase import provenance as pv
+from qrerase.workflow import provenance as pv
 from qrerase.cli import main
 
 
@@ -71,7 +71,7 @@ def test_config_subset_matches_params_and_direct_reads():
 
 
 def _job(root: Path, rule: str, inputs: list[str], outputs: dict[str, str], **params):
-    """Run a tiny 'job' in root: write outputs, then record them like qrerase.workflow.job does."""
+    """Run a tiny 'job' in root: write outputs, then record them like qrerase.workflow.job.job does."""
     start = time.time()
     for out, text in outputs.items():
         p = root / out
@@ -251,7 +251,7 @@ except ImportError:  # pragma: no cover - older Snakemake
 
 @pytest.mark.skipif(Snakemake is None, reason="needs snakemake.iocontainers.Snakemake")
 def test_job_writes_a_record_after_success_and_none_after_failure(tmp_path, monkeypatch):
-    from qrerase.workflow import job
+    from qrerase.workflow.job import job
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()

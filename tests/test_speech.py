@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase import speech as sp
+from qrerase.speech import model as sp
 
 REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
@@ -159,7 +159,7 @@ def _model(seed=0):
 def test_short_training_is_deterministic(small_data):
     import torch
 
-    from qrerase.training import TrainConfig
+    from qrerase.text.training import TrainConfig
 
     arrays, index, _ = small_data
     mask = np.zeros(len(index), dtype=bool)
@@ -176,9 +176,9 @@ def test_short_training_is_deterministic(small_data):
 
 
 def test_lora_task_matrices_are_hubert_attention_modules(small_data, tmp_path):
-    from qrerase.adapters import task_matrices
-    from qrerase.energy import block_of
-    from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter
+    from qrerase.method.adapters import task_matrices
+    from qrerase.method.energy import block_of
+    from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
 
     arrays, index, _ = small_data
     cfg = LoraTrainConfig(r=2, alpha=4, target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
@@ -192,7 +192,7 @@ def test_lora_task_matrices_are_hubert_attention_modules(small_data, tmp_path):
 
 
 def test_save_and_load_round_trip(tmp_path, small_data):
-    from qrerase.workflow import load_checkpoint
+    from qrerase.workflow.job import load_checkpoint
 
     arrays, _, _ = small_data
     model = _model()
@@ -223,7 +223,7 @@ def test_pretrained_checkpoint_gets_a_new_speaker_head(tmp_path):
 def test_baseline_losses_match_hand_computation():
     import torch
 
-    from qrerase import speech_baselines as sb
+    from qrerase.speech import baselines as sb
 
     s = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]])
     t = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 0.0]])
@@ -255,7 +255,7 @@ def test_baseline_losses_match_hand_computation():
 def test_baselines_produce_a_changed_plain_model_deterministically(small_data, method, mode):
     import torch
 
-    from qrerase.speech_baselines import BaselineConfig, run_baseline
+    from qrerase.speech.baselines import BaselineConfig, run_baseline
 
     arrays, index, _ = small_data
     forget, retain = sp.train_mask(index, "sample", "forget"), sp.train_mask(index, "sample", "retain")
@@ -276,7 +276,7 @@ def test_baselines_produce_a_changed_plain_model_deterministically(small_data, m
 
 
 def test_unknown_baseline_and_bad_mode():
-    from qrerase.speech_baselines import BaselineConfig, run_baseline
+    from qrerase.speech.baselines import BaselineConfig, run_baseline
 
     with pytest.raises(ValueError, match="mode must be 'full' or 'lora'"):
         BaselineConfig(mode="half")
@@ -288,8 +288,8 @@ def test_unknown_baseline_and_bad_mode():
 
 
 def test_speech_table_layout():
-    from qrerase.speech_report import speech_table
-    from qrerase.tables import render_markdown
+    from qrerase.reports.speech import speech_table
+    from qrerase.reports.tables import render_markdown
 
     rows = []
     for setting in ("sample", "class"):
@@ -309,7 +309,7 @@ def test_speech_table_layout():
 
 
 def test_localisation_statistics():
-    from qrerase.speech_report import localisation
+    from qrerase.reports.speech import localisation
 
     uniform = localisation({"0": 0.25, "1": 0.25, "2": 0.25, "3": 0.25})
     assert uniform["effective_layers"] == pytest.approx(4.0) and uniform["n_selected"] == 4
@@ -322,7 +322,7 @@ def test_localisation_statistics():
 
 
 def test_rank_curve_aggregates_reconstruction_error():
-    from qrerase.speech_report import rank_curve
+    from qrerase.reports.speech import rank_curve
 
     report = pd.DataFrame({"set": ["forget", "forget", "retain"], "fro_norm": [3.0, 4.0, 1.0],
                            "recon_err_cpqr": [0.5, 0.0, 0.9], "recon_err_svd": [0.1, 0.2, 0.9]})

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase import speech as sp
-from qrerase import speech_tradeoff as st
+from qrerase.speech import model as sp
+from qrerase.speech import tradeoff as st
 
 REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
@@ -118,8 +118,8 @@ def test_load_pretrained_from_checkpoint_or_config(tmp_path):
 @pytest.fixture(scope="module")
 def adapters(val_data, tmp_path_factory):
     """Forget / retain task matrices of a briefly trained tiny classifier (class setting), and the model."""
-    from qrerase.adapters import task_matrices
-    from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter
+    from qrerase.method.adapters import task_matrices
+    from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
 
     arrays, index, _ = val_data
     out = tmp_path_factory.mktemp("adapters")
@@ -138,7 +138,7 @@ def adapters(val_data, tmp_path_factory):
 
 
 def _factors(T, k, method="cpqr"):
-    from qrerase.linalg import decompose
+    from qrerase.method.linalg import decompose
 
     return tuple({m: decompose(f.B, f.A, k, method=method, name=m) for m, f in T[s].items()} for s in ("forget", "retain"))
 
@@ -146,8 +146,8 @@ def _factors(T, k, method="cpqr"):
 def test_subspace_sweep_equals_the_merged_erase_and_restores_the_model(val_data, adapters):
     import torch
 
-    from qrerase.erase import apply_updates
-    from qrerase.linalg import discriminate
+    from qrerase.method.erase import apply_updates
+    from qrerase.method.linalg import discriminate
 
     arrays, index, _ = val_data
     ft, T = adapters

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qrerase import tofu
-from qrerase.tables import (
+from qrerase.text import tofu
+from qrerase.reports.tables import (
     METHOD_LABELS,
     Column,
     TableSpec,

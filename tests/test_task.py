@@ -1,4 +1,4 @@
-"""qrerase.task (generator, normalisation, table frame) and qrerase.task_baselines (KGA, KU) on small real data."""
+"""qrerase.text.task (generator, normalisation, table frame) and qrerase.baselines.task (KGA, KU) on small real data."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from qrerase.baselines import kl_divergence
-from qrerase.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, collate, encode_qa_many, train_bpe_tokenizer
-from qrerase.tables import task_table
-from qrerase.training import TrainConfig, train_causal_lm
-from qrerase.task import (
+from qrerase.baselines.text import kl_divergence
+from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, collate, encode_qa_many, train_bpe_tokenizer
+from qrerase.reports.tables import task_table
+from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.text.task import (
     SPLITS,
     TaskDataConfig,
     check_task_config,
@@ -24,7 +24,7 @@ from qrerase.task import (
     skill_universe,
     task_frame,
 )
-from qrerase.task_baselines import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
+from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 SIZES = {"arithmetic": {"train": 300, "eval": 50, "new": 20}, "word_math": {"train": 200, "eval": 40, "new": 20},
@@ -149,7 +149,7 @@ def test_task_frame_and_table_marks():
     frame = task_frame(rows, ["base", "ga", "qr_erase_ll_k4"])
     frame["method"] = ["base", "ga", "qr_erase_ll"]
     df, spec = task_table(frame, {"forget": "arithmetic", "similar": "word_math", "unrelated": "knowledge"})
-    from qrerase.tables import table_csv_frame, render_markdown
+    from qrerase.reports.tables import table_csv_frame, render_markdown
 
     csv = table_csv_frame(df, spec).set_index("method")
     assert csv.loc["ga", "forget_accuracy_mark"] == "best" and csv.loc["qr_erase_ll", "similar_accuracy_mark"] == "best"

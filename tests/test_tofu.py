@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
 
-from qrerase import tofu
+from qrerase.text import tofu
 from qrerase.io import write_json
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
@@ -347,7 +347,7 @@ def test_alias_keys_of_forked_aggregated_files(tmp_path):
 
 
 def test_truth_ratio_plot(tmp_path, full, retain90):
-    from qrerase.plots import truth_ratio_plot
+    from qrerase.reports.plots import truth_ratio_plot
 
     f = tofu.FILES["forget"]
     ratios = {"base": tofu.truth_ratios(full[f]), "retain": tofu.truth_ratios(retain90[f])}

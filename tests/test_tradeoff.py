@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.tradeoff import curves, mean_answer_nll, scale_name, scaled_updates, select_scale, tradeoff_frame
+from qrerase.text.tradeoff import curves, mean_answer_nll, scale_name, scaled_updates, select_scale, tradeoff_frame
 
 
 def test_scale_name_is_the_path_form():

@@ -1,4 +1,4 @@
-"""qrerase.training: full fine-tuning and LoRA on two real TOFU authors; determinism; adapter I/O."""
+"""qrerase.text.training: full fine-tuning and LoRA on two real TOFU authors; determinism; adapter I/O."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from qrerase.io import read_jsonl
-from qrerase.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
-from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter, train_causal_lm, train_lora
+from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_causal_lm, train_lora
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,

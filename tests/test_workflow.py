@@ -125,7 +125,7 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
 
 
 def test_metrics_recompute_from_the_written_logs(workdir):
-    from qrerase.tofu import forget_quality, load_log, model_utility
+    from qrerase.text.tofu import forget_quality, load_log, model_utility
 
     table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
     ref = load_log(workdir / "results/tofu_forget10/eval/retain")
@@ -180,7 +180,7 @@ def test_baselines_unlearn_with_curves_and_costs(workdir):
 
 def load_log_frame(directory: Path) -> float:
     """Mean forget-set answer NLL of an eval log."""
-    from qrerase.tofu import load_log
+    from qrerase.text.tofu import load_log
 
     losses = load_log(directory)["eval_log_forget.json"]["avg_gt_loss"]
     return float(pd.Series(list(losses.values()) if isinstance(losses, dict) else losses).mean())
@@ -351,7 +351,7 @@ def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
     cluster-generic executor's job scripts, each run in the background in its own process by
     tests/cluster/submit.sh: same artifacts and provenance graph as the first run.
     (A table is a pure function of the metrics files, which tests/test_tables.py checks byte for byte.)"""
-    from qrerase.provenance import build_manifest
+    from qrerase.workflow.provenance import build_manifest
 
     wd = tmp_path_factory.mktemp("cluster")
     cfg = run_config(wd)
@@ -400,7 +400,7 @@ def test_lora_base_pretrained_retrains_only_the_adapters_from_the_pretrained_che
 def test_retain_rank_above_k_builds_the_projector_from_a_higher_rank_decomposition(workdir):
     cfg = run_config(workdir, "retain_rank.yaml", unlearn__retain_rank=4)  # k = 2, LoRA r = 4
     snakemake(workdir, f"{EXP}/updates/k2/cpqr.safetensors", "--cores", "2", "--configfile", str(cfg))
-    from qrerase.linalg import load_decompositions, load_updates
+    from qrerase.method.linalg import load_decompositions, load_updates
 
     assert next(iter(load_decompositions(workdir / f"{EXP}/factors/k4/cpqr_retain.safetensors").values())).rank == 4
     update = load_updates(workdir / f"{EXP}/updates/k2/cpqr.safetensors")
@@ -415,7 +415,7 @@ def test_changing_lambda_reruns_no_training(workdir):
 
 
 def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
-    from qrerase.tradeoff import select_scale
+    from qrerase.text.tradeoff import select_scale
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
     epochs = yaml.safe_load((REPO / "config/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # ga, npo: 2

@@ -2,10 +2,10 @@
 
 import pandas as pd
 
-from qrerase.baselines import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
+from qrerase.baselines.text import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
 from qrerase.io import read_jsonl, write_csv
-from qrerase.lm import load_model, load_tokenizer, save_model
-from qrerase.workflow import job, template_from
+from qrerase.text.lm import load_model, load_tokenizer, save_model
+from qrerase.workflow.job import job, template_from
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

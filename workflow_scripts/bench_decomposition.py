@@ -1,7 +1,7 @@
 """Rule bench_decomposition: dense SVD / dense CPQR vs the exact factored paths (paper §6.1 table)."""
 
-from qrerase.bench import run_decomposition_benchmark, set_blas_threads
-from qrerase.workflow import job
+from qrerase.bench.runtime import run_decomposition_benchmark, set_blas_threads
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     p, out = snakemake.params, snakemake.output  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule bench_erase: wall time and peak RSS of a whole-model erase with Llama-3-8B / 70B shapes."""
 
-from qrerase.bench import run_erase_benchmark
-from qrerase.workflow import job
+from qrerase.bench.runtime import run_erase_benchmark
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     p = snakemake.params  # noqa: F821

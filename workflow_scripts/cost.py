@@ -1,8 +1,8 @@
 """Rule cost: a track's wall time per method (baseline training vs LoRA + closed-form erase) from benchmark files."""
 
-from qrerase.bench import grouped_method_costs, method_costs
-from qrerase.tables import cost_table, write_table
-from qrerase.workflow import job
+from qrerase.bench.runtime import grouped_method_costs, method_costs
+from qrerase.reports.tables import cost_table, write_table
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     groups, column = snakemake.params.groups, snakemake.params.group_column  # noqa: F821

@@ -2,11 +2,11 @@
 
 import pandas as pd
 
-from qrerase.adapters import load_factors
-from qrerase.energy import layer_energy, modules_for_layers, select_layers
+from qrerase.method.adapters import load_factors
+from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
 from qrerase.io import write_csv, write_json
-from qrerase.plots import energy_plot
-from qrerase.workflow import job
+from qrerase.reports.plots import energy_plot
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     granularity = snakemake.params.granularity  # noqa: F821

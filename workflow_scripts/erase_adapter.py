@@ -1,9 +1,9 @@
 """Rule erase_adapter: the erase edit (eq. 6, or eq. 16 on the selected layers) as a PEFT LoRA adapter."""
 
-from qrerase.adapters import read_adapter_config
-from qrerase.erase import save_erase_adapter
-from qrerase.linalg import load_updates
-from qrerase.workflow import job, selected_updates
+from qrerase.method.adapters import read_adapter_config
+from qrerase.method.erase import save_erase_adapter
+from qrerase.method.linalg import load_updates
+from qrerase.workflow.job import job, selected_updates
 
 with job(snakemake) as log:  # noqa: F821
     inp = snakemake.input  # noqa: F821

@@ -1,9 +1,9 @@
 """Rule factor_report: per-module energy, reconstruction errors, CPQR-vs-SVD angles and the eq. 10 bound."""
 
-from qrerase.adapters import load_factors
+from qrerase.method.adapters import load_factors
 from qrerase.io import write_csv
-from qrerase.linalg import factor_report
-from qrerase.workflow import job
+from qrerase.method.linalg import factor_report
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     p = snakemake.params  # noqa: F821

@@ -1,8 +1,8 @@
 """Rule factors: rank-k CPQR (eq. 1-2) or SVD of every task matrix, computed exactly from its factors."""
 
-from qrerase.adapters import load_factors
-from qrerase.linalg import decompose, save_decompositions
-from qrerase.workflow import job
+from qrerase.method.adapters import load_factors
+from qrerase.method.linalg import decompose, save_decompositions
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     rank, method = snakemake.params.rank, snakemake.wildcards.decomp  # noqa: F821

@@ -3,9 +3,9 @@ tokenizer), or the "fine-tuned" (forget + retain) / retain-only reference model 
 checkpoint, or from the hub model named by model.name_or_path)."""
 
 from qrerase.io import read_jsonl, write_csv
-from qrerase.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, resolve_device, save_model
-from qrerase.training import TrainConfig, train_causal_lm
-from qrerase.workflow import job, template_from
+from qrerase.text.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, resolve_device, save_model
+from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.workflow.job import job, template_from
 
 p = snakemake.params  # noqa: F821
 inp = snakemake.input  # noqa: F821

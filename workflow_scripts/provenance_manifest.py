@@ -1,8 +1,8 @@
 """Rule provenance_manifest: the artifact graph (nodes with sha256, input -> output edges) of the targets."""
 
 from qrerase.io import write_json
-from qrerase.provenance import build_manifest
-from qrerase.workflow import job
+from qrerase.workflow.provenance import build_manifest
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     manifest = build_manifest([str(t) for t in snakemake.input])  # noqa: F821

@@ -1,9 +1,9 @@
 """Rule speech_baseline: Gradient Ascent, SCRUB or Bad Teaching from the fine-tuned speaker classifier."""
 
 from qrerase.io import write_csv
-from qrerase.speech import load_speech_data, load_speech_model, save_speech_model, train_mask
-from qrerase.speech_baselines import BaselineConfig, run_baseline
-from qrerase.workflow import job
+from qrerase.speech.model import load_speech_data, load_speech_model, save_speech_model, train_mask
+from qrerase.speech.baselines import BaselineConfig, run_baseline
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

@@ -1,8 +1,8 @@
 """Rule speech_data: read the FSDD WAVs, resample to 16 kHz, split per speaker, cut both partitions."""
 
 from qrerase.io import save_arrays, write_csv, write_json
-from qrerase.speech import SpeechDataConfig, make_speech_data
-from qrerase.workflow import job
+from qrerase.speech.model import SpeechDataConfig, make_speech_data
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     p, out = snakemake.params, snakemake.output  # noqa: F821

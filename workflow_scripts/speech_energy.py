@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech_report import SETTING_LABELS, energy_compare_plot, localisation
-from qrerase.tables import Column, TableSpec, write_table
-from qrerase.workflow import job
+from qrerase.reports.speech import SETTING_LABELS, energy_compare_plot, localisation
+from qrerase.reports.tables import Column, TableSpec, write_table
+from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -1,8 +1,8 @@
 """Rule speech_evaluate: top-k speaker accuracy of one model on D_t, D_f and D_r of one setting."""
 
 from qrerase.io import write_csv
-from qrerase.speech import eval_masks, evaluate_sets, load_speech_data, load_speech_model
-from qrerase.workflow import job
+from qrerase.speech.model import eval_masks, evaluate_sets, load_speech_data, load_speech_model
+from qrerase.workflow.job import job
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

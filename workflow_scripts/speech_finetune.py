@@ -3,9 +3,9 @@
 import json
 
 from qrerase.io import write_csv
-from qrerase.speech import load_pretrained, load_speech_data, save_speech_model, train_classifier
-from qrerase.training import TrainConfig
-from qrerase.workflow import job
+from qrerase.speech.model import load_pretrained, load_speech_data, save_speech_model, train_classifier
+from qrerase.text.training import TrainConfig
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

@@ -1,10 +1,10 @@
 """Rule speech_lora: LoRA on the attention projections (from speech.lora.base), on D_f (train) or D_r."""
 
-from qrerase.architectures import resolve_target_modules
+from qrerase.method.architectures import resolve_target_modules
 from qrerase.io import write_csv
-from qrerase.speech import graft_encoder, load_pretrained, load_speech_data, load_speech_model, train_mask, train_speech_lora
-from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter
-from qrerase.workflow import job
+from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_data, load_speech_model, train_mask, train_speech_lora
+from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

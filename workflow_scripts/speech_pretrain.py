@@ -1,10 +1,10 @@
 """Rule speech_pretrain: digit recognition (FSDD, 10 classes, all speakers, training split) for the tiny encoder."""
 
 from qrerase.io import write_csv
-from qrerase.lm import resolve_device
-from qrerase.speech import TinyHubertConfig, build_tiny_hubert, digit_task, load_speech_data, save_speech_model, train_classifier
-from qrerase.training import TrainConfig
-from qrerase.workflow import job
+from qrerase.text.lm import resolve_device
+from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, digit_task, load_speech_data, save_speech_model, train_classifier
+from qrerase.text.training import TrainConfig
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

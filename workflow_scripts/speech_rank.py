@@ -3,8 +3,8 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech_report import rank_curve, rank_plot
-from qrerase.workflow import job
+from qrerase.reports.speech import rank_curve, rank_plot
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from qrerase.speech_report import SETTING_LABELS, speech_table
-from qrerase.tables import write_table
-from qrerase.workflow import job
+from qrerase.reports.speech import SETTING_LABELS, speech_table
+from qrerase.reports.tables import write_table
+from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

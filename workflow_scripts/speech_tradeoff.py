@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech_tradeoff import choose_scale, tradeoff_plot
-from qrerase.tables import METHOD_LABELS
-from qrerase.workflow import job
+from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
+from qrerase.reports.tables import METHOD_LABELS
+from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech import load_speech_data, load_speech_model, train_mask
-from qrerase.speech_tradeoff import SWEEP_COLUMNS, baseline_sweep, evaluate_point, sweep_sets
-from qrerase.workflow import job
+from qrerase.speech.model import load_speech_data, load_speech_model, train_mask
+from qrerase.speech.tradeoff import SWEEP_COLUMNS, baseline_sweep, evaluate_point, sweep_sets
+from qrerase.workflow.job import job
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

@@ -1,10 +1,10 @@
 """Rule speech_tradeoff_subspace: one subspace method at every (k, lambda), erased in-process from the factors."""
 
 from qrerase.io import write_csv
-from qrerase.linalg import load_decompositions
-from qrerase.speech import load_speech_data, load_speech_model
-from qrerase.speech_tradeoff import evaluate_point, subspace_sweep, sweep_sets
-from qrerase.workflow import job, selected_updates
+from qrerase.method.linalg import load_decompositions
+from qrerase.speech.model import load_speech_data, load_speech_model
+from qrerase.speech.tradeoff import evaluate_point, subspace_sweep, sweep_sets
+from qrerase.workflow.job import job, selected_updates
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

@@ -2,11 +2,11 @@
 
 import pandas as pd
 
-from qrerase.baselines import BaselineConfig, train_baseline
+from qrerase.baselines.text import BaselineConfig, train_baseline
 from qrerase.io import read_jsonl, write_csv
-from qrerase.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, save_model
-from qrerase.task_baselines import KgaConfig, KuConfig, train_kga, train_ku
-from qrerase.workflow import job, template_from
+from qrerase.text.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, save_model
+from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
+from qrerase.workflow.job import job, template_from
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 method = snakemake.wildcards.method  # noqa: F821

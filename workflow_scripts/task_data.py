@@ -1,8 +1,8 @@
 """Rule task_data: generate the task track's skills (deterministic from the seed) and cut its sets."""
 
 from qrerase.io import write_jsonl
-from qrerase.task import TaskDataConfig, make_task_sets
-from qrerase.workflow import job
+from qrerase.text.task import TaskDataConfig, make_task_sets
+from qrerase.workflow.job import job
 
 p = snakemake.params  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

@@ -2,10 +2,10 @@
 
 import pandas as pd
 
-from qrerase.evaluation import EvalConfig
+from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
-from qrerase.task import evaluate_skill
-from qrerase.workflow import job, load_for_eval, template_from
+from qrerase.text.task import evaluate_skill
+from qrerase.workflow.job import job, load_for_eval, template_from
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

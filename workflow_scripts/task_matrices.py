@@ -1,7 +1,7 @@
 """Rule task_matrices: T = (lora_alpha / r) B A per adapted module, stored factored (safetensors)."""
 
-from qrerase.adapters import check_adapter_fits, save_factors, task_matrices
-from qrerase.workflow import job
+from qrerase.method.adapters import check_adapter_fits, save_factors, task_matrices
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     inp = snakemake.input  # noqa: F821

@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.task import task_frame
-from qrerase.tables import task_table, write_table
-from qrerase.workflow import job
+from qrerase.text.task import task_frame
+from qrerase.reports.tables import task_table, write_table
+from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

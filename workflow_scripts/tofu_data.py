@@ -1,8 +1,8 @@
 """Rule tofu_data: cut the forget / retain / knowledge / evaluation sets of a TOFU run."""
 
-from qrerase.data import TofuDataConfig, make_tofu_sets
+from qrerase.text.data import TofuDataConfig, make_tofu_sets
 from qrerase.io import write_jsonl
-from qrerase.workflow import job
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821 - `snakemake` is injected by Snakemake
     cfg = TofuDataConfig.from_dict(

@@ -1,8 +1,8 @@
 """Rule tofu_metrics: tidy per-model TOFU metrics (one row per metric) from its eval log."""
 
 from qrerase.io import write_csv
-from qrerase.tofu import load_log, metrics_frame
-from qrerase.workflow import job
+from qrerase.text.tofu import load_log, metrics_frame
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     inp, p = snakemake.input, snakemake.params  # noqa: F821

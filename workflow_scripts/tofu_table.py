@@ -4,10 +4,10 @@ import dataclasses
 
 import pandas as pd
 
-from qrerase.plots import truth_ratio_plot
-from qrerase.tables import METHOD_LABELS, tofu_table, write_table
-from qrerase.tofu import load_log, truth_ratios
-from qrerase.workflow import job
+from qrerase.reports.plots import truth_ratio_plot
+from qrerase.reports.tables import METHOD_LABELS, tofu_table, write_table
+from qrerase.text.tofu import load_log, truth_ratios
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -1,12 +1,12 @@
 """Rule tradeoff_baseline: one sweep point of an optimisation baseline (its configured run, with the
 number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
 
-from qrerase.baselines import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
-from qrerase.evaluation import EvalConfig
+from qrerase.baselines.text import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
+from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
-from qrerase.lm import load_model, load_tokenizer
-from qrerase.tradeoff import evaluate_text_point, point_reference
-from qrerase.workflow import job, template_from
+from qrerase.text.lm import load_model, load_tokenizer
+from qrerase.text.tradeoff import evaluate_text_point, point_reference
+from qrerase.workflow.job import job, template_from
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

@@ -1,12 +1,12 @@
 """Rule tradeoff_erase: one sweep point of a subspace method, W' = W − λ T̃_f at rank k and scale λ
 (the stored update rescaled by λ/λ₀, eq. 6 / 16), evaluated with the TOFU protocol in this process."""
 
-from qrerase.erase import apply_updates
-from qrerase.evaluation import EvalConfig
+from qrerase.method.erase import apply_updates
+from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
-from qrerase.linalg import load_updates
-from qrerase.tradeoff import evaluate_text_point, point_reference, scaled_updates
-from qrerase.workflow import job, load_checkpoint, selected_updates, template_from
+from qrerase.method.linalg import load_updates
+from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
+from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

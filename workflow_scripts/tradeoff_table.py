@@ -4,10 +4,10 @@ to the held-out retain slice (where the track has one), and the utility–Forget
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.plots import tradeoff_plot
-from qrerase.tables import METHOD_LABELS
-from qrerase.tradeoff import curves, select_scale, tradeoff_frame
-from qrerase.workflow import job
+from qrerase.reports.plots import tradeoff_plot
+from qrerase.reports.tables import METHOD_LABELS
+from qrerase.text.tradeoff import curves, select_scale, tradeoff_frame
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -1,11 +1,11 @@
 """Rule lora: LoRA task adapter on the forget or the retain set, trained from the checkpoint that
 `lora.base` names (the fine-tuned model, or the pretrained one)."""
 
-from qrerase.architectures import resolve_target_modules
+from qrerase.method.architectures import resolve_target_modules
 from qrerase.io import read_jsonl, write_csv
-from qrerase.lm import load_model, load_tokenizer
-from qrerase.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
-from qrerase.workflow import job, template_from
+from qrerase.text.lm import load_model, load_tokenizer
+from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
+from qrerase.workflow.job import job, template_from
 
 p = snakemake.params  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821

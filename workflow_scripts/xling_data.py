@@ -1,7 +1,7 @@
 """Rule xling_data: the multilingual models' training sets and all evaluation text (for the tokenizer)."""
 
 from qrerase.io import read_jsonl, write_jsonl
-from qrerase.workflow import job
+from qrerase.workflow.job import job
 
 inp, out, p = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.multilingual import language_label
-from qrerase.plots import energy_overlay_plot
-from qrerase.workflow import job
+from qrerase.text.multilingual import language_label
+from qrerase.reports.plots import energy_overlay_plot
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

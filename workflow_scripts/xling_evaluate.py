@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from qrerase.evaluation import EvalConfig, evaluate_tofu
+from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.io import atomic_dir, read_jsonl
-from qrerase.tofu import write_aggregated, write_log
-from qrerase.workflow import job, load_for_eval, template_from
+from qrerase.text.tofu import write_aggregated, write_log
+from qrerase.workflow.job import job, load_for_eval, template_from
 
 p = snakemake.params  # noqa: F821
 inp = snakemake.input  # noqa: F821

@@ -1,8 +1,8 @@
 """Rule xling_sets: one language's training QA and evaluation sets (row-aligned across languages)."""
 
 from qrerase.io import write_jsonl
-from qrerase.multilingual import make_language_sets
-from qrerase.workflow import job
+from qrerase.text.multilingual import make_language_sets
+from qrerase.workflow.job import job
 
 p = snakemake.params  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

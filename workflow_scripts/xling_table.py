@@ -2,13 +2,13 @@
 
 from pathlib import Path
 
-from qrerase.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
+from qrerase.reports.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.io import write_csv
-from qrerase.multilingual import language_label
-from qrerase.plots import crosslingual_scatter
-from qrerase.tables import METHOD_LABELS, write_table
-from qrerase.tofu import load_log
-from qrerase.workflow import job
+from qrerase.text.multilingual import language_label
+from qrerase.reports.plots import crosslingual_scatter
+from qrerase.reports.tables import METHOD_LABELS, write_table
+from qrerase.text.tofu import load_log
+from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake) as log:  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule xling_unlearn_data: the forget and retain QA of the unlearning language, for the lora rule."""
 
 from qrerase.io import read_jsonl, write_jsonl
-from qrerase.workflow import job
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821
     for name in ("forget", "retain"):

@@ -1,9 +1,9 @@
 """The task track's optimisation baselines beyond Gradient Ascent: KGA and KU.
 
-Notation as in :mod:`qrerase.baselines`: ``π_θ`` the model being unlearned (initialised from the
+Notation as in :mod:`qrerase.baselines.text`: ``π_θ`` the model being unlearned (initialised from the
 fine-tuned model), ``π_D`` the frozen fine-tuned model, ``D_f`` / ``D_r`` / ``D_n`` the forget,
 retain and *new* (never trained) sets, ``KL_tok(P ‖ Q)`` the mean over answer tokens of the
-next-token KL divergence (:func:`qrerase.baselines.kl_divergence`).
+next-token KL divergence (:func:`qrerase.baselines.text.kl_divergence`).
 
 KGA — knowledge gap alignment (Wang et al., ACL 2023)
     Two auxiliary models start from the same initial checkpoint as the fine-tuned model: ``A_f``
@@ -35,9 +35,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .baselines import _frozen, _retain_stream, kl_divergence, token_mean_nll
-from .lm import PromptTemplate, _from_dict, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
-from .training import TrainConfig, epoch_batches, pad_token_id, set_determinism, train_causal_lm, train_steps
+from .text import _frozen, _retain_stream, kl_divergence, token_mean_nll
+from ..text.lm import PromptTemplate, _from_dict, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
+from ..text.training import TrainConfig, epoch_batches, pad_token_id, set_determinism, train_causal_lm, train_steps
 
 __all__ = [
     "TASK_BASELINES",
@@ -51,7 +51,7 @@ __all__ = [
     "train_ku",
 ]
 
-#: The task track's baselines: Gradient Ascent (qrerase.baselines), KGA and KU.
+#: The task track's baselines: Gradient Ascent (qrerase.baselines.text), KGA and KU.
 TASK_BASELINES = ("ga", "kga", "ku")
 
 

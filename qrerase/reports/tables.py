@@ -40,7 +40,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .io import atomic_path, write_text
+from ..io import atomic_path, write_text
 
 __all__ = [
     "METHOD_LABELS",
@@ -444,7 +444,7 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     """The paper's TOFU table: Method, Model Utility ↑, Forget Quality ↑ (✓ when p > 0.1).
 
     ``rows`` is either tidy (columns ``model, metric, value``, e.g. concatenated
-    :func:`qrerase.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
+    :func:`qrerase.text.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
     ``model`` column and metric columns). Reference rows: ``base``, ``retain``. A missing Forget
     Quality shows as ``---``. ``wide=True`` adds the twelve component metrics grouped by set
     (forget-set components are not ranked: lower is not uniformly better there) and, when the rows
@@ -493,7 +493,7 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     return wide_df[keep].reset_index(drop=True), spec
 
 
-#: (component, header) of the cost table, in column order (:data:`qrerase.bench.COST_COLUMNS`).
+#: (component, header) of the cost table, in column order (:data:`qrerase.bench.runtime.COST_COLUMNS`).
 _COST_HEADERS = (
     ("lora_s", "LoRA adapters (s)"),
     ("task_matrices_s", "Task matrices (s)"),
@@ -507,7 +507,7 @@ _COST_HEADERS = (
 def cost_table(
     costs: pd.DataFrame, group_column: str | None = None, group_header: str | None = None
 ) -> tuple[pd.DataFrame, TableSpec]:
-    """A track table's companion: wall time per method (:func:`qrerase.bench.method_costs` frame).
+    """A track table's companion: wall time per method (:func:`qrerase.bench.runtime.method_costs` frame).
 
     Columns: LoRA training, task matrices, closed-form erase, baseline training, the unlearning step
     (erase or baseline training) and the total, in seconds; not ranked (timings vary between runs).
@@ -550,7 +550,7 @@ def task_table(frame: pd.DataFrame, skills: Mapping[str, str] | None = None, wid
     """The paper's Table 1 layout: Method, unrelated ↑, similar ↑, forgotten ↓ (exact-match accuracy).
 
     ``frame``: one row per method (``method`` column) with ``<role>_accuracy`` (and, for ``wide``,
-    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget`` (:func:`qrerase.task.task_frame`).
+    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget`` (:func:`qrerase.text.task.task_frame`).
     ``skills`` names each role's skill in the header (``Similar (word_math)``). Reference row: ``base``.
     ``wide`` adds the answer-token NLL per role (not ranked) and groups the columns by role.
     """

@@ -81,7 +81,7 @@ class BaselineConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BaselineConfig":
-        from .lm import _from_dict
+        from ..text.lm import _from_dict
 
         return _from_dict(cls, d, "speech baseline config")
 
@@ -162,7 +162,7 @@ def _student(model, cfg: BaselineConfig):
     import torch
     from peft import get_peft_model
 
-    from .speech import speech_lora_config
+    from .model import speech_lora_config
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -210,8 +210,8 @@ class _Loop:
 
 
 def _batches(n: int, cfg: BaselineConfig, salt: int) -> list[np.ndarray]:
-    from .speech import batches
-    from .training import _epoch_seed
+    from .model import batches
+    from ..text.training import _epoch_seed
 
     return batches(n, cfg.batch_size, _epoch_seed(cfg.seed, salt))
 
@@ -219,7 +219,7 @@ def _batches(n: int, cfg: BaselineConfig, salt: int) -> list[np.ndarray]:
 def _run_ga(model, data, cfg):
     import torch
 
-    from .speech import _logits
+    from .model import _logits
 
     x, m, y = data["forget"]
     student = _student(model, cfg)
@@ -236,7 +236,7 @@ def _run_ga(model, data, cfg):
 def _run_scrub(model, data, cfg):
     import torch
 
-    from .speech import _logits
+    from .model import _logits
 
     (xf, mf, yf), (xr, mr, yr) = data["forget"], data["retain"]
     teacher = _frozen_copy(model)
@@ -264,7 +264,7 @@ def _run_scrub(model, data, cfg):
 def _run_bad_teaching(model, data, cfg):
     import torch
 
-    from .speech import _logits
+    from .model import _logits
 
     (xf, mf, _), (xr, mr, _) = data["forget"], data["retain"]
     n_keep = max(1, int(round(cfg.retain_fraction * len(xr))))
@@ -297,9 +297,9 @@ def run_baseline(method: str, model, arrays: Mapping[str, np.ndarray], forget_ma
     """Unlearn with ``method`` (``ga`` | ``scrub`` | ``bad_teaching``) from the fine-tuned ``model``
     (modified in place in full mode). ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩
     train and D_r. Returns ``(model, loss_curve)``."""
-    from .lm import model_device
-    from .speech import _tensors
-    from .training import set_determinism
+    from ..text.lm import model_device
+    from .model import _tensors
+    from ..text.training import set_determinism
 
     if method not in _RUNNERS:
         raise ValueError(f"speech baseline must be one of {SPEECH_BASELINES}, got {method!r}")

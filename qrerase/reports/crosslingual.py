@@ -4,7 +4,7 @@ the paper's two cross-lingual tables.
 Notation: a model unlearned in language X is evaluated in every language Y ("X→Y"). Model Utility
 in Y uses Y's retain, real-authors and world-facts sets; Forget Quality in Y is the KS p-value of
 the Y forget-set truth ratios against those of the retain-only reference model *evaluated in Y*
-(:func:`qrerase.tofu.model_utility`, :func:`qrerase.tofu.forget_quality`). The fine-tuned model
+(:func:`qrerase.text.tofu.model_utility`, :func:`qrerase.text.tofu.forget_quality`). The fine-tuned model
 before unlearning ("base") and the reference are multilingual and shared by every X.
 
 :func:`metrics_rows` gives one tidy row per evaluated model and language; :func:`pairs_table` the
@@ -19,9 +19,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .multilingual import language_label
+from ..text.multilingual import language_label
 from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
-from .tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
+from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]
 
@@ -80,7 +80,7 @@ def pairs_table(
     X→Y two columns, Utility ↑ and Forget ↑ (✓ for p > 0.1), best/second marked among the methods.
 
     The reference rows are the models that did not unlearn, evaluated in Y (the same for every X).
-    Returns ``(df, spec)`` for :func:`qrerase.tables.write_table`.
+    Returns ``(df, spec)`` for :func:`qrerase.reports.tables.write_table`.
     """
     if not pairs:
         raise ValueError("cross-lingual table: no language pairs")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .data import normalise
-from .io import read_jsonl
+from ..io import read_jsonl
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -180,7 +180,7 @@ def check_language_files(root: str | os.PathLike) -> None:
 
 
 def romanise_split(rows: Sequence[Mapping[str, Any]], script: str) -> list[dict]:
-    """Transliterate every text field of every record (see :func:`qrerase.romanise.romanise_record`)."""
+    """Transliterate every text field of every record (see :func:`qrerase.text.romanise.romanise_record`)."""
     return [romanise_record(r, script) for r in rows]
 
 

@@ -394,7 +394,7 @@ def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict
 
 def load_speech_data(audio: str | os.PathLike, index_csv: str | os.PathLike) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     """Read the arrays (safetensors) and the index (CSV) written by the speech_data rule, checked for agreement."""
-    from .io import load_arrays
+    from ..io import load_arrays
 
     arrays = load_arrays(audio)
     missing = {"input_values", "attention_mask", "labels"} - set(arrays)
@@ -456,7 +456,7 @@ class TinyHubertConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "TinyHubertConfig":
-        from .lm import _from_dict
+        from ..text.lm import _from_dict
 
         return _from_dict(cls, d, "speech.model.tiny")
 
@@ -515,7 +515,7 @@ def load_speech_model(name_or_path: str | os.PathLike, speakers: Sequence[str] |
     import torch
     from transformers import HubertForSequenceClassification
 
-    from .lm import _DTYPES, _first_line, _resolve, resolve_device
+    from ..text.lm import _DTYPES, _first_line, _resolve, resolve_device
 
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -549,7 +549,7 @@ def load_pretrained(model_cfg: Mapping[str, Any], checkpoint: str | os.PathLike 
 
 def save_speech_model(model, out_dir: str | os.PathLike) -> None:
     """``save_pretrained`` (safetensors) atomically; a PEFT-wrapped model is merged first."""
-    from .lm import save_model
+    from ..text.lm import save_model
 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
@@ -613,9 +613,9 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
                      loss_fn: Callable | None = None) -> pd.DataFrame:
     """Train the trainable parameters of a sequence classifier on the selected utterances.
 
-    ``cfg`` is a :class:`qrerase.training.TrainConfig` (epochs, lr, batch_size, weight_decay,
+    ``cfg`` is a :class:`qrerase.text.training.TrainConfig` (epochs, lr, batch_size, weight_decay,
     warmup_ratio, max_grad_norm, seed, threads): AdamW, linear warmup then linear decay to 0, gradient
-    clipping (the loop of :func:`qrerase.training.train_steps`), batches drawn by a generator seeded
+    clipping (the loop of :func:`qrerase.text.training.train_steps`), batches drawn by a generator seeded
     with (seed, epoch). ``loss_fn(model, x, m, y)``
     defaults to the cross-entropy of the speaker labels. Returns the loss curve (``step, epoch, loss,
     lr``, one row per update); the model is left in eval mode.
@@ -623,8 +623,8 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
     import torch
     import torch.nn.functional as F
 
-    from .lm import model_device
-    from .training import _epoch_seed, set_determinism, train_steps
+    from ..text.lm import model_device
+    from ..text.training import _epoch_seed, set_determinism, train_steps
 
     set_determinism(cfg.seed, cfg.threads)
     x, m, y = _tensors(arrays, mask, model_device(model))
@@ -653,13 +653,13 @@ def speech_lora_config(r: int, alpha: float, dropout: float, target_modules: Seq
 
 
 def train_speech_lora(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray, cfg, desc: str = "lora"):
-    """Wrap ``model`` with LoRA adapters (``cfg``: :class:`qrerase.training.LoraTrainConfig`; its A init
+    """Wrap ``model`` with LoRA adapters (``cfg``: :class:`qrerase.text.training.LoraTrainConfig`; its A init
     seeded by ``cfg.train.seed``, B = 0 so training starts at the model) and train only them with
     cross-entropy on the selected utterances. Returns ``(peft_model, loss_curve)``."""
     import torch
     from peft import get_peft_model
 
-    from .training import set_determinism
+    from ..text.training import set_determinism
 
     set_determinism(cfg.train.seed, cfg.train.threads)
     lora = speech_lora_config(cfg.r, cfg.alpha, cfg.dropout, cfg.target_modules)
@@ -679,7 +679,7 @@ def predict_logits(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray | N
     """Logits (N, n_speakers) float32 of the selected utterances (eval mode, no grad), in order."""
     import torch
 
-    from .lm import model_device
+    from ..text.lm import model_device
 
     x, m, _ = _tensors(arrays, mask, model_device(model))
     model.eval()

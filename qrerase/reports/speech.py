@@ -8,7 +8,7 @@
   "More localised" = fewer effective layers.
 * :func:`rank_curve` / :func:`rank_plot` — rank k vs the whole-model relative reconstruction error of
   the forget task matrices, sqrt(Σ_m e_m² ‖T_m‖²) / sqrt(Σ_m ‖T_m‖²) (e_m the per-module rank-k error of
-  :func:`qrerase.linalg.factor_report`), and vs D_f / D_r accuracy after erasing at rank k.
+  :func:`qrerase.method.linalg.factor_report`), and vs D_f / D_r accuracy after erasing at rank k.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def speech_table(evals: pd.DataFrame, settings: Sequence[str], models: Sequence[
 def localisation(energy: Mapping[str, float]) -> dict[str, float]:
     """Concentration of normalised layer energies (they must sum to 1): ``n_layers``, ``max_energy``,
     ``n_selected`` (E_ℓ ≥ 1/|L|), ``selected_share`` (Σ E_ℓ over them), ``effective_layers`` = exp(H)."""
-    from .energy import select_layers
+    from ..method.energy import select_layers
 
     e = np.asarray([float(v) for v in energy.values()], dtype=np.float64)
     if e.size == 0 or not np.isfinite(e).all() or (e < 0).any() or not math.isclose(e.sum(), 1.0, rel_tol=1e-6):

@@ -1,6 +1,6 @@
 """Causal-LM plumbing: prompt template, QA encoding, length-bucketed batching, tokenizer/model I/O.
 
-Everything the trainer (:mod:`qrerase.training`) and the TOFU evaluator (:mod:`qrerase.evaluation`)
+Everything the trainer (:mod:`qrerase.text.training`) and the TOFU evaluator (:mod:`qrerase.text.evaluation`)
 share lives here, so that both see exactly the same token sequences:
 
 * :class:`PromptTemplate` and :func:`encode_qa` fix how a (question, answer) pair becomes tokens.
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .io import atomic_dir
+from ..io import atomic_dir
 
 __all__ = [
     "PromptTemplate",

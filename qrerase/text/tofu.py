@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import hmean, ks_2samp
 
-from .io import write_json
+from ..io import write_json
 
 __all__ = [
     "FILES",

@@ -5,7 +5,7 @@ with an unlearning objective built from answer-token log-likelihoods. Notation, 
 ``(x, y)`` with answer tokens ``y_1..y_n`` (EOS included, as in TOFU):
 
 * ``log π(y|x) = Σ_t log π(y_t | x, y_<t)`` — the sequence log-likelihood (the negative of
-  :func:`qrerase.lm.sequence_nll`'s sums), ``n`` its token count;
+  :func:`qrerase.text.lm.sequence_nll`'s sums), ``n`` its token count;
 * ``π_ref`` — the frozen fine-tuned model the run starts from;
 * ``D_f`` / ``D_r`` — the forget / retain set; ``B_f`` / ``B_r`` a batch of them;
 * ``ℓ_tok(B) = Σ_{i∈B} −log π(y_i|x_i) / Σ_{i∈B} n_i`` — the token-mean answer NLL (the fine-tuning loss).
@@ -24,7 +24,7 @@ flat       ``L = −g*(P̄_e) + f*(g*(P̄_f))`` with ``P̄`` the batch mean of t
            ``(g*, f*)`` the variational pair of an f-divergence (Wang et al. 2025; forget data only)
 =========  ==================================================================================
 
-:func:`train_baseline` runs one of them deterministically (:func:`qrerase.training.train_steps`:
+:func:`train_baseline` runs one of them deterministically (:func:`qrerase.text.training.train_steps`:
 AdamW, linear warmup/decay, clipping, seeded length-bucketed batches) and returns the unlearned
 model and its loss curve.
 """
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .lm import (
+from ..text.lm import (
     PromptTemplate,
     _from_dict,
     answer_token_logits,
@@ -51,7 +51,7 @@ from .lm import (
     qa_pair,
     sequence_nll,
 )
-from .training import (
+from ..text.training import (
     LoraTrainConfig,
     TrainConfig,
     add_lora,
@@ -96,7 +96,7 @@ DIVERGENCES = ("tv", "kl", "js", "pearson")
 class BaselineConfig:
     """One baseline run.
 
-    ``method``: one of :data:`METHODS`. Optimisation (as :class:`qrerase.training.TrainConfig`):
+    ``method``: one of :data:`METHODS`. Optimisation (as :class:`qrerase.text.training.TrainConfig`):
     ``epochs`` over the forget set, peak ``lr``, ``batch_size`` (forget examples per step; retain
     batches have the same size), ``weight_decay``, ``warmup_ratio``, ``max_grad_norm``,
     ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
@@ -154,7 +154,7 @@ class BaselineConfig:
         return _from_dict(cls, d, "baseline config")
 
     def train_config(self) -> TrainConfig:
-        """The optimisation part as a :class:`~qrerase.training.TrainConfig`."""
+        """The optimisation part as a :class:`~qrerase.text.training.TrainConfig`."""
         names = {f.name for f in dataclasses.fields(TrainConfig)}
         return TrainConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
 
@@ -188,7 +188,7 @@ def kl_divergence(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tenso
     """``mean_t KL(π_ref(·|t) ‖ π_θ(·|t)) = mean_t Σ_v p_ref(v) (log p_ref(v) − log p_θ(v))``.
 
     ``ref_logits`` and ``logits``: ``(n_tokens, vocab)`` next-token logits at the same positions
-    (e.g. :func:`qrerase.lm.answer_token_logits` of both models on one batch); computed in float32.
+    (e.g. :func:`qrerase.text.lm.answer_token_logits` of both models on one batch); computed in float32.
     Zero iff the two next-token distributions agree at every position.
     """
     if ref_logits.shape != logits.shape:

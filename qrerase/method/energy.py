@@ -5,7 +5,7 @@ Paper equations (numbering of ``paper/qr-erase.tex``):
 - eq. 14 (``eq:energy``): E_ℓ = ‖T_f^ℓ‖_F / Σ_{j∈L} ‖T_f^j‖_F;
 - eq. 15 (``eq:layer_selection``): L_forget = {ℓ ∈ L : E_ℓ ≥ 1/|L|};
 - eq. 16 (``eq:localized_forget_update``): W' = W − T̃_f only for ℓ ∈ L_forget
-  (see :func:`modules_for_layers` and :func:`qrerase.linalg.forget_updates`).
+  (see :func:`modules_for_layers` and :func:`qrerase.method.linalg.forget_updates`).
 
 A "layer" is either a transformer block (``granularity="block"``; the block's norm is the
 root-sum-square of its modules' norms, i.e. the Frobenius norm of all its task matrices together) or a

@@ -31,7 +31,7 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
 
     Provenance: existing records of the job's outputs are deleted on entry; after the body succeeded
     every input and output is hashed and one record per output is written atomically under
-    ``results/provenance/records/`` (:mod:`qrerase.provenance`). A failed job leaves no record.
+    ``results/provenance/records/`` (:mod:`qrerase.workflow.provenance`). A failed job leaves no record.
     """
     log_file = snakemake.log[0] if len(snakemake.log) else None
     stream = open(log_file, "a", encoding="utf-8") if log_file else sys.stderr  # noqa: SIM115
@@ -52,7 +52,7 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         snakemake.config = recording
     try:
         if seed is not None:
-            from .training import set_determinism
+            from ..text.training import set_determinism
 
             set_determinism(int(seed), int(snakemake.threads))
         log.info("rule %s started (threads=%s)", snakemake.rule, snakemake.threads)
@@ -100,8 +100,8 @@ def _write_provenance(snakemake: Any, config: dict, recording, seed, start: floa
 
 def template_from(model_cfg: dict, tokenizer: Any = None):
     """The prompt template of config ``model.template``: its four strings, or ``chat`` (the tokenizer's
-    own chat template, :meth:`qrerase.lm.PromptTemplate.from_chat_template`)."""
-    from .lm import PromptTemplate
+    own chat template, :meth:`qrerase.text.lm.PromptTemplate.from_chat_template`)."""
+    from ..text.lm import PromptTemplate
 
     if model_cfg["template"] == "chat":
         if tokenizer is None:
@@ -112,7 +112,7 @@ def template_from(model_cfg: dict, tokenizer: Any = None):
 
 def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None, model_cfg: dict):
     """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
-    from .lm import load_model, load_tokenizer
+    from ..text.lm import load_model, load_tokenizer
 
     model = load_model(str(model_dir), dtype=model_cfg.get("dtype", "float32"), device=model_cfg.get("device", "cpu"))
     tokenizer = load_tokenizer(str(model_dir))
@@ -129,15 +129,15 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
 def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype: str = "float32", device: str = "cpu"):
     """(model, tokenizer or None) of a checkpoint of the given kind, in eval mode.
 
-    ``causal_lm``: :func:`qrerase.lm.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
-    classifier (:func:`qrerase.speech.load_speech_model`), which has no tokenizer.
+    ``causal_lm``: :func:`qrerase.text.lm.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
+    classifier (:func:`qrerase.speech.model.load_speech_model`), which has no tokenizer.
     """
     if kind == "causal_lm":
-        from .lm import load_model, load_tokenizer
+        from ..text.lm import load_model, load_tokenizer
 
         return load_model(str(model_dir), dtype=dtype, device=device), load_tokenizer(str(model_dir))
     if kind == "audio_classifier":
-        from .speech import load_speech_model
+        from ..speech.model import load_speech_model
 
         return load_speech_model(str(model_dir), dtype=dtype, device=device), None
     raise ValueError(f"unknown model kind {kind!r} (expected 'causal_lm' or 'audio_classifier')")

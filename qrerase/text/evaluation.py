@@ -17,7 +17,7 @@ logs (``eval_log_forget.json``, ``eval_log.json``, ``eval_real_author_wo_options
 =========================  ===============================================================
 
 Metric aggregation (truth ratio, probability, Model Utility, Forget Quality) is done elsewhere
-(:mod:`qrerase.tofu`) from these logs.
+(:mod:`qrerase.text.tofu`) from these logs.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .io import read_jsonl
+from ..io import read_jsonl
 
 __all__ = [
     "SKILLS",
@@ -399,7 +399,7 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
 
     Returns ``n``, ``accuracy`` (mean of :func:`exact_match`), ``nll`` (token-mean answer NLL:
     Σ NLL / Σ tokens, EOS included) and ``generations`` (the greedy answers, in record order).
-    ``eval_cfg`` is a :class:`qrerase.evaluation.EvalConfig`.
+    ``eval_cfg`` is a :class:`qrerase.text.evaluation.EvalConfig`.
     """
     from .evaluation import answer_losses, greedy_generate
     from .lm import qa_pair

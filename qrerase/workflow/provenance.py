@@ -1,6 +1,6 @@
 """Artifact provenance: content hashes, per-output records, the artifact-graph manifest, the audit.
 
-Every workflow job (through :func:`qrerase.workflow.job`) writes, after its body succeeded, one JSON
+Every workflow job (through :func:`qrerase.workflow.job.job`) writes, after its body succeeded, one JSON
 record per declared output under ``results/provenance/records/<output path>.json``. A record holds the
 rule, wildcards, params, the config subset the job used, the sha256 of every input and every output,
 the code version (git commit and dirty flag of the workflow checkout, the library version), the
@@ -122,7 +122,7 @@ def code_version(workflow_dir: str | os.PathLike) -> dict[str, Any]:
     checkout (or git is missing). The dirty flag ignores ``results/`` and ``.snakemake/`` (a run inside
     the checkout writes there) and untracked files ignored by ``.gitignore``.
     """
-    from . import __version__
+    from .. import __version__
 
     out: dict[str, Any] = {"git_commit": "unknown", "git_dirty": "unknown", "qrerase": __version__}
     try:
@@ -149,7 +149,7 @@ def package_versions(packages: Iterable[str] = PACKAGES) -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in packages:
         if name == "qrerase":
-            from . import __version__
+            from .. import __version__
 
             versions[name] = __version__
             continue
@@ -166,7 +166,7 @@ def package_versions(packages: Iterable[str] = PACKAGES) -> dict[str, str]:
 class RecordingDict(dict):
     """A dict that records the dotted key paths read from it (nested dicts are wrapped in turn).
 
-    :func:`qrerase.workflow.job` swaps ``snakemake.config`` for one so that config keys a script
+    :func:`qrerase.workflow.job.job` swaps ``snakemake.config`` for one so that config keys a script
     reads directly (not through ``params``) still enter the job's record.
     """
 
@@ -295,7 +295,7 @@ def record_path(output: str | os.PathLike, root: str | os.PathLike = ".") -> Pat
 
 def write_records(record: Mapping[str, Any], root: str | os.PathLike = ".") -> list[Path]:
     """Write the record once per output (atomically: temporary sibling, then rename)."""
-    from .io import write_json
+    from ..io import write_json
 
     written = []
     for out in record["outputs"]:
@@ -359,7 +359,7 @@ def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dic
     todo = list(targets)
     for t in targets:
         if t not in records:
-            raise ValueError(f"{t}: no provenance record (was it produced by a job using qrerase.workflow.job?)")
+            raise ValueError(f"{t}: no provenance record (was it produced by a job using qrerase.workflow.job.job?)")
     while todo:
         path = todo.pop()
         if path in artifacts:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .io import read_jsonl
+from ..io import read_jsonl
 
 __all__ = ["QA_PER_AUTHOR", "SPLITS", "TofuDataConfig", "required_splits", "load_split", "normalise", "make_tofu_sets"]
 

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .io import atomic_path  # noqa: E402
+from ..io import atomic_path  # noqa: E402
 
 __all__ = ["save_figure", "truth_ratio_plot", "energy_plot", "crosslingual_scatter", "energy_overlay_plot", "tradeoff_plot"]
 
@@ -56,13 +56,13 @@ def truth_ratio_plot(
     title: str | None = "Forget-set truth ratios vs retain reference",
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
-    """ECDFs of forget-set truth ratios ``R_q`` (see :func:`qrerase.tofu.truth_ratios`) per method.
+    """ECDFs of forget-set truth ratios ``R_q`` (see :func:`qrerase.text.tofu.truth_ratios`) per method.
 
     The retain-only reference (``ratios[reference_label]``) is drawn as a dashed black line; every
     other curve's legend entry carries the KS p-value against it — exactly TOFU's Forget Quality,
     since the KS statistic is the largest vertical gap between the two ECDFs. The x axis is
     logarithmic (``R`` spans orders of magnitude). ``labels`` maps keys to display names (default
-    :data:`qrerase.tables.METHOD_LABELS`). Returns ``{key: p-value}`` for the non-reference keys.
+    :data:`qrerase.reports.tables.METHOD_LABELS`). Returns ``{key: p-value}`` for the non-reference keys.
     """
     from scipy.stats import ks_2samp
 

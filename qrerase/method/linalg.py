@@ -6,7 +6,7 @@ Paper equations (numbering of ``paper/qr-erase.tex``):
 - eq. 3     (``eq:retain_projection``): P_r = Q_r,k Q_r,kᵀ;
 - eq. 4     (``eq:discrimination``):   Q̃_f = (I − P_r) Q_f,k;
 - eq. 5     (``eq:reconstruction``):   T̃_f = Q̃_f R_f,k Π_fᵀ;
-- eq. 6     (``eq:forget_update``):    W' = W − T̃_f  (applied in :mod:`qrerase.erase`);
+- eq. 6     (``eq:forget_update``):    W' = W − T̃_f  (applied in :mod:`qrerase.method.erase`);
 - eq. 7     (``eq:rrqr``): partition of the CPQR at rank k, R_11 is its leading k×k block;
 - eq. 10    (``eq:principal_angle_bound``): sin Θ ≤ σ_{k+1} ‖R_11⁻¹‖₂;
 - eq. 11    (``eq:projector_distance``): sin Θ = ‖P_F − P_F̂‖₂.
@@ -522,7 +522,7 @@ def forget_updates(
 
     ``forget`` and ``retain`` map module names to factors and must cover the same modules with the same
     shapes (validated for all modules before any decomposition). ``modules`` restricts the output to a
-    subset (e.g. the layers selected by :func:`qrerase.energy.select_layers`); order follows ``forget``.
+    subset (e.g. the layers selected by :func:`qrerase.method.energy.select_layers`); order follows ``forget``.
     """
     _check_method(method)
     _check_module_pairs(forget, retain)
@@ -593,7 +593,7 @@ def save_decompositions(path, decs: Mapping[str, Decomposition]) -> None:
     """
     import json
 
-    from .io import save_arrays
+    from ..io import save_arrays
 
     if not decs:
         raise ValueError(f"{path}: no decompositions to save")
@@ -618,7 +618,7 @@ def load_decompositions(path) -> dict[str, Decomposition]:
     from safetensors import safe_open
 
     from .energy import module_sort_key
-    from .io import load_arrays
+    from ..io import load_arrays
 
     arrays = load_arrays(path)
     with safe_open(str(path), framework="numpy") as fh:
@@ -653,7 +653,7 @@ def save_updates(path, updates: Mapping[str, Any]) -> None:
     All updates are validated (shapes, finiteness) before anything is written.
     """
     from .erase import validate_updates
-    from .io import save_arrays
+    from ..io import save_arrays
 
     checked = validate_updates(updates)
     arrays: dict[str, np.ndarray] = {}
@@ -666,7 +666,7 @@ def save_updates(path, updates: Mapping[str, Any]) -> None:
 def load_updates(path) -> dict[str, Update]:
     """Read a :func:`save_updates` file into {module: Update(U, V)}, ordered by block index, then name."""
     from .energy import module_sort_key
-    from .io import load_arrays
+    from ..io import load_arrays
 
     arrays = load_arrays(path)
     groups: dict[str, dict[str, np.ndarray]] = {}

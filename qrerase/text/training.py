@@ -5,7 +5,7 @@
 * :func:`train_lora` wraps a model with PEFT LoRA adapters (:func:`add_lora`) and trains only those;
   :func:`save_adapter` writes ``adapter_config.json`` + ``adapter_model.safetensors`` atomically.
 * :func:`train_steps` is the optimisation loop itself (any per-step loss), shared with the
-  unlearning baselines of :mod:`qrerase.baselines`.
+  unlearning baselines of :mod:`qrerase.baselines.text`.
 
 Runs are reproducible: :func:`set_determinism` seeds every RNG, fixes the thread count and turns on
 ``torch.use_deterministic_algorithms``; batch composition and order come from seeded RNGs. Two runs
@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .io import atomic_dir
+from ..io import atomic_dir
 from .lm import PromptTemplate, _from_dict, answer_token_nll, bucketed_batches, collate, encode_qa_many, qa_pair
 
 __all__ = [

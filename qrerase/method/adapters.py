@@ -10,7 +10,7 @@ they equal the base model's module names (``model.layers.0.self_attn.q_proj``; i
 transposed, d_in×d_out) are read the same way: lora_A is r×d_in and lora_B d_out×r, PEFT adds
 (s·B·A)ᵀ to the stored weight, and T = s·B·A here is always the linear map's own orientation
 (y = T x, d_out×d_in), so Conv1D and nn.Linear modules factor, discriminate and erase alike; only the
-write-back transposes (:func:`qrerase.erase.apply_updates`, the erase adapter's ``fan_in_fan_out``).
+write-back transposes (:func:`qrerase.method.erase.apply_updates`, the erase adapter's ``fan_in_fan_out``).
 
 Per-module rank and alpha follow PEFT exactly: ``rank_pattern`` / ``alpha_pattern`` keys are regexes
 matched as ``re.match(rf"(.*\\.)?({key})$", module)`` (first matching key wins), the scale is
@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .energy import module_sort_key
-from .io import load_arrays, save_arrays
+from ..io import load_arrays, save_arrays
 from .linalg import LowRank, as_lowrank
 
 __all__ = [

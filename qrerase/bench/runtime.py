@@ -6,7 +6,7 @@ Library side of ``workflow_scripts/bench_decomposition.py`` and ``workflow_scrip
 matrix with a fixed seed; ``scipy.linalg.svd(lapack_driver="gesdd")`` vs ``scipy.linalg.qr(pivoting=True)``
 (xGEQP3); warm-up, then the median of timed runs with ``time.perf_counter``) and adds the LoRA-structured
 case T = B @ A (B n×r, A r×n) that QR-Erase actually decomposes: dense xGEQP3 on T vs the exact factored
-CPQR / SVD of :func:`qrerase.linalg.decompose` (O(n r²)).
+CPQR / SVD of :func:`qrerase.method.linalg.decompose` (O(n r²)).
 
 :func:`bench_whole_model_erase` times the complete streaming pipeline (energy → selection → decompose
 forget & retain → forget_update → erase-adapter write) on random adapters with Llama-3-8B / 70B shapes,
@@ -33,8 +33,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import scipy.linalg as sla
 
-from .io import atomic_path, write_csv, write_text
-from .linalg import decompose, max_sin_theta
+from ..io import atomic_path, write_csv, write_text
+from ..method.linalg import decompose, max_sin_theta
 
 __all__ = [
     "ModelShape",
@@ -498,9 +498,9 @@ def _run_erase_pipeline(
     out_dir: str,
 ) -> dict:
     """The streaming pipeline, in-process. Two passes over the modules; at most one module's factors live at a time."""
-    from .energy import energy_from_norms, modules_for_layers, select_layers
-    from .erase import EraseAdapterWriter
-    from .linalg import LowRank, forget_update
+    from ..method.energy import energy_from_norms, modules_for_layers, select_layers
+    from ..method.erase import EraseAdapterWriter
+    from ..method.linalg import LowRank, forget_update
 
     mods = shape.modules()
     t0 = time.perf_counter()
@@ -628,7 +628,7 @@ def bench_whole_model_erase(
             if threads:
                 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
                     env[var] = str(int(threads))
-            code = "import sys; from qrerase.bench import _child_main; _child_main(sys.argv[1:])"
+            code = "import sys; from qrerase.bench.runtime import _child_main; _child_main(sys.argv[1:])"
             proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(res_path)], env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"whole-model erase benchmark ({shape.name}) failed:\n{proc.stderr[-4000:]}")

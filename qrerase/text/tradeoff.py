@@ -106,7 +106,7 @@ def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequ
     """One text-track point: the TOFU protocol on ``eval_sets`` (Model Utility, Forget Quality against
     ``reference_log``, the twelve components, forget/retain answer NLL) plus ``tune_retain_nll``, the
     mean answer NLL on the held-out retain slice ``tune_set``. Returns a one-row frame:
-    ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.tofu.metrics_frame` order,
+    ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.text.tofu.metrics_frame` order,
     then ``tune_retain_nll``.
     """
     from .evaluation import answer_losses, evaluate_tofu

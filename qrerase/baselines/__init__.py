@@ -1,0 +1,1 @@
+"""Optimisation-based unlearning baselines of the text tracks."""

@@ -1,0 +1,1 @@
+"""Runtime benchmarks and the per-method cost tables."""

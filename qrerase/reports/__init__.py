@@ -1,0 +1,1 @@
+"""Every table and figure of the paper's layout."""

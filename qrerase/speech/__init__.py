@@ -1,0 +1,1 @@
+"""Speech track: speaker identification with a HuBERT-architecture classifier (paper §4.3)."""

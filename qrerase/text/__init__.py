@@ -1,0 +1,1 @@
+"""Text models and protocols: causal-LM plumbing, training, the TOFU protocol, task-level and multilingual data."""

@@ -1,0 +1,1 @@
+"""Glue between Snakemake jobs and the library: the job context, provenance, config checks."""
