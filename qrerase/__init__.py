@@ -19,8 +19,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "task_matrices": "method.adapters",
-    "decompose": "method.linalg",
-    "forget_update": "method.linalg",
+    "decompose": "method.decompose",
+    "forget_update": "method.discriminate",
     "layer_energy": "method.energy",
     "select_layers": "method.energy",
 }

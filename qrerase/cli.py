@@ -6,7 +6,7 @@
 - ``qrerase bench --sizes 768 2048 --out-dir DIR [--model-shapes llama3-8b]``: the decomposition
   runtime benchmark (and the whole-model erase benchmark), outside Snakemake.
 - ``qrerase factors FORGET_ADAPTER RETAIN_ADAPTER --rank K``: the per-module factor report of
-  :func:`qrerase.method.linalg.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
+  :func:`qrerase.method.diagnostics.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
 - ``qrerase audit results/``: re-hash every artifact with a provenance record and check every record,
   every input → output link and the manifest (:func:`qrerase.workflow.provenance.audit`); exit status 0 when
   all hold, 1 with one line per broken artifact (path: why) otherwise.
@@ -31,7 +31,7 @@ def _tofu(args: argparse.Namespace) -> int:
 
 def _factors(args: argparse.Namespace) -> int:
     from .method.adapters import task_matrices
-    from .method.linalg import factor_report
+    from .method.diagnostics import factor_report
 
     forget = task_matrices(args.forget)
     retain = task_matrices(args.retain)
@@ -43,12 +43,14 @@ def _factors(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import os
 
-    from .bench import runtime as bench
+    from .bench.decomposition import run_decomposition_benchmark
+    from .bench.erase import run_erase_benchmark
+    from .bench.threads import set_blas_threads
 
-    bench.set_blas_threads(args.threads)
+    set_blas_threads(args.threads)
     out = args.out_dir
     say = lambda msg: print(f"[qrerase bench] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    bench.run_decomposition_benchmark(
+    run_decomposition_benchmark(
         args.sizes,
         os.path.join(out, "decomposition.csv"),
         os.path.join(out, "decomposition.png"),
@@ -59,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
         max_dense_svd=args.max_dense_svd, progress=say,
     )
     if args.model_shapes:
-        bench.run_erase_benchmark(
+        run_erase_benchmark(
             args.model_shapes, os.path.join(out, "erase.csv"),
             lora_rank=args.lora_rank, seed=args.seed, threads=args.threads or None, progress=say,
         )

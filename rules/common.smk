@@ -587,7 +587,7 @@ from qrerase.speech.baselines import SPEECH_BASELINES
 
 def validate_speech_config(cfg):
     """Cross-key checks of the `speech` section (the schema has checked types and ranges)."""
-    from qrerase.speech.model import list_recordings
+    from qrerase.speech.data import list_recordings
 
     sp = cfg["speech"]
     for key in ("forget_fraction", "test_fraction"):
@@ -690,7 +690,7 @@ def speech_data_params():
 
 def speech_wavs(wildcards):
     """The recordings the data rule reads (editing one re-runs everything downstream)."""
-    from qrerase.speech.model import list_recordings
+    from qrerase.speech.data import list_recordings
 
     data = config["speech"]["data"]
     try:
@@ -834,7 +834,7 @@ def speech_tradeoff_sweep(wildcards):
 # Optimisation baselines.
 # ---------------------------------------------------------------------------------------------
 # Baseline methods = the schema's methods.tofu enum minus the subspace methods (kept torch-free;
-# tests check it equals qrerase.baselines.text.METHODS).
+# tests check it equals qrerase.baselines.text.TEXT_BASELINES).
 BASELINES = [
     m
     for m in yaml.safe_load(
@@ -901,7 +901,7 @@ def baseline_inputs(wildcards):
 
 
 def baseline_params(wildcards):
-    """qrerase.baselines.text.BaselineConfig fields of one method (seed and threads added by the job)."""
+    """qrerase.baselines.text.TextBaselineConfig fields of one method (seed and threads added by the job)."""
     bl = config["baselines"]
     lora = bl["lora"]
     return {

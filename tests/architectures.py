@@ -38,7 +38,8 @@ CAUSAL = {
 def build_tokenizer(out_dir: Path, vocab_size: int = 400):
     """A byte-level BPE tokenizer (``tokenizer.json``) trained here on TOFU questions and answers."""
     from qrerase.io import read_jsonl
-    from qrerase.text.lm import qa_pair, train_bpe_tokenizer
+    from qrerase.text.lm import qa_pair
+    from qrerase.text.models import train_bpe_tokenizer
 
     texts = [t for r in read_jsonl(REPO / "data/tofu/forget10.jsonl") for t in qa_pair(r)]
     return train_bpe_tokenizer(texts, vocab_size, out_dir)

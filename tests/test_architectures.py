@@ -13,9 +13,9 @@ from architectures import CAUSAL, LLAMA2_CHAT, LLAMA3_CHAT, as_old_peft, build_c
 
 from qrerase.method.adapters import check_adapter_fits, checkpoint_shapes, read_adapter_config, task_matrices
 from qrerase.method.architectures import TARGET_PRESETS, lora_modules, resolve_target_modules
-from qrerase.method.energy import block_of, module_kind
+from qrerase.method.naming import block_of, module_kind
 from qrerase.method.erase import apply_updates, save_erase_adapter
-from qrerase.method.linalg import forget_update, forget_updates
+from qrerase.method.discriminate import forget_update, forget_updates
 from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from qrerase.baselines.text import (
-    METHODS,
-    BaselineConfig,
+    TEXT_BASELINES,
+    TextBaselineConfig,
     dpo_loss,
     flat_loss,
     ga_loss,
@@ -24,7 +24,8 @@ from qrerase.baselines.text import (
     train_baseline,
 )
 from qrerase.io import read_jsonl
-from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, collate, encode_qa_many, sequence_nll, train_bpe_tokenizer
+from qrerase.text.lm import PromptTemplate, collate, encode_qa_many, sequence_nll
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
@@ -113,16 +114,16 @@ def test_flat_loss_matches_the_variational_pair(divergence, g, fg):
 
 
 def test_config_strict_and_validated():
-    cfg = BaselineConfig.from_dict({"method": "npo", "epochs": 2, "lr": 1e-3, "batch_size": 4, "beta": 0.5})
+    cfg = TextBaselineConfig.from_dict({"method": "npo", "epochs": 2, "lr": 1e-3, "batch_size": 4, "beta": 0.5})
     assert cfg.train_config().epochs == 2 and cfg.train_config().lr == 1e-3 and cfg.beta == 0.5
     with pytest.raises(ValueError, match="unknown key"):
-        BaselineConfig.from_dict({"method": "ga", "learning_rate": 1})
+        TextBaselineConfig.from_dict({"method": "ga", "learning_rate": 1})
     with pytest.raises(ValueError, match="unknown method 'sgd'"):
-        BaselineConfig(method="sgd")
+        TextBaselineConfig(method="sgd")
     for bad in ({"beta": 0.0}, {"beta": -1}, {"lr": 0}, {"epochs": 0}, {"mode": "qlora"},
                 {"divergence": "hellinger"}, {"retain_weight": -1}):
         with pytest.raises(ValueError, match=f"'{next(iter(bad))}' must be"):
-            BaselineConfig(method="npo", **bad)
+            TextBaselineConfig(method="npo", **bad)
 
 
 def test_read_refusals(tmp_path):
@@ -171,13 +172,13 @@ def _nll(model, tok, records):
 
 def _run(finetuned, tok, sets, **kw):
     forget, retain = sets
-    cfg = BaselineConfig(**{"epochs": 2, "lr": 2e-3, "batch_size": 8, "seed": 3, "threads": 1, **kw})
+    cfg = TextBaselineConfig(**{"epochs": 2, "lr": 2e-3, "batch_size": 8, "seed": 3, "threads": 1, **kw})
     model = copy.deepcopy(finetuned)
     ref = copy.deepcopy(finetuned)
     return train_baseline(model, ref, tok, forget, retain, TPL, cfg, refusals=read_refusals(DATA / "idontknow.txt"))
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", TEXT_BASELINES)
 def test_every_method_trains_and_raises_forget_nll(finetuned, tok, sets, method):
     forget, _ = sets
     before = _nll(finetuned, tok, forget)
@@ -211,7 +212,7 @@ def test_deterministic_under_the_seed(finetuned, tok, sets):
 def test_lora_mode_gives_a_plain_checkpoint(finetuned, tok, sets, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from qrerase.text.lm import save_model
+    from qrerase.checkpoints import save_model
 
     model, curve = _run(finetuned, tok, sets, method="graddiff", mode="lora", lora_r=4, lora_alpha=8, lr=1e-2)
     assert type(model) is type(finetuned)
@@ -229,15 +230,15 @@ def test_lora_mode_gives_a_plain_checkpoint(finetuned, tok, sets, tmp_path):
 
 def test_bad_input_is_a_clear_error(finetuned, tok, sets):
     forget, retain = sets
-    cfg = BaselineConfig(method="npo", epochs=1, lr=1e-3, batch_size=8, threads=1)
+    cfg = TextBaselineConfig(method="npo", epochs=1, lr=1e-3, batch_size=8, threads=1)
     with pytest.raises(ValueError, match="forget set is empty"):
         train_baseline(finetuned, finetuned, tok, [], retain, TPL, cfg)
     with pytest.raises(ValueError, match="needs the reference"):
         train_baseline(finetuned, None, tok, forget, retain, TPL, cfg)
     with pytest.raises(ValueError, match="needs a non-empty retain set"):
-        train_baseline(finetuned, finetuned, tok, forget, [], TPL, BaselineConfig(method="graddiff", threads=1))
+        train_baseline(finetuned, finetuned, tok, forget, [], TPL, TextBaselineConfig(method="graddiff", threads=1))
     with pytest.raises(ValueError, match="needs refusal answers"):
-        train_baseline(finetuned, finetuned, tok, forget, retain, TPL, BaselineConfig(method="dpo", threads=1))
+        train_baseline(finetuned, finetuned, tok, forget, retain, TPL, TextBaselineConfig(method="dpo", threads=1))
 
 
 def test_workflow_schema_lists_exactly_these_baselines():
@@ -246,5 +247,5 @@ def test_workflow_schema_lists_exactly_these_baselines():
     schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml").read_text())
     enum = schema["properties"]["methods"]["properties"]["tofu"]["items"]["enum"]
     subspace = {"unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"}
-    assert [m for m in enum if m not in subspace] == list(METHODS)
-    assert set(schema["properties"]["baselines"]["properties"]) >= set(METHODS)
+    assert [m for m in enum if m not in subspace] == list(TEXT_BASELINES)
+    assert set(schema["properties"]["baselines"]["properties"]) >= set(TEXT_BASELINES)

@@ -12,8 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.bench import runtime as bench
-from qrerase.bench.runtime import ModelShape
+from qrerase.bench import decomposition as decomp_bench
+from qrerase.bench import erase as erase_bench
+from qrerase.bench.erase import ModelShape
+from qrerase.reports import runtime as runtime_report
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ModelShape("tiny", n_blocks=3, hidden=48, intermediate=96, kv_dim=16)
@@ -21,12 +23,12 @@ TINY = ModelShape("tiny", n_blocks=3, hidden=48, intermediate=96, kv_dim=16)
 
 @pytest.fixture(scope="module")
 def decomp():
-    return bench.bench_decomposition([24, 40], lora_rank=4, repeats=1, seed=0, max_dense_svd=30, fast_repeats=1)
+    return decomp_bench.bench_decomposition([24, 40], lora_rank=4, repeats=1, seed=0, max_dense_svd=30, fast_repeats=1)
 
 
 def test_bench_decomposition_table(decomp):
     df = decomp
-    assert list(df.columns) == bench.DECOMP_COLUMNS
+    assert list(df.columns) == decomp_bench.DECOMP_COLUMNS
     assert df["n"].tolist() == [24, 40]
     assert df["pivots_identical_first_r"].all()
     assert (df["pivots_common_prefix"] >= 4).all()
@@ -39,41 +41,41 @@ def test_bench_decomposition_table(decomp):
 
 
 def test_runtime_table_and_writers(decomp, tmp_path):
-    table = bench.runtime_table(decomp)
+    table = runtime_report.runtime_table(decomp)
     assert list(table.columns[:4]) == ["Matrix size", "SVD (s)", "Pivoted QR (s)", "Reduction"]
     assert table["Matrix size"].tolist() == ["24 × 24", "40 × 40"]
     assert set(table["Pivots identical"]) <= {"all", "first r"}
     paths = [tmp_path / f"t.{ext}" for ext in ("csv", "md", "tex")]
-    bench.write_runtime_tables(table, *paths)
+    runtime_report.write_runtime_tables(table, *paths)
     assert pd.read_csv(paths[0]).shape == table.shape
     md = paths[1].read_text()
     assert md.startswith("| Matrix size | SVD (s) | Pivoted QR (s) | Reduction |") and "| 40 × 40 | n/a |" in md
     tex = paths[2].read_text()
     assert "\\toprule" in tex and "$24 \\times 24$" in tex and "\\%" in tex
-    bench.plot_decomposition(decomp, tmp_path / "p.png")
+    runtime_report.plot_decomposition(decomp, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "t.csv", "t.md", "t.tex"]  # no temp files left
 
 
 def test_model_shapes():
-    mods = bench.MODEL_SHAPES["llama3-8b"].modules()
+    mods = erase_bench.MODEL_SHAPES["llama3-8b"].modules()
     assert len(mods) == 32 * 7
     shapes = {name.split(".", 3)[3]: (o, i) for name, o, i in mods[:7]}
     assert shapes["self_attn.k_proj"] == (1024, 4096) and shapes["mlp.down_proj"] == (4096, 14336)
-    assert len(bench.MODEL_SHAPES["llama3-70b"].modules()) == 80 * 7
+    assert len(erase_bench.MODEL_SHAPES["llama3-70b"].modules()) == 80 * 7
 
 
 @pytest.mark.parametrize("isolate", [False, True])
 def test_whole_model_erase_tiny(isolate):
-    res = bench.bench_whole_model_erase(TINY, lora_rank=8, rank=4, seed=0, isolate=isolate, localized=True)
-    assert set(bench.ERASE_COLUMNS) <= set(res)
+    res = erase_bench.bench_whole_model_erase(TINY, lora_rank=8, rank=4, seed=0, isolate=isolate, localized=True)
+    assert set(erase_bench.ERASE_COLUMNS) <= set(res)
     assert res["n_modules"] == 21 and 1 <= res["n_layers_selected"] <= 3
     assert res["n_modules_written"] == 7 * res["n_layers_selected"]
     assert res["wall_s"] > 0 and res["adapter_mb"] > 0
     if isolate:
         assert res["peak_rss_mb"] >= res["baseline_rss_mb"] > 10
     with pytest.raises(ValueError, match="unknown model shape"):
-        bench.bench_whole_model_erase("gpt-5")
+        erase_bench.bench_whole_model_erase("gpt-5")
 
 
 def test_cli_standalone(tmp_path):
@@ -88,10 +90,10 @@ def test_cli_standalone(tmp_path):
 
 def test_erase_benchmark_writes_one_row_per_shape(tmp_path, monkeypatch):
     # the parent resolves the shape name and hands the child process the ModelShape itself
-    monkeypatch.setattr(bench, "MODEL_SHAPES", {**bench.MODEL_SHAPES, "tiny": TINY})
-    frame = bench.run_erase_benchmark(["tiny"], tmp_path / "erase.csv", lora_rank=4, seed=0, threads=1)
+    monkeypatch.setattr(erase_bench, "MODEL_SHAPES", {**erase_bench.MODEL_SHAPES, "tiny": TINY})
+    frame = erase_bench.run_erase_benchmark(["tiny"], tmp_path / "erase.csv", lora_rank=4, seed=0, threads=1)
     erase = pd.read_csv(tmp_path / "erase.csv")
-    assert list(erase.columns) == bench.ERASE_COLUMNS and erase["shape"].tolist() == ["tiny"]
+    assert list(erase.columns) == erase_bench.ERASE_COLUMNS and erase["shape"].tolist() == ["tiny"]
     assert erase["n_modules"].tolist() == [21] and len(frame) == 1
 
 
@@ -104,7 +106,7 @@ def _benchmark_tsv(path, seconds):
 
 
 def test_method_costs_sum_benchmarks_per_component(tmp_path):
-    from qrerase.bench.runtime import method_costs, read_snakemake_benchmark
+    from qrerase.bench.cost import method_costs, read_snakemake_benchmark
     from qrerase.reports.tables import cost_table, write_table
 
     f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
@@ -127,7 +129,7 @@ def test_method_costs_sum_benchmarks_per_component(tmp_path):
 
 
 def test_grouped_costs_one_column_group_per_experiment(tmp_path):
-    from qrerase.bench.runtime import grouped_method_costs
+    from qrerase.bench.cost import grouped_method_costs
     from qrerase.reports.tables import cost_table, write_table
 
     f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
@@ -153,7 +155,7 @@ def test_grouped_costs_one_column_group_per_experiment(tmp_path):
 
 
 def test_method_costs_bad_input(tmp_path):
-    from qrerase.bench.runtime import method_costs, read_snakemake_benchmark
+    from qrerase.bench.cost import method_costs, read_snakemake_benchmark
 
     with pytest.raises(ValueError, match="benchmark file not found"):
         read_snakemake_benchmark(tmp_path / "missing.tsv")
@@ -162,7 +164,7 @@ def test_method_costs_bad_input(tmp_path):
         read_snakemake_benchmark(tmp_path / "bad.tsv")
     with pytest.raises(ValueError, match="unknown component"):
         method_costs({"ga": {"train_s": []}})
-    from qrerase.bench.runtime import COST_COLUMNS
+    from qrerase.bench.cost import COST_COLUMNS
     from qrerase.reports.tables import cost_table
 
     with pytest.raises(ValueError, match=r"missing column\(s\) \['unlearn'\]"):

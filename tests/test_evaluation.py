@@ -11,7 +11,8 @@ import torch
 
 from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
 from qrerase.io import read_jsonl, write_json
-from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, encode_prompts, encode_qa, train_bpe_tokenizer
+from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"

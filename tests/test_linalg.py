@@ -12,16 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import qrerase
-from qrerase.method.linalg import (
-    LowRank,
-    decompose,
-    decompose_dense,
-    factor_report,
-    forget_update,
-    forget_updates,
-    max_sin_theta,
-    rrqr_bound,
-)
+from qrerase.method.lowrank import LowRank
+from qrerase.method.decompose import decompose, decompose_dense
+from qrerase.method.diagnostics import factor_report, max_sin_theta, rrqr_bound
+from qrerase.method.discriminate import forget_update, forget_updates
 
 PROPS = settings(max_examples=30, deadline=None, derandomize=True)
 
@@ -329,7 +323,8 @@ def test_forget_retain_mismatch():
 
 
 def test_discriminate_from_stored_decompositions_equals_forget_update(tmp_path):
-    from qrerase.method.linalg import discriminate, load_decompositions, load_updates, save_decompositions, save_updates
+    from qrerase.method.discriminate import discriminate
+    from qrerase.method.formats import load_decompositions, load_updates, save_decompositions, save_updates
 
     rng = np.random.default_rng(5)
     names = ["model.layers.1.mlp.up_proj", "model.layers.0.self_attn.q_proj"]

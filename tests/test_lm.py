@@ -12,20 +12,16 @@ from qrerase.io import read_jsonl
 from qrerase.text.lm import (
     IGNORE_INDEX,
     PromptTemplate,
-    TinyLlamaConfig,
     answer_token_nll,
-    build_tiny_llama,
     bucketed_batches,
     collate,
     encode_prompts,
     encode_qa,
     encode_qa_many,
-    load_model,
-    load_tokenizer,
     qa_pair,
-    save_model,
-    train_bpe_tokenizer,
 )
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, train_bpe_tokenizer
+from qrerase.checkpoints import save_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 TINY = TinyLlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.speech import model as sp
+from qrerase.speech import data as sd
+from qrerase.speech import model as sm
+from qrerase.speech import train as strain
 
 REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
@@ -20,8 +22,8 @@ TINY = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermed
 @pytest.fixture(scope="module")
 def small_data():
     """Real FSDD audio: indices 0-2 of every speaker x digit (180 utterances), 0.3 s."""
-    cfg = sp.SpeechDataConfig(root=str(FSDD), max_seconds=0.3, max_per_digit=3, test_fraction=0.34, forget_fraction=0.1, seed=0)
-    return sp.make_speech_data(cfg, progress=False)
+    cfg = sd.SpeechDataConfig(root=str(FSDD), max_seconds=0.3, max_per_digit=3, test_fraction=0.34, forget_fraction=0.1, seed=0)
+    return sd.make_speech_data(cfg, progress=False)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -29,9 +31,9 @@ def small_data():
 
 def test_real_recording_resampled_to_twice_the_length():
     path = FSDD / "recordings" / "7_theo_3.wav"
-    rate, x = sp.read_wav(path)
+    rate, x = sd.read_wav(path)
     assert rate == 8000 and x.dtype == np.float64 and np.abs(x).max() <= 1.0 and x.std() > 1e-3
-    y = sp.resample(x, rate, 16000)
+    y = sd.resample(x, rate, 16000)
     assert len(y) == 2 * len(x)
     # the resampled signal keeps the original's spectrum below 4 kHz: same energy, up to the filter's edge loss
     assert np.sum(y**2) / 2 == pytest.approx(np.sum(x**2), rel=0.05)
@@ -40,7 +42,7 @@ def test_real_recording_resampled_to_twice_the_length():
 def test_pure_tone_frequency_is_preserved():
     t = np.arange(8000) / 8000.0
     tone = np.sin(2 * np.pi * 440.0 * t)
-    y = sp.resample(tone, 8000, 16000)
+    y = sd.resample(tone, 8000, 16000)
     spectrum = np.abs(np.fft.rfft(y * np.hanning(len(y))))
     freqs = np.fft.rfftfreq(len(y), 1 / 16000)
     assert len(y) == 16000 and freqs[np.argmax(spectrum)] == pytest.approx(440.0, abs=1.0)
@@ -51,11 +53,11 @@ def test_pure_tone_frequency_is_preserved():
 
 def test_fix_length_normalises_crops_and_pads():
     x = np.linspace(-1, 1, 10) + 3.0
-    out, mask = sp.fix_length(x, 16)
+    out, mask = sd.fix_length(x, 16)
     assert out.dtype == np.float32 and mask.tolist() == [1] * 10 + [0] * 6
     assert out[:10].mean() == pytest.approx(0.0, abs=1e-6) and out[:10].std() == pytest.approx(1.0, abs=1e-3)
     assert (out[10:] == 0).all()
-    out, mask = sp.fix_length(x, 4)
+    out, mask = sd.fix_length(x, 4)
     assert len(out) == 4 and mask.all()
 
 
@@ -63,34 +65,34 @@ def test_corrupt_or_unreadable_wav_is_a_clear_error(tmp_path):
     bad = tmp_path / "1_theo_0.wav"
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot really a wave file")
     with pytest.raises(ValueError, match=r"1_theo_0\.wav: not a readable WAV file"):
-        sp.read_wav(bad)
+        sd.read_wav(bad)
     good = (FSDD / "recordings" / "1_theo_0.wav").read_bytes()
     truncated = tmp_path / "2_theo_0.wav"
     truncated.write_bytes(good[:30])
     with pytest.raises(ValueError, match=r"2_theo_0\.wav"):
-        sp.read_wav(truncated)
+        sd.read_wav(truncated)
     with pytest.raises(ValueError, match=r"not an FSDD recording name"):
-        sp.parse_name(tmp_path / "theo.wav")
+        sd.parse_name(tmp_path / "theo.wav")
 
 
 def test_corrupt_file_in_a_corpus_names_the_file(tmp_path):
     for name in ("0_theo_0.wav", "0_george_0.wav"):
         (tmp_path / name).write_bytes((FSDD / "recordings" / name).read_bytes())
     (tmp_path / "1_theo_0.wav").write_bytes(b"\x00" * 100)
-    cfg = sp.SpeechDataConfig(root=str(tmp_path), max_seconds=0.1, test_fraction=0.5)
+    cfg = sd.SpeechDataConfig(root=str(tmp_path), max_seconds=0.1, test_fraction=0.5)
     with pytest.raises(ValueError, match=r"1_theo_0\.wav: not a readable WAV file"):
-        sp.make_speech_data(cfg, progress=False)
+        sd.make_speech_data(cfg, progress=False)
 
 
 def test_stratified_split_per_speaker_and_digit():
-    recs = sp.list_recordings(FSDD, max_per_digit=10)
+    recs = sd.list_recordings(FSDD, max_per_digit=10)
     assert len(recs) == 600
-    test = sp.split_train_test(recs, 0.2, seed=3)
+    test = sd.split_train_test(recs, 0.2, seed=3)
     frame = pd.DataFrame({"speaker": [r.speaker for r in recs], "digit": [r.digit for r in recs], "test": test})
     per_cell = frame.groupby(["speaker", "digit"])["test"].sum()
     assert (per_cell == 2).all() and len(per_cell) == 60  # round(0.2 * 10) in every cell
-    assert (sp.split_train_test(recs, 0.2, seed=3) == test).all()
-    assert not (sp.split_train_test(recs, 0.2, seed=4) == test).all()
+    assert (sd.split_train_test(recs, 0.2, seed=3) == test).all()
+    assert not (sd.split_train_test(recs, 0.2, seed=4) == test).all()
 
 
 def test_sample_partition_definition(small_data):
@@ -100,9 +102,9 @@ def test_sample_partition_definition(small_data):
     assert (part[~train] == "test").all()  # D_t = the whole held-out split
     assert (part == "forget").sum() == round(0.1 * train.sum())  # D_f = 10 % of the training utterances
     assert set(part[train]) == {"forget", "retain"}  # D_r = the other training utterances
-    masks = sp.eval_masks(index, "sample")
+    masks = sd.eval_masks(index, "sample")
     assert (masks["D_t"] == ~train).all() and (masks["D_f"] | masks["D_r"] == train).all()
-    assert (sp.train_mask(index, "sample", "forget") == masks["D_f"]).all()
+    assert (sd.train_mask(index, "sample", "forget") == masks["D_f"]).all()
 
 
 def test_class_partition_definition(small_data):
@@ -111,22 +113,22 @@ def test_class_partition_definition(small_data):
     assert len(forget_speakers) == 1  # max(1, round(0.1 * 6))
     is_f = index["speaker"].isin(forget_speakers).to_numpy()
     train = index["split"].to_numpy() == "train"
-    masks = sp.eval_masks(index, "class")
+    masks = sd.eval_masks(index, "class")
     assert (masks["D_f"] == is_f).all()  # every utterance (train and test) of the forgotten speaker
     assert (masks["D_r"] == (~is_f & train)).all()  # training utterances of retained speakers
     assert (masks["D_t"] == (~is_f & ~train)).all()  # test utterances of retained speakers
-    assert (sp.train_mask(index, "class", "forget") == (is_f & train)).all()
+    assert (sd.train_mask(index, "class", "forget") == (is_f & train)).all()
 
 
 def test_bad_speaker_and_bad_fraction_are_clear_errors():
     with pytest.raises(ValueError, match=r"speaker 'alice' not in the data"):
-        sp.choose_forget_speakers(["george", "theo"], ["alice"], 0.1, 0)
+        sd.choose_forget_speakers(["george", "theo"], ["alice"], 0.1, 0)
     for bad in (0.0, 1.0, 1.5, -0.1):
         with pytest.raises(ValueError, match=r"speech.forget_fraction: must lie in \(0, 1\)"):
-            sp.SpeechDataConfig(forget_fraction=bad)
+            sd.SpeechDataConfig(forget_fraction=bad)
     index = pd.DataFrame({"speaker": ["a"] * 4, "split": ["train"] * 4})
     with pytest.raises(ValueError, match="forget_fraction"):
-        sp.partition(index, "sample", forget_fraction=1.2)
+        sd.partition(index, "sample", forget_fraction=1.2)
 
 
 def test_arrays_match_index(small_data):
@@ -142,18 +144,18 @@ def test_arrays_match_index(small_data):
 def test_topk_accuracy_on_hand_made_logits():
     logits = np.array([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
     labels = np.array([0, 2, 0, 1])
-    assert sp.topk_accuracy(logits, labels, 1) == pytest.approx(1 / 4)  # only row 0
-    assert sp.topk_accuracy(logits, labels, 2) == pytest.approx(3 / 4)  # rows 0, 1, 3
-    assert sp.topk_accuracy(logits, labels, 3) == 1.0
+    assert strain.topk_accuracy(logits, labels, 1) == pytest.approx(1 / 4)  # only row 0
+    assert strain.topk_accuracy(logits, labels, 2) == pytest.approx(3 / 4)  # rows 0, 1, 3
+    assert strain.topk_accuracy(logits, labels, 3) == 1.0
     with pytest.raises(ValueError, match="k=4"):
-        sp.topk_accuracy(logits, labels, 4)
+        strain.topk_accuracy(logits, labels, 4)
 
 
 # ------------------------------------------------------------------------------------------------ model
 
 
 def _model(seed=0):
-    return sp.build_tiny_hubert(sp.TinyHubertConfig(**TINY), ["a", "b", "c", "d", "e", "f"], seed)
+    return sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY), ["a", "b", "c", "d", "e", "f"], seed)
 
 
 def test_short_training_is_deterministic(small_data):
@@ -168,7 +170,7 @@ def test_short_training_is_deterministic(small_data):
     states, curves = [], []
     for _ in range(2):
         model = _model()
-        curves.append(sp.train_classifier(model, arrays, mask, cfg))
+        curves.append(strain.train_classifier(model, arrays, mask, cfg))
         states.append({k: v.clone() for k, v in model.state_dict().items()})
     assert len(curves[0]) == 3 and curves[0].equals(curves[1])
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
@@ -177,13 +179,13 @@ def test_short_training_is_deterministic(small_data):
 
 def test_lora_task_matrices_are_hubert_attention_modules(small_data, tmp_path):
     from qrerase.method.adapters import task_matrices
-    from qrerase.method.energy import block_of
+    from qrerase.method.naming import block_of
     from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
 
     arrays, index, _ = small_data
     cfg = LoraTrainConfig(r=2, alpha=4, target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
                           train=TrainConfig(epochs=1, lr=1e-2, batch_size=32, seed=0, threads=1))
-    peft_model, curve = sp.train_speech_lora(_model(), arrays, sp.train_mask(index, "class", "forget"), cfg)
+    peft_model, curve = strain.train_speech_lora(_model(), arrays, sd.train_mask(index, "class", "forget"), cfg)
     save_adapter(peft_model, tmp_path / "forget")
     T = task_matrices(tmp_path / "forget")
     assert sorted(T)[:2] == ["hubert.encoder.layers.0.attention.k_proj", "hubert.encoder.layers.0.attention.out_proj"]
@@ -196,25 +198,25 @@ def test_save_and_load_round_trip(tmp_path, small_data):
 
     arrays, _, _ = small_data
     model = _model()
-    sp.save_speech_model(model, tmp_path / "m")
+    sm.save_speech_model(model, tmp_path / "m")
     loaded, tok = load_checkpoint(tmp_path / "m", "audio_classifier")
     assert tok is None
-    np.testing.assert_array_equal(sp.predict_logits(model, arrays), sp.predict_logits(loaded, arrays))
+    np.testing.assert_array_equal(strain.predict_logits(model, arrays), strain.predict_logits(loaded, arrays))
     with pytest.raises(ValueError, match="unknown model kind"):
         load_checkpoint(tmp_path / "m", "vision")
 
 
 def test_pretrained_checkpoint_gets_a_new_speaker_head(tmp_path):
     """The real-model path (e.g. hubert-xlarge): a checkpoint whose head does not fit gets a new, seeded one."""
-    sp.save_speech_model(_model(), tmp_path / "pretrained")
-    a = sp.load_speech_model(tmp_path / "pretrained", speakers=["x", "y", "z"], seed=3)
-    b = sp.load_speech_model(tmp_path / "pretrained", speakers=["x", "y", "z"], seed=3)
+    sm.save_speech_model(_model(), tmp_path / "pretrained")
+    a = sm.load_speech_model(tmp_path / "pretrained", speakers=["x", "y", "z"], seed=3)
+    b = sm.load_speech_model(tmp_path / "pretrained", speakers=["x", "y", "z"], seed=3)
     assert a.classifier.out_features == 3 and a.config.id2label == {0: "x", 1: "y", 2: "z"}
     assert (a.classifier.weight == b.classifier.weight).all()
     base = _model().state_dict()
     assert (a.state_dict()["hubert.encoder.layers.1.attention.q_proj.weight"] == base["hubert.encoder.layers.1.attention.q_proj.weight"]).all()
     with pytest.raises(ValueError, match="no such speech model directory"):
-        sp.load_speech_model(tmp_path / "missing")
+        sm.load_speech_model(tmp_path / "missing")
 
 
 # ------------------------------------------------------------------------------------------------ baselines
@@ -235,7 +237,7 @@ def test_baseline_losses_match_hand_computation():
 
     sn, tn = s.numpy().astype(np.float64), t.numpy().astype(np.float64)
     ce = -np.mean([np.log(softmax(sn)[i, y[i]]) for i in range(2)])
-    assert float(sb.ga_loss(s, y)) == pytest.approx(-ce, rel=1e-6)
+    assert float(sb.ga_classifier_loss(s, y)) == pytest.approx(-ce, rel=1e-6)
     T = 2.0
     ps, pt = softmax(sn / T), softmax(tn / T)
     kl = np.mean(np.sum(pt * (np.log(pt) - np.log(ps)), axis=1)) * T * T
@@ -255,12 +257,12 @@ def test_baseline_losses_match_hand_computation():
 def test_baselines_produce_a_changed_plain_model_deterministically(small_data, method, mode):
     import torch
 
-    from qrerase.speech.baselines import BaselineConfig, run_baseline
+    from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
 
     arrays, index, _ = small_data
-    forget, retain = sp.train_mask(index, "sample", "forget"), sp.train_mask(index, "sample", "retain")
+    forget, retain = sd.train_mask(index, "sample", "forget"), sd.train_mask(index, "sample", "retain")
     retain[np.flatnonzero(retain)[40:]] = False  # a short run
-    cfg = BaselineConfig(mode=mode, epochs=1, lr=1e-3, batch_size=16, lora_r=2, lora_alpha=4, temperature=2.0, seed=1, threads=1)
+    cfg = SpeechBaselineConfig(mode=mode, epochs=1, lr=1e-3, batch_size=16, lora_r=2, lora_alpha=4, temperature=2.0, seed=1, threads=1)
     base = _model().state_dict()
     outs = []
     for _ in range(2):
@@ -276,12 +278,12 @@ def test_baselines_produce_a_changed_plain_model_deterministically(small_data, m
 
 
 def test_unknown_baseline_and_bad_mode():
-    from qrerase.speech.baselines import BaselineConfig, run_baseline
+    from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
 
     with pytest.raises(ValueError, match="mode must be 'full' or 'lora'"):
-        BaselineConfig(mode="half")
+        SpeechBaselineConfig(mode="half")
     with pytest.raises(ValueError, match="must be one of"):
-        run_baseline("npo", None, {}, np.zeros(1, bool), np.zeros(1, bool), BaselineConfig())
+        run_baseline("npo", None, {}, np.zeros(1, bool), np.zeros(1, bool), SpeechBaselineConfig())
 
 
 # ------------------------------------------------------------------------------------------------ reports

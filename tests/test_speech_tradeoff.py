@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.speech import model as sp
+from qrerase.speech import data as sd
+from qrerase.speech import model as sm
+from qrerase.speech import train as strain
 from qrerase.speech import tradeoff as st
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,13 +23,13 @@ SPEAKERS = ["george", "jackson", "lucas", "nicolas", "theo", "yweweler"]
 @pytest.fixture(scope="module")
 def val_data():
     """Real FSDD audio: indices 0-3 of every speaker x digit (240 utterances), 0.3 s, with a validation slice."""
-    cfg = sp.SpeechDataConfig(root=str(FSDD), max_seconds=0.3, max_per_digit=4, test_fraction=0.25, val_fraction=0.2,
+    cfg = sd.SpeechDataConfig(root=str(FSDD), max_seconds=0.3, max_per_digit=4, test_fraction=0.25, val_fraction=0.2,
                               forget_speakers=("theo",), seed=0)
-    return sp.make_speech_data(cfg, progress=False)
+    return sd.make_speech_data(cfg, progress=False)
 
 
 def _model(labels=SPEAKERS, seed=0):
-    return sp.build_tiny_hubert(sp.TinyHubertConfig(**TINY), labels, seed)
+    return sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY), labels, seed)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -42,42 +44,42 @@ def test_validation_slice_is_held_out_of_every_set(val_data):
     assert (index[split == "test"].groupby(["speaker", "digit"]).size() == 1).all()  # test split unchanged
     is_val, is_theo = split == "val", index["speaker"].to_numpy() == "theo"
     for setting in ("sample", "class"):
-        masks = sp.eval_masks(index, setting)
+        masks = sd.eval_masks(index, setting)
         assert not ((masks["D_t"] | masks["D_r"]) & is_val).any()
-        assert not (sp.train_mask(index, setting, "forget") & is_val).any()
-        assert not (sp.train_mask(index, setting, "retain") & is_val).any()
-    assert not (sp.eval_masks(index, "sample")["D_f"] & is_val).any()
-    assert (sp.eval_masks(index, "class")["D_f"] & is_val).sum() == (is_theo & is_val).sum() == 6  # all of theo's
-    v = sp.val_mask(index, "class")
+        assert not (sd.train_mask(index, setting, "forget") & is_val).any()
+        assert not (sd.train_mask(index, setting, "retain") & is_val).any()
+    assert not (sd.eval_masks(index, "sample")["D_f"] & is_val).any()
+    assert (sd.eval_masks(index, "class")["D_f"] & is_val).sum() == (is_theo & is_val).sum() == 6  # all of theo's
+    v = sd.val_mask(index, "class")
     assert v.sum() == 5 * 6 and not index.loc[v, "speaker"].eq("theo").any()  # retained speakers only
-    assert sp.val_mask(index, "sample").sum() == 6 * 6
-    assert (index.loc[sp.eval_masks(index, "class")["D_f"], "speaker"] == "theo").all()
-    assert sp.eval_masks(index, "class")["D_f"].sum() == 40  # train, val and test utterances of theo
+    assert sd.val_mask(index, "sample").sum() == 6 * 6
+    assert (index.loc[sd.eval_masks(index, "class")["D_f"], "speaker"] == "theo").all()
+    assert sd.eval_masks(index, "class")["D_f"].sum() == 40  # train, val and test utterances of theo
 
 
 def test_validation_split_is_seeded_and_zero_means_none():
     speakers = np.array(["a"] * 10 + ["b"] * 10)
     test = np.zeros(20, dtype=bool)
     test[::5] = True
-    v1, v2 = sp.split_validation(speakers, test, 0.25, seed=0), sp.split_validation(speakers, test, 0.25, seed=0)
+    v1, v2 = sd.split_validation(speakers, test, 0.25, seed=0), sd.split_validation(speakers, test, 0.25, seed=0)
     assert (v1 == v2).all() and v1.sum() == 4 and not (v1 & test).any()
-    assert not (sp.split_validation(speakers, test, 0.25, seed=1) == v1).all()
-    assert not sp.split_validation(speakers, test, 0.0, seed=0).any()
+    assert not (sd.split_validation(speakers, test, 0.25, seed=1) == v1).all()
+    assert not sd.split_validation(speakers, test, 0.0, seed=0).any()
     with pytest.raises(ValueError, match="speech.val_fraction"):
-        sp.split_validation(speakers, test, 1.0, seed=0)
+        sd.split_validation(speakers, test, 1.0, seed=0)
     with pytest.raises(ValueError, match="speech.val_fraction"):
-        sp.SpeechDataConfig(val_fraction=-0.1)
+        sd.SpeechDataConfig(val_fraction=-0.1)
 
 
 def test_digit_task_relabels_by_digit(val_data):
     arrays, index, _ = val_data
-    digits, names = sp.digit_task(arrays, index)
+    digits, names = sd.digit_task(arrays, index)
     assert names == [str(d) for d in range(10)]
     assert (digits["labels"] == index["digit"].to_numpy()).all()
     assert digits["input_values"] is arrays["input_values"]  # same audio, other labels
     assert (arrays["labels"] == index["label"].to_numpy()).all()  # the speaker labels are untouched
     with pytest.raises(ValueError, match="index rows"):
-        sp.digit_task(arrays, index.iloc[:5])
+        sd.digit_task(arrays, index.iloc[:5])
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -89,27 +91,27 @@ def test_graft_encoder_keeps_the_head_and_takes_the_encoder(tmp_path, val_data):
     arrays, _, _ = val_data
     finetuned, pretrained = _model(seed=0), _model([str(d) for d in range(10)], seed=1)
     head = {k: v.clone() for k, v in finetuned.state_dict().items() if not k.startswith("hubert.")}
-    sp.graft_encoder(finetuned, pretrained)
+    sm.graft_encoder(finetuned, pretrained)
     state = finetuned.state_dict()
     assert all(torch.equal(state[k], v) for k, v in head.items())  # projector + classifier: fine-tuned
     assert all(torch.equal(state[k], v) for k, v in pretrained.state_dict().items() if k.startswith("hubert."))
     x = torch.from_numpy(arrays["input_values"][:4])
     with torch.no_grad():  # same encoder output as the pretrained model
         assert torch.equal(finetuned.hubert(x).last_hidden_state, pretrained.hubert(x).last_hidden_state)
-    other = sp.build_tiny_hubert(sp.TinyHubertConfig(**{**TINY, "hidden_size": 8, "classifier_proj_size": 8}), SPEAKERS, 0)
+    other = sm.build_tiny_hubert(sm.TinyHubertConfig(**{**TINY, "hidden_size": 8, "classifier_proj_size": 8}), SPEAKERS, 0)
     with pytest.raises(ValueError, match="graft_encoder"):
-        sp.graft_encoder(finetuned, other)
+        sm.graft_encoder(finetuned, other)
 
 
 def test_load_pretrained_from_checkpoint_or_config(tmp_path):
     pre = _model([str(d) for d in range(10)])
-    sp.save_speech_model(pre, tmp_path / "pre")
-    a = sp.load_pretrained({"name_or_path": None}, tmp_path / "pre", SPEAKERS, seed=2)
-    b = sp.load_pretrained({"name_or_path": str(tmp_path / "pre"), "local_files_only": True}, None, SPEAKERS, seed=2)
+    sm.save_speech_model(pre, tmp_path / "pre")
+    a = sm.load_pretrained({"name_or_path": None}, tmp_path / "pre", SPEAKERS, seed=2)
+    b = sm.load_pretrained({"name_or_path": str(tmp_path / "pre"), "local_files_only": True}, None, SPEAKERS, seed=2)
     assert a.classifier.out_features == 6 and a.config.id2label[3] == "nicolas"
     assert all((a.state_dict()[k] == b.state_dict()[k]).all() for k in a.state_dict())
     with pytest.raises(ValueError, match="speech.model.name_or_path"):
-        sp.load_pretrained({"name_or_path": None})
+        sm.load_pretrained({"name_or_path": None})
 
 
 # ------------------------------------------------------------------------------------------------ sweeps
@@ -124,21 +126,21 @@ def adapters(val_data, tmp_path_factory):
     arrays, index, _ = val_data
     out = tmp_path_factory.mktemp("adapters")
     model = _model()
-    sp.train_classifier(model, arrays, index["split"].to_numpy() == "train",
+    strain.train_classifier(model, arrays, index["split"].to_numpy() == "train",
                         TrainConfig(epochs=2, lr=5e-3, batch_size=32, seed=0, threads=1))
-    sp.save_speech_model(model, out / "ft")
+    sm.save_speech_model(model, out / "ft")
     T = {}
     for which in ("forget", "retain"):
         cfg = LoraTrainConfig(r=4, alpha=8, target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
                               train=TrainConfig(epochs=1, lr=1e-2, batch_size=32, seed=0, threads=1))
-        peft_model, _ = sp.train_speech_lora(sp.load_speech_model(out / "ft"), arrays, sp.train_mask(index, "class", which), cfg)
+        peft_model, _ = strain.train_speech_lora(sm.load_speech_model(out / "ft"), arrays, sd.train_mask(index, "class", which), cfg)
         save_adapter(peft_model, out / which)
         T[which] = task_matrices(out / which)
     return out / "ft", T
 
 
 def _factors(T, k, method="cpqr"):
-    from qrerase.method.linalg import decompose
+    from qrerase.method.decompose import decompose
 
     return tuple({m: decompose(f.B, f.A, k, method=method, name=m) for m, f in T[s].items()} for s in ("forget", "retain"))
 
@@ -147,12 +149,12 @@ def test_subspace_sweep_equals_the_merged_erase_and_restores_the_model(val_data,
     import torch
 
     from qrerase.method.erase import apply_updates
-    from qrerase.method.linalg import discriminate
+    from qrerase.method.discriminate import discriminate
 
     arrays, index, _ = val_data
     ft, T = adapters
     sets = st.sweep_sets(index, "class")
-    model = sp.load_speech_model(ft)
+    model = sm.load_speech_model(ft)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     factors = {k: _factors(T, k) for k in (1, 2)}
     modules = sorted(T["forget"])[:4]  # block 0 only, as an LL selection would
@@ -162,7 +164,7 @@ def test_subspace_sweep_equals_the_merged_erase_and_restores_the_model(val_data,
     assert list(zip(frame["rank"], frame["value"])) == [(1, 1.0), (1, 3.0), (2, 1.0), (2, 3.0)]
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # restored after the sweep
     # the point (k=2, λ=3) is the workflow's erase: discriminate at scale 3, W' = W − U V on the selection
-    ref = sp.load_speech_model(ft)
+    ref = sm.load_speech_model(ft)
     updates = discriminate(*factors[2], scale=3.0)
     apply_updates(ref, {m: updates[m] for m in modules})
     want = st.evaluate_point(ref, arrays, sets, 1, 64)
@@ -176,21 +178,21 @@ def test_baseline_sweep_reuses_the_trained_model_at_the_configured_value(val_dat
     arrays, index, _ = val_data
     ft, _ = adapters
     sets = st.sweep_sets(index, "sample")
-    forget, retain = sp.train_mask(index, "sample", "forget"), sp.train_mask(index, "sample", "retain")
+    forget, retain = sd.train_mask(index, "sample", "forget"), sd.train_mask(index, "sample", "retain")
     cfg = {"mode": "full", "epochs": 1, "lr": 5e-4, "batch_size": 32, "seed": 0, "threads": 1}
     calls = []
 
     def trained():
         calls.append(1)
-        return sp.load_speech_model(ft)  # stands for the workflow's model: here the unchanged fine-tuned one
+        return sm.load_speech_model(ft)  # stands for the workflow's model: here the unchanged fine-tuned one
 
     def evaluate(m):
         return st.evaluate_point(m, arrays, sets, 1, 64)
 
-    frame = st.baseline_sweep("ga", lambda: sp.load_speech_model(ft), arrays, forget, retain, cfg, "lr", [5e-4, 5e-3],
+    frame = st.baseline_sweep("ga", lambda: sm.load_speech_model(ft), arrays, forget, retain, cfg, "lr", [5e-4, 5e-3],
                               evaluate, "sample", trained=trained)
     assert calls == [1] and list(frame["value"]) == [5e-4, 5e-3] and frame["rank"].isna().all()
-    base = evaluate(sp.load_speech_model(ft))
+    base = evaluate(sm.load_speech_model(ft))
     assert {s: frame.iloc[0][s] for s in base} == pytest.approx(base)  # the re-used model's point
     assert frame.iloc[1]["D_f"] <= base["D_f"]  # ten times the learning rate of gradient ascent on D_f
     with pytest.raises(ValueError, match="sweep 'epochs' or 'lr'"):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from qrerase.io import read_jsonl
-from qrerase.text.lm import PromptTemplate, TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.lm import PromptTemplate
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_causal_lm, train_lora
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"

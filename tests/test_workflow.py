@@ -400,7 +400,7 @@ def test_lora_base_pretrained_retrains_only_the_adapters_from_the_pretrained_che
 def test_retain_rank_above_k_builds_the_projector_from_a_higher_rank_decomposition(workdir):
     cfg = run_config(workdir, "retain_rank.yaml", unlearn__retain_rank=4)  # k = 2, LoRA r = 4
     snakemake(workdir, f"{EXP}/updates/k2/cpqr.safetensors", "--cores", "2", "--configfile", str(cfg))
-    from qrerase.method.linalg import load_decompositions, load_updates
+    from qrerase.method.formats import load_decompositions, load_updates
 
     assert next(iter(load_decompositions(workdir / f"{EXP}/factors/k4/cpqr_retain.safetensors").values())).rank == 4
     update = load_updates(workdir / f"{EXP}/updates/k2/cpqr.safetensors")

@@ -2,14 +2,15 @@
 
 import pandas as pd
 
-from qrerase.baselines.text import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
+from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
 from qrerase.io import read_jsonl, write_csv
-from qrerase.text.lm import load_model, load_tokenizer, save_model
+from qrerase.text.models import load_model, load_tokenizer
+from qrerase.checkpoints import save_model
 from qrerase.workflow.job import job, template_from
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
-    cfg = BaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None

@@ -1,6 +1,7 @@
 """Rule bench_decomposition: dense SVD / dense CPQR vs the exact factored paths (paper §6.1 table)."""
 
-from qrerase.bench.runtime import run_decomposition_benchmark, set_blas_threads
+from qrerase.bench.decomposition import run_decomposition_benchmark
+from qrerase.bench.threads import set_blas_threads
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

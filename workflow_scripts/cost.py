@@ -1,6 +1,6 @@
 """Rule cost: a track's wall time per method (baseline training vs LoRA + closed-form erase) from benchmark files."""
 
-from qrerase.bench.runtime import grouped_method_costs, method_costs
+from qrerase.bench.cost import grouped_method_costs, method_costs
 from qrerase.reports.tables import cost_table, write_table
 from qrerase.workflow.job import job
 

@@ -2,7 +2,7 @@
 
 from qrerase.method.adapters import read_adapter_config
 from qrerase.method.erase import save_erase_adapter
-from qrerase.method.linalg import load_updates
+from qrerase.method.formats import load_updates
 from qrerase.workflow.job import job, selected_updates
 
 with job(snakemake) as log:  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule erase_merged: W' = W - lambda T~_f merged into a checkpoint (eq. 6, or eq. 16 on selected layers)."""
 
 from qrerase.method.erase import apply_updates, save_merged
-from qrerase.method.linalg import load_updates
+from qrerase.method.formats import load_updates
 from qrerase.workflow.job import job, load_checkpoint, selected_updates
 
 with job(snakemake) as log:  # noqa: F821

@@ -2,7 +2,7 @@
 
 from qrerase.method.adapters import load_factors
 from qrerase.io import write_csv
-from qrerase.method.linalg import factor_report
+from qrerase.method.diagnostics import factor_report
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

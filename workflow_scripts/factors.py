@@ -1,7 +1,8 @@
 """Rule factors: rank-k CPQR (eq. 1-2) or SVD of every task matrix, computed exactly from its factors."""
 
 from qrerase.method.adapters import load_factors
-from qrerase.method.linalg import decompose, save_decompositions
+from qrerase.method.decompose import decompose
+from qrerase.method.formats import save_decompositions
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

@@ -3,7 +3,8 @@ tokenizer), or the "fine-tuned" (forget + retain) / retain-only reference model 
 checkpoint, or from the hub model named by model.name_or_path)."""
 
 from qrerase.io import read_jsonl, write_csv
-from qrerase.text.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, resolve_device, save_model
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
+from qrerase.checkpoints import resolve_device, save_model
 from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.workflow.job import job, template_from
 

@@ -1,6 +1,7 @@
 """Rule forget_update: Q~_f = (I - P_r) Q_f,k and lambda T~_f = U V per module (eqs. 3-5)."""
 
-from qrerase.method.linalg import discriminate, load_decompositions, save_updates
+from qrerase.method.discriminate import discriminate
+from qrerase.method.formats import load_decompositions, save_updates
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

@@ -1,8 +1,9 @@
 """Rule speech_baseline: Gradient Ascent, SCRUB or Bad Teaching from the fine-tuned speaker classifier."""
 
 from qrerase.io import write_csv
-from qrerase.speech.model import load_speech_data, load_speech_model, save_speech_model, train_mask
-from qrerase.speech.baselines import BaselineConfig, run_baseline
+from qrerase.speech.data import load_speech_data, train_mask
+from qrerase.speech.model import load_speech_model, save_speech_model
+from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -10,7 +11,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     method = snakemake.wildcards.method  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
-    cfg = BaselineConfig.from_dict({**p.cfg, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = SpeechBaselineConfig.from_dict({**p.cfg, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     forget, retain = train_mask(index, p.setting, "forget"), train_mask(index, p.setting, "retain")
     log.info("%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg)
     model, curve = run_baseline(method, model, arrays, forget, retain, cfg)

@@ -1,7 +1,9 @@
 """Rule speech_evaluate: top-k speaker accuracy of one model on D_t, D_f and D_r of one setting."""
 
 from qrerase.io import write_csv
-from qrerase.speech.model import eval_masks, evaluate_sets, load_speech_data, load_speech_model
+from qrerase.speech.data import eval_masks, load_speech_data
+from qrerase.speech.train import evaluate_sets
+from qrerase.speech.model import load_speech_model
 from qrerase.workflow.job import job
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821

@@ -3,7 +3,9 @@
 import json
 
 from qrerase.io import write_csv
-from qrerase.speech.model import load_pretrained, load_speech_data, save_speech_model, train_classifier
+from qrerase.speech.model import load_pretrained, save_speech_model
+from qrerase.speech.data import load_speech_data
+from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
 from qrerase.workflow.job import job
 

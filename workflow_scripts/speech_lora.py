@@ -2,7 +2,9 @@
 
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.io import write_csv
-from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_data, load_speech_model, train_mask, train_speech_lora
+from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
+from qrerase.speech.data import load_speech_data, train_mask
+from qrerase.speech.train import train_speech_lora
 from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
 from qrerase.workflow.job import job
 

@@ -1,8 +1,10 @@
 """Rule speech_pretrain: digit recognition (FSDD, 10 classes, all speakers, training split) for the tiny encoder."""
 
 from qrerase.io import write_csv
-from qrerase.text.lm import resolve_device
-from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, digit_task, load_speech_data, save_speech_model, train_classifier
+from qrerase.checkpoints import resolve_device
+from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, save_speech_model
+from qrerase.speech.data import digit_task, load_speech_data
+from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
 from qrerase.workflow.job import job
 

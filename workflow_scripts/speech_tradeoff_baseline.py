@@ -3,7 +3,8 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech.model import load_speech_data, load_speech_model, train_mask
+from qrerase.speech.data import load_speech_data, train_mask
+from qrerase.speech.model import load_speech_model
 from qrerase.speech.tradeoff import SWEEP_COLUMNS, baseline_sweep, evaluate_point, sweep_sets
 from qrerase.workflow.job import job
 

@@ -2,9 +2,10 @@
 
 import pandas as pd
 
-from qrerase.baselines.text import BaselineConfig, train_baseline
+from qrerase.baselines.text import TextBaselineConfig, train_baseline
 from qrerase.io import read_jsonl, write_csv
-from qrerase.text.lm import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, save_model
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
+from qrerase.checkpoints import save_model
 from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.workflow.job import job, template_from
 
@@ -18,7 +19,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     template = template_from(p.model)
     log.info("%s on %d forget / %d retain / %d new QA: %s", method, len(forget), len(retain), len(new), dict(p.cfg))
     if method == "ga":
-        cfg = BaselineConfig.from_dict({**p.cfg, **common, "method": "ga"})
+        cfg = TextBaselineConfig.from_dict({**p.cfg, **common, "method": "ga"})
         model, curve = train_baseline(model, None, tokenizer, forget, retain, template, cfg, desc="task-ga")
     elif method == "kga":
         cfg = KgaConfig.from_dict({**p.cfg, **common})

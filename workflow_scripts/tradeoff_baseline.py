@@ -1,17 +1,17 @@
 """Rule tradeoff_baseline: one sweep point of an optimisation baseline (its configured run, with the
 number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
 
-from qrerase.baselines.text import NEEDS_REFERENCE, BaselineConfig, read_refusals, train_baseline
+from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
 from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
-from qrerase.text.lm import load_model, load_tokenizer
+from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
 from qrerase.workflow.job import job, template_from
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     epochs = int(wc.epochs)
-    cfg = BaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None

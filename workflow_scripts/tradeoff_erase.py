@@ -4,7 +4,7 @@
 from qrerase.method.erase import apply_updates
 from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
-from qrerase.method.linalg import load_updates
+from qrerase.method.formats import load_updates
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
 

@@ -3,7 +3,7 @@
 
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.io import read_jsonl, write_csv
-from qrerase.text.lm import load_model, load_tokenizer
+from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
 from qrerase.workflow.job import job, template_from
 

@@ -1,7 +1,7 @@
 """Rule tokenizer: train the embedded tiny model's byte-level BPE tokenizer on the run's text."""
 
 from qrerase.io import read_jsonl
-from qrerase.text.lm import train_bpe_tokenizer
+from qrerase.text.models import train_bpe_tokenizer
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

@@ -35,9 +35,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .text import _frozen, _retain_stream, kl_divergence, token_mean_nll
-from ..text.lm import PromptTemplate, _from_dict, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
-from ..text.training import TrainConfig, epoch_batches, pad_token_id, set_determinism, train_causal_lm, train_steps
+from ..config import from_mapping
+from ..determinism import set_determinism
+from .text import freeze, kl_divergence, retain_stream, token_mean_nll
+from ..text.lm import PromptTemplate, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
+from ..text.training import TrainConfig, epoch_steps, train_causal_lm, train_steps
+from ..text.lm import pad_token_id
 
 __all__ = [
     "TASK_BASELINES",
@@ -86,7 +89,7 @@ class KgaConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "KgaConfig":
-        return _from_dict(cls, d, "kga config")
+        return from_mapping(cls, d, "kga config")
 
     def train_config(self, aux: bool = False) -> TrainConfig:
         return TrainConfig(epochs=self.aux_epochs if aux else self.epochs, lr=self.aux_lr if aux else self.lr,
@@ -124,7 +127,7 @@ class KuConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "KuConfig":
-        return _from_dict(cls, d, "ku config")
+        return from_mapping(cls, d, "ku config")
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, weight_decay=self.weight_decay,
@@ -189,8 +192,7 @@ def memorization_accuracy(model, examples: Sequence, pad_id: int, batch_size: in
 
 
 def _steps(examples, batch_size: int, epochs: int, seed: int):
-    lengths = [len(x[0]) for x in examples]
-    return [(epoch + 1, idx) for epoch in range(epochs) for idx in epoch_batches(lengths, batch_size, seed, epoch)]
+    return epoch_steps([len(x[0]) for x in examples], batch_size, epochs, seed)
 
 
 def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTemplate, cfg: KgaConfig,
@@ -208,14 +210,14 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
     for name, data in (("forget", forget), ("new", new)):
         aux_model = copy.deepcopy(initial)
         train_causal_lm(aux_model, tokenizer, data, template, cfg.train_config(aux=True), desc=f"{desc}-A_{name[0]}")
-        aux[name] = _frozen(aux_model)
-    ref = _frozen(copy.deepcopy(model))
+        aux[name] = freeze(aux_model)
+    ref = freeze(copy.deepcopy(model))
     set_determinism(cfg.seed, cfg.threads)
     pad_id = pad_token_id(tokenizer)
     enc = {k: encode_qa_many(tokenizer, template, [qa_pair(r) for r in v], cfg.max_length)
            for k, v in (("forget", forget), ("retain", retain), ("new", new))}
-    new_batches = _retain_stream([len(x[0]) for x in enc["new"]], cfg.batch_size, cfg.seed + 1)
-    retain_batches = _retain_stream([len(x[0]) for x in enc["retain"]], cfg.batch_size, cfg.seed)
+    new_batches = retain_stream([len(x[0]) for x in enc["new"]], cfg.batch_size, cfg.seed + 1)
+    retain_batches = retain_stream([len(x[0]) for x in enc["retain"]], cfg.batch_size, cfg.seed)
 
     def logits(m, examples, idx):
         return answer_token_logits(m, collate([examples[i] for i in idx], pad_id))[0]

@@ -40,9 +40,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..config import from_mapping
+from ..determinism import set_determinism
 from ..text.lm import (
     PromptTemplate,
-    _from_dict,
     answer_token_logits,
     answer_token_nll,
     collate,
@@ -51,23 +52,16 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
-from ..text.training import (
-    LoraTrainConfig,
-    TrainConfig,
-    add_lora,
-    epoch_batches,
-    pad_token_id,
-    set_determinism,
-    train_steps,
-)
+from ..text.training import LoraTrainConfig, TrainConfig, add_lora, epoch_batches, epoch_steps, train_steps
+from ..text.lm import pad_token_id
 
 __all__ = [
-    "METHODS",
+    "TEXT_BASELINES",
     "NEEDS_REFERENCE",
     "NEEDS_RETAIN",
     "NEEDS_REFUSALS",
     "DIVERGENCES",
-    "BaselineConfig",
+    "TextBaselineConfig",
     "token_mean_nll",
     "ga_loss",
     "graddiff_loss",
@@ -77,11 +71,13 @@ __all__ = [
     "dpo_loss",
     "flat_loss",
     "read_refusals",
+    "freeze",
+    "retain_stream",
     "train_baseline",
 ]
 
 #: The text baselines, in the paper's table order.
-METHODS = ("ga", "graddiff", "kl", "npo", "dpo", "flat")
+TEXT_BASELINES = ("ga", "graddiff", "kl", "npo", "dpo", "flat")
 #: Methods whose objective compares with the frozen fine-tuned model π_ref.
 NEEDS_REFERENCE = frozenset({"kl", "npo", "dpo"})
 #: Methods with a retain-set term.
@@ -93,10 +89,10 @@ DIVERGENCES = ("tv", "kl", "js", "pearson")
 
 
 @dataclass
-class BaselineConfig:
+class TextBaselineConfig:
     """One baseline run.
 
-    ``method``: one of :data:`METHODS`. Optimisation (as :class:`qrerase.text.training.TrainConfig`):
+    ``method``: one of :data:`TEXT_BASELINES`. Optimisation (as :class:`qrerase.text.training.TrainConfig`):
     ``epochs`` over the forget set, peak ``lr``, ``batch_size`` (forget examples per step; retain
     batches have the same size), ``weight_decay``, ``warmup_ratio``, ``max_grad_norm``,
     ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
@@ -126,8 +122,8 @@ class BaselineConfig:
 
     def __post_init__(self):
         self.lora_target_modules = tuple(self.lora_target_modules)
-        if self.method not in METHODS:
-            raise ValueError(f"baseline config: unknown method {self.method!r}; expected one of {list(METHODS)}")
+        if self.method not in TEXT_BASELINES:
+            raise ValueError(f"baseline config: unknown method {self.method!r}; expected one of {list(TEXT_BASELINES)}")
         checks = [
             (self.epochs >= 1, "epochs", "an integer >= 1"),
             (self.lr > 0, "lr", "> 0"),
@@ -149,9 +145,9 @@ class BaselineConfig:
                 raise ValueError(f"baseline config ({self.method}): '{key}' must be {expected}, got {getattr(self, key)!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "BaselineConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> "TextBaselineConfig":
         """Strict construction: unknown keys are a ``ValueError`` naming them."""
-        return _from_dict(cls, d, "baseline config")
+        return from_mapping(cls, d, "baseline config")
 
     def train_config(self) -> TrainConfig:
         """The optimisation part as a :class:`~qrerase.text.training.TrainConfig`."""
@@ -276,7 +272,8 @@ def read_refusals(path) -> list[str]:
     return lines
 
 
-def _frozen(model):
+def freeze(model):
+    """Eval mode and ``requires_grad=False`` on every parameter (a frozen reference model); returns it."""
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -295,7 +292,7 @@ def _reference_nll(ref_model, examples, pad_id: int, batch_size: int) -> torch.T
     return out
 
 
-def _retain_stream(lengths: Sequence[int], batch_size: int, seed: int):
+def retain_stream(lengths: Sequence[int], batch_size: int, seed: int):
     """Endless seeded retain batches: successive shuffled bucketed passes over the retain set."""
     stream_seed = (int(seed) + 0x5EED) % (2**63)
     k = 0
@@ -305,7 +302,7 @@ def _retain_stream(lengths: Sequence[int], batch_size: int, seed: int):
 
 
 def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, Any]], retain: Sequence[Mapping[str, Any]],
-                   template: PromptTemplate, cfg: BaselineConfig, refusals: Sequence[str] | None = None,
+                   template: PromptTemplate, cfg: TextBaselineConfig, refusals: Sequence[str] | None = None,
                    desc: str | None = None):
     """Unlearn ``forget`` from ``model`` with baseline ``cfg.method``; returns ``(model, curve)``.
 
@@ -345,7 +342,7 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
         refusal_ex = encode_qa_many(tokenizer, template, [(q, refusals[int(j)]) for (q, _), j in zip(forget_pairs, picks)],
                                     cfg.max_length)
     if method in NEEDS_REFERENCE:
-        _frozen(ref_model)
+        freeze(ref_model)
     ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if method in ("npo", "dpo") else None
     ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if method == "dpo" else None
 
@@ -353,9 +350,8 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
         model = add_lora(model, cfg.lora_config())
     set_determinism(cfg.seed, cfg.threads)
     lengths = [len(x[0]) for x in forget_ex]
-    steps = [(epoch + 1, idx) for epoch in range(cfg.epochs)
-             for idx in epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)]
-    retain_batches = _retain_stream([len(x[0]) for x in retain_ex], cfg.batch_size, cfg.seed) if retain_ex else None
+    steps = epoch_steps(lengths, cfg.batch_size, cfg.epochs, cfg.seed)
+    retain_batches = retain_stream([len(x[0]) for x in retain_ex], cfg.batch_size, cfg.seed) if retain_ex else None
 
     def forward(examples, idx):
         return sequence_nll(model, collate([examples[i] for i in idx], pad_id))

@@ -31,9 +31,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .energy import module_sort_key
+from .naming import module_sort_key
 from ..io import load_arrays, save_arrays
-from .linalg import LowRank, as_lowrank
+from .lowrank import LowRank, as_lowrank
 
 __all__ = [
     "ADAPTER_CONFIG",

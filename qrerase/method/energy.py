@@ -5,36 +5,26 @@ Paper equations (numbering of ``paper/qr-erase.tex``):
 - eq. 14 (``eq:energy``): E_ℓ = ‖T_f^ℓ‖_F / Σ_{j∈L} ‖T_f^j‖_F;
 - eq. 15 (``eq:layer_selection``): L_forget = {ℓ ∈ L : E_ℓ ≥ 1/|L|};
 - eq. 16 (``eq:localized_forget_update``): W' = W − T̃_f only for ℓ ∈ L_forget
-  (see :func:`modules_for_layers` and :func:`qrerase.method.linalg.forget_updates`).
+  (see :func:`modules_for_layers` and :func:`qrerase.method.discriminate.forget_updates`).
 
 A "layer" is either a transformer block (``granularity="block"``; the block's norm is the
 root-sum-square of its modules' norms, i.e. the Frobenius norm of all its task matrices together) or a
-single adapted module (``granularity="module"``). The block of a module name is the integer after the
-first ``layers.`` / ``layer.`` / ``h.`` / ``blocks.`` path component (``model.layers.3.mlp.up_proj`` →
-``"3"``, ``hubert.encoder.layers.2.attention.q_proj`` → ``"2"``, ``transformer.h.5.attn.c_attn`` → ``"5"``).
-Note that an encoder–decoder with ``encoder.layers.i`` and ``decoder.layers.i`` would share block i.
-The first such component wins, so a mixture-of-experts name maps to its block, not its expert
-(``model.layers.3.block_sparse_moe.experts.7.w1`` → ``"3"``). :func:`module_kind` gives the module's
-role within its block with numeric indices replaced by ``*`` (``block_sparse_moe.experts.*.w1``,
-``attn.c_attn``, ``self_attn.q_proj``).
+single adapted module (``granularity="module"``); module names map to blocks as described in
+:mod:`qrerase.method.naming`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .lowrank import LowRank, as_lowrank
+from .naming import check_granularity, layer_of, module_sort_key
+
 __all__ = [
-    "GRANULARITIES",
     "SELECT_RTOL",
-    "block_of",
-    "block_index",
-    "module_sort_key",
-    "module_kind",
-    "layer_of",
     "module_norms",
     "energy_from_norms",
     "layer_energy",
@@ -43,61 +33,11 @@ __all__ = [
     "select_modules",
 ]
 
-GRANULARITIES = ("block", "module")
-
 #: Relative tolerance of the eq. 15 threshold: a layer is selected when E_ℓ ≥ (1 − SELECT_RTOL)/|L|.
 #: Without it, layers whose energy is mathematically exactly 1/|L| (e.g. uniform energies) could be
 #: dropped by a one-ulp rounding of the normalisation. 1e-9 is far above rounding (~|L|·1e-16) and far
 #: below any meaningful energy difference.
 SELECT_RTOL = 1e-9
-
-_BLOCK_RE = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)(?=\.|$)")
-
-
-def block_of(name: str) -> int | None:
-    """Transformer-block index of a module name, or None when it has no ``layers.N``-style component."""
-    m = _BLOCK_RE.search(name)
-    return int(m.group(1)) if m else None
-
-
-def block_index(name: str) -> int:
-    """Transformer-block index of a module name; ValueError naming it when there is none."""
-    b = block_of(name)
-    if b is None:
-        raise ValueError(
-            f"module {name!r}: cannot map to a transformer block (no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
-        )
-    return b
-
-
-def module_kind(name: str) -> str:
-    """The module's role within its block: the path after the block index, other indices as ``*``.
-
-    ``transformer.h.5.attn.c_attn`` → ``attn.c_attn``; ``model.layers.0.block_sparse_moe.experts.3.w1``
-    → ``block_sparse_moe.experts.*.w1``; a name without a block is returned with indices as ``*``.
-    """
-    m = _BLOCK_RE.search(name)
-    rest = name[m.end() + 1 :] if m else name
-    return ".".join("*" if part.isdigit() else part for part in rest.split("."))
-
-
-def module_sort_key(name: str) -> tuple[int, int, str]:
-    """Deterministic module order: by block index, then name; modules without a block last."""
-    b = block_of(name)
-    return (0, b, name) if b is not None else (1, 0, name)
-
-
-def _check_granularity(granularity: str) -> str:
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    return granularity
-
-
-def layer_of(name: str, granularity: str = "block") -> str:
-    """The layer label of a module: its block index as a string, or the module name itself."""
-    _check_granularity(granularity)
-    return str(block_index(name)) if granularity == "block" else name
-
 
 def module_norms(factors: Mapping[str, Any]) -> dict[str, float]:
     """‖T‖_F per module from its factors (LowRank or (B, A) pair; a dense array also works), float.
@@ -105,8 +45,6 @@ def module_norms(factors: Mapping[str, Any]) -> dict[str, float]:
     For factors the norm is computed without densifying: ‖BA‖_F = ‖R_B A‖_F with B = Q_B R_B
     (equal to sqrt(tr((BᵀB)(AAᵀ)))). NaN/Inf → ValueError naming the module.
     """
-    from .linalg import LowRank, as_lowrank
-
     out = {}
     for name, f in factors.items():
         if isinstance(f, (LowRank, tuple, list)):
@@ -138,7 +76,7 @@ def energy_from_norms(norms: Mapping[str, float], granularity: str = "block") ->
         Empty input, a negative/non-finite norm, a module without a block (granularity="block"), or
         zero total energy (all task matrices zero).
     """
-    _check_granularity(granularity)
+    check_granularity(granularity)
     if not norms:
         raise ValueError("layer energy: no modules given")
     sq: dict[str, float] = {}
@@ -163,7 +101,7 @@ def layer_energy(factors: Mapping[str, Any], granularity: str = "block") -> dict
     ``factors`` maps module names to LowRank / (B, A) (float, any shapes). Returns layer → E_ℓ as in
     :func:`energy_from_norms` (block labels are ``"0"``, ``"1"``, …; module labels are the names).
     """
-    _check_granularity(granularity)
+    check_granularity(granularity)
     return energy_from_norms(module_norms(factors), granularity)
 
 
@@ -185,7 +123,7 @@ def select_layers(energy: Mapping[str, float], rtol: float = SELECT_RTOL) -> lis
 
 def modules_for_layers(layers: Iterable[str], module_names: Iterable[str], granularity: str = "block") -> list[str]:
     """The module names (in block order) covered by the given layer labels (eq. 16's ℓ ∈ L_forget)."""
-    _check_granularity(granularity)
+    check_granularity(granularity)
     wanted = {str(layer) for layer in layers}
     return [m for m in sorted(module_names, key=module_sort_key) if layer_of(m, granularity) in wanted]
 

@@ -1,6 +1,6 @@
 """Write a QR-Erase edit: merged checkpoint (eq. 6 / eq. 16) or an equivalent rank-k PEFT LoRA adapter.
 
-Sign convention: an update is a pair (U, V) with U @ V = λ·T̃_f (see :func:`qrerase.method.linalg.forget_update`;
+Sign convention: an update is a pair (U, V) with U @ V = λ·T̃_f (see :func:`qrerase.method.discriminate.forget_update`;
 λ is folded into U) and the edit SUBTRACTS it:
 
     W' = W − U @ V                                     (eq. 6; eq. 16 restricted to selected modules)

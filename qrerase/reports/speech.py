@@ -8,7 +8,7 @@
   "More localised" = fewer effective layers.
 * :func:`rank_curve` / :func:`rank_plot` — rank k vs the whole-model relative reconstruction error of
   the forget task matrices, sqrt(Σ_m e_m² ‖T_m‖²) / sqrt(Σ_m ‖T_m‖²) (e_m the per-module rank-k error of
-  :func:`qrerase.method.linalg.factor_report`), and vs D_f / D_r accuracy after erasing at rank k.
+  :func:`qrerase.method.diagnostics.factor_report`), and vs D_f / D_r accuracy after erasing at rank k.
 """
 
 from __future__ import annotations

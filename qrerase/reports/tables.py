@@ -493,7 +493,7 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     return wide_df[keep].reset_index(drop=True), spec
 
 
-#: (component, header) of the cost table, in column order (:data:`qrerase.bench.runtime.COST_COLUMNS`).
+#: (component, header) of the cost table, in column order (:data:`qrerase.bench.cost.COST_COLUMNS`).
 _COST_HEADERS = (
     ("lora_s", "LoRA adapters (s)"),
     ("task_matrices_s", "Task matrices (s)"),
@@ -507,7 +507,7 @@ _COST_HEADERS = (
 def cost_table(
     costs: pd.DataFrame, group_column: str | None = None, group_header: str | None = None
 ) -> tuple[pd.DataFrame, TableSpec]:
-    """A track table's companion: wall time per method (:func:`qrerase.bench.runtime.method_costs` frame).
+    """A track table's companion: wall time per method (:func:`qrerase.bench.cost.method_costs` frame).
 
     Columns: LoRA training, task matrices, closed-form erase, baseline training, the unlearning step
     (erase or baseline training) and the total, in seconds; not ranked (timings vary between runs).

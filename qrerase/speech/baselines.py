@@ -23,16 +23,16 @@ from __future__ import annotations
 import copy
 import math
 import sys
-from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
 __all__ = [
     "SPEECH_BASELINES",
-    "BaselineConfig",
-    "ga_loss",
+    "SpeechBaselineConfig",
+    "ga_classifier_loss",
     "kl_teacher_student",
     "scrub_max_loss",
     "scrub_min_loss",
@@ -45,7 +45,7 @@ SPEECH_BASELINES = ("ga", "scrub", "bad_teaching")
 
 
 @dataclass
-class BaselineConfig:
+class SpeechBaselineConfig:
     """One baseline's settings (config ``speech.baselines.<method>`` over ``speech.baselines.common``).
 
     mode: ``full`` (all weights) or ``lora`` (LoRA r / alpha on ``target_modules``, merged at the end).
@@ -80,17 +80,17 @@ class BaselineConfig:
             raise ValueError(f"baseline retain_fraction must lie in (0, 1], got {self.retain_fraction}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "BaselineConfig":
-        from ..text.lm import _from_dict
+    def from_dict(cls, d: Mapping[str, Any]) -> "SpeechBaselineConfig":
+        from ..config import from_mapping
 
-        return _from_dict(cls, d, "speech baseline config")
+        return from_mapping(cls, d, "speech baseline config")
 
 
 # --------------------------------------------------------------------------------------------------
 # losses (pure functions of logits)
 
 
-def ga_loss(logits, labels):
+def ga_classifier_loss(logits, labels):
     """Gradient Ascent: the negative cross-entropy, −mean_b CE(s_b, y_b)."""
     import torch.nn.functional as F
 
@@ -154,7 +154,7 @@ def _frozen_copy(model):
     return teacher
 
 
-def _student(model, cfg: BaselineConfig):
+def _student(model, cfg: SpeechBaselineConfig):
     if cfg.mode == "full":
         for p in model.parameters():
             p.requires_grad_(True)
@@ -162,7 +162,7 @@ def _student(model, cfg: BaselineConfig):
     import torch
     from peft import get_peft_model
 
-    from .model import speech_lora_config
+    from .train import speech_lora_config
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -185,7 +185,7 @@ def _adam(student, lr: float):
 class _Loop:
     """Shared update loop: one Adam optimiser, clipping, a tqdm bar and the loss curve rows."""
 
-    def __init__(self, student, cfg: BaselineConfig, total: int, desc: str):
+    def __init__(self, student, cfg: SpeechBaselineConfig, total: int, desc: str):
         from tqdm.auto import tqdm
 
         self.student, self.cfg = student, cfg
@@ -209,17 +209,17 @@ class _Loop:
         return pd.DataFrame(self.rows, columns=["step", "epoch", "phase", "loss"])
 
 
-def _batches(n: int, cfg: BaselineConfig, salt: int) -> list[np.ndarray]:
-    from .model import batches
-    from ..text.training import _epoch_seed
+def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
+    from .train import batches
+    from ..determinism import epoch_seed
 
-    return batches(n, cfg.batch_size, _epoch_seed(cfg.seed, salt))
+    return batches(n, cfg.batch_size, epoch_seed(cfg.seed, salt))
 
 
 def _run_ga(model, data, cfg):
     import torch
 
-    from .model import _logits
+    from .train import classifier_logits
 
     x, m, y = data["forget"]
     student = _student(model, cfg)
@@ -228,7 +228,7 @@ def _run_ga(model, data, cfg):
     for epoch in range(cfg.epochs):
         for idx in _batches(len(y), cfg, epoch):
             b = torch.from_numpy(idx)
-            loop.step(ga_loss(_logits(student, x[b], m[b]), y[b]), epoch + 1, "ascent")
+            loop.step(ga_classifier_loss(classifier_logits(student, x[b], m[b]), y[b]), epoch + 1, "ascent")
     student.eval()
     return _unwrap(student), loop.curve()
 
@@ -236,7 +236,7 @@ def _run_ga(model, data, cfg):
 def _run_scrub(model, data, cfg):
     import torch
 
-    from .model import _logits
+    from .train import classifier_logits
 
     (xf, mf, yf), (xr, mr, yr) = data["forget"], data["retain"]
     teacher = _frozen_copy(model)
@@ -249,13 +249,13 @@ def _run_scrub(model, data, cfg):
             for idx in _batches(len(yf), cfg, 2 * epoch):
                 b = torch.from_numpy(idx)
                 with torch.no_grad():
-                    t = _logits(teacher, xf[b], mf[b])
-                loop.step(scrub_max_loss(_logits(student, xf[b], mf[b]), t, cfg.temperature), epoch + 1, "max")
+                    t = classifier_logits(teacher, xf[b], mf[b])
+                loop.step(scrub_max_loss(classifier_logits(student, xf[b], mf[b]), t, cfg.temperature), epoch + 1, "max")
         for idx in _batches(len(yr), cfg, 2 * epoch + 1):
             b = torch.from_numpy(idx)
             with torch.no_grad():
-                t = _logits(teacher, xr[b], mr[b])
-            s = _logits(student, xr[b], mr[b])
+                t = classifier_logits(teacher, xr[b], mr[b])
+            s = classifier_logits(student, xr[b], mr[b])
             loop.step(scrub_min_loss(s, t, yr[b], cfg.alpha, cfg.gamma, cfg.temperature), epoch + 1, "min")
     student.eval()
     return _unwrap(student), loop.curve()
@@ -264,7 +264,7 @@ def _run_scrub(model, data, cfg):
 def _run_bad_teaching(model, data, cfg):
     import torch
 
-    from .model import _logits
+    from .train import classifier_logits
 
     (xf, mf, _), (xr, mr, _) = data["forget"], data["retain"]
     n_keep = max(1, int(round(cfg.retain_fraction * len(xr))))
@@ -281,9 +281,9 @@ def _run_bad_teaching(model, data, cfg):
         for idx in _batches(len(x), cfg, epoch):
             b = torch.from_numpy(idx)
             with torch.no_grad():
-                tc = _logits(competent, x[b], m[b])
-                ti = _logits(incompetent, x[b], m[b])
-            s = _logits(student, x[b], m[b])
+                tc = classifier_logits(competent, x[b], m[b])
+                ti = classifier_logits(incompetent, x[b], m[b])
+            s = classifier_logits(student, x[b], m[b])
             loop.step(bad_teaching_loss(s, tc, ti, is_forget[b], cfg.temperature), epoch + 1, "distil")
     student.eval()
     return _unwrap(student), loop.curve()
@@ -293,17 +293,17 @@ _RUNNERS: dict[str, Callable] = {"ga": _run_ga, "scrub": _run_scrub, "bad_teachi
 
 
 def run_baseline(method: str, model, arrays: Mapping[str, np.ndarray], forget_mask: np.ndarray,
-                 retain_mask: np.ndarray, cfg: BaselineConfig):
+                 retain_mask: np.ndarray, cfg: SpeechBaselineConfig):
     """Unlearn with ``method`` (``ga`` | ``scrub`` | ``bad_teaching``) from the fine-tuned ``model``
     (modified in place in full mode). ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩
     train and D_r. Returns ``(model, loss_curve)``."""
-    from ..text.lm import model_device
-    from .model import _tensors
-    from ..text.training import set_determinism
+    from ..checkpoints import model_device
+    from .train import as_tensors
+    from ..determinism import set_determinism
 
     if method not in _RUNNERS:
         raise ValueError(f"speech baseline must be one of {SPEECH_BASELINES}, got {method!r}")
     set_determinism(cfg.seed, cfg.threads)
     device = model_device(model)
-    data = {"forget": _tensors(arrays, forget_mask, device), "retain": _tensors(arrays, retain_mask, device)}
+    data = {"forget": as_tensors(arrays, forget_mask, device), "retain": as_tensors(arrays, retain_mask, device)}
     return _RUNNERS[method](model, data, cfg)

@@ -2,12 +2,12 @@
 
 * :func:`subspace_sweep` — a subspace method (QR-Erase / UNLEARN, all layers or the LL selection) at
   every rank k and scale λ, erased in-process from the λ-free factors: per k, U = λ (I − P_r) Q_f,k
-  and V = R_f,k Π_fᵀ (:func:`qrerase.method.linalg.discriminate`), W' = W − U V on the selected modules
+  and V = R_f,k Π_fᵀ (:func:`qrerase.method.discriminate.discriminate`), W' = W − U V on the selected modules
   (:func:`qrerase.method.erase.apply_updates`), the original weights restored between points.
 * :func:`baseline_sweep` — an optimisation baseline (GA, SCRUB, Bad Teaching) at each value of one
   training knob (``epochs`` or ``lr``); the configured value re-uses the workflow's trained model.
 * :func:`sweep_sets` — the track's evaluation sets D_t, D_f, D_r plus D_v, the held-out validation
-  slice of the retained speakers (:func:`qrerase.speech.model.val_mask`), which only the λ rule reads.
+  slice of the retained speakers (:func:`qrerase.speech.data.val_mask`), which only the λ rule reads.
 * :func:`choose_scale` — the λ rule: the largest λ of the grid whose D_v accuracy, for every given
   (setting, method) at the given rank, stays within ``max_drop`` points of the fine-tuned model's.
 * :func:`tradeoff_plot` — D_r (y) against D_f (x), one panel per setting, one curve per method.
@@ -31,8 +31,8 @@ SWEEP_COLUMNS = ["setting", "method", "param", "value", "rank", "D_t", "D_f", "D
 
 
 def sweep_sets(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """D_t, D_f, D_r of the setting (:func:`qrerase.speech.model.eval_masks`) and D_v (validation slice)."""
-    from .model import eval_masks, val_mask
+    """D_t, D_f, D_r of the setting (:func:`qrerase.speech.data.eval_masks`) and D_v (validation slice)."""
+    from .data import eval_masks, val_mask
 
     sets = {**eval_masks(index, setting), "D_v": val_mask(index, setting)}
     empty = [name for name, mask in sets.items() if not mask.any()]
@@ -45,7 +45,7 @@ def sweep_sets(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
 def evaluate_point(model, arrays: Mapping[str, np.ndarray], sets: Mapping[str, np.ndarray], top_k: int,
                    batch_size: int) -> dict[str, float]:
     """Top-k accuracy (fraction) of ``model`` on every set: ``{'D_t': …, 'D_f': …, 'D_r': …, 'D_v': …}``."""
-    from .model import evaluate_sets
+    from .train import evaluate_sets
 
     frame = evaluate_sets(model, arrays, sets, k=top_k, batch_size=batch_size)
     return dict(zip(frame["set"], frame["accuracy"].astype(float)))
@@ -61,14 +61,14 @@ def subspace_sweep(model, factors: Mapping[int, tuple[Mapping, Mapping]], scales
                    modules: Sequence[str] | None = None, retain_rank: int | None = None) -> pd.DataFrame:
     """Erase ``model`` (the fine-tuned model, modified and restored in place) at every (k, λ).
 
-    ``factors[k] = (forget, retain)``: module → :class:`qrerase.method.linalg.Decomposition` at rank k (the
+    ``factors[k] = (forget, retain)``: module → :class:`qrerase.method.decompose.Decomposition` at rank k (the
     ``factors`` rule's output, independent of λ). ``modules``: the LL selection (eq. 16), None = every
     module (eq. 6). ``evaluate(model)`` returns the accuracies of one point. Rows ordered by k, then λ.
     """
     import torch
 
     from ..method.erase import apply_updates
-    from ..method.linalg import discriminate
+    from ..method.discriminate import discriminate
 
     if not factors or not scales:
         raise ValueError(f"subspace_sweep ({method}): no ranks or no scales to sweep")
@@ -104,9 +104,9 @@ def baseline_sweep(method: str, load_model: Callable[[], Any], arrays: Mapping[s
                    values: Sequence[float], evaluate: Callable[[Any], Mapping[str, float]], setting: str,
                    trained: Callable[[], Any] | None = None) -> pd.DataFrame:
     """Run baseline ``method`` from a fresh ``load_model()`` at each value of ``param`` (``epochs`` or
-    ``lr``) over ``cfg`` (a :class:`qrerase.speech.baselines.BaselineConfig` dict with seed and threads);
+    ``lr``) over ``cfg`` (a :class:`qrerase.speech.baselines.SpeechBaselineConfig` dict with seed and threads);
     ``trained()`` returns the workflow's model at the configured value (re-used, not retrained)."""
-    from .baselines import BaselineConfig, run_baseline
+    from .baselines import SpeechBaselineConfig, run_baseline
 
     if param not in ("epochs", "lr"):
         raise ValueError(f"baseline_sweep ({method}): sweep 'epochs' or 'lr', got {param!r}")
@@ -117,7 +117,7 @@ def baseline_sweep(method: str, load_model: Callable[[], Any], arrays: Mapping[s
         if trained is not None and value == cfg.get(param):
             model = trained()
         else:
-            point = BaselineConfig.from_dict({**cfg, param: int(value) if param == "epochs" else float(value)})
+            point = SpeechBaselineConfig.from_dict({**cfg, param: int(value) if param == "epochs" else float(value)})
             model, _ = run_baseline(method, load_model(), arrays, forget_mask, retain_mask, point)
         rows.append(_row(setting, method, param, value, None, evaluate(model)))
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)

@@ -29,7 +29,9 @@ from typing import Any, Mapping, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .lm import PromptTemplate, _from_dict, answer_token_nll, model_device, collate, encode_prompts, encode_qa_many, qa_pair
+from ..checkpoints import model_device
+from ..config import from_mapping
+from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_prompts, encode_qa_many, pad_token_id, qa_pair
 
 __all__ = ["EvalConfig", "UnicodeWords", "ROUGE_TOKENIZERS", "answer_losses", "greedy_generate", "evaluate_set", "evaluate_tofu", "TOFU_LOG_NAMES"]
 
@@ -62,16 +64,12 @@ class EvalConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "EvalConfig":
-        return _from_dict(cls, d, "evaluation config")
-
-
-def _pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return from_mapping(cls, d, "evaluation config")
 
 
 def _length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    """Batches in increasing length, ties in index order (no shuffling: evaluation order is fixed)."""
+    return bucketed_batches(lengths, batch_size, seed=0, shuffle=False)
 
 
 def answer_losses(model, tokenizer, template: PromptTemplate, pairs: Sequence[tuple[str, str]], cfg: EvalConfig,
@@ -84,7 +82,7 @@ def answer_losses(model, tokenizer, template: PromptTemplate, pairs: Sequence[tu
     """
     examples = encode_qa_many(tokenizer, template, pairs, cfg.max_length)
     out: list[tuple[float, int]] = [(0.0, 0)] * len(examples)
-    pad_id = _pad_id(tokenizer)
+    pad_id = pad_token_id(tokenizer)
     was_training = model.training
     model.eval()
     try:
@@ -111,7 +109,7 @@ def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Seque
     tokenizer's ``padding_side`` is left as it was.
     """
     prompts = encode_prompts(tokenizer, template, questions)
-    pad_id = _pad_id(tokenizer)
+    pad_id = pad_token_id(tokenizer)
     eos_id = tokenizer.eos_token_id
     out = [""] * len(prompts)
     saved_side = getattr(tokenizer, "padding_side", None)

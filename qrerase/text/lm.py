@@ -1,4 +1,4 @@
-"""Causal-LM plumbing: prompt template, QA encoding, length-bucketed batching, tokenizer/model I/O.
+"""Causal-LM plumbing: prompt template, QA encoding, length-bucketed batching, answer-token losses.
 
 Everything the trainer (:mod:`qrerase.text.training`) and the TOFU evaluator (:mod:`qrerase.text.evaluation`)
 share lives here, so that both see exactly the same token sequences:
@@ -11,25 +11,21 @@ share lives here, so that both see exactly the same token sequences:
 * :func:`answer_token_nll` computes per-token NLL on answer positions only (the LM head is applied
   to answer positions only where the architecture allows it); :func:`answer_token_logits` gives the
   logits there, :func:`sequence_nll` / :func:`per_sequence` the per-sequence sums.
-* :func:`train_bpe_tokenizer` and :func:`build_tiny_llama` build the small, fully local model of
-  the default run; :func:`load_model`, :func:`load_tokenizer` and :func:`save_model` read and write
-  Hugging Face checkpoints (atomically, safetensors only).
+
+The tokenizer and the models themselves are :mod:`qrerase.text.models`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..io import atomic_dir
+from ..checkpoints import model_device
+from ..config import from_mapping
 
 __all__ = [
     "PromptTemplate",
@@ -39,34 +35,15 @@ __all__ = [
     "encode_prompts",
     "bucketed_batches",
     "collate",
-    "model_device",
-    "resolve_device",
+    "pad_token_id",
     "answer_token_logits",
     "answer_token_nll",
     "per_sequence",
     "sequence_nll",
-    "train_bpe_tokenizer",
-    "TinyLlamaConfig",
-    "build_tiny_llama",
-    "load_model",
-    "load_tokenizer",
-    "save_model",
     "IGNORE_INDEX",
 ]
 
 IGNORE_INDEX = -100
-
-SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
-
-
-def _from_dict(cls, d: Mapping[str, Any] | None, what: str):
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys with a clear message."""
-    d = dict(d or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ValueError(f"{what}: unknown key(s) {unknown}; allowed: {sorted(names)}")
-    return cls(**d)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -103,7 +80,7 @@ class PromptTemplate:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PromptTemplate":
-        return _from_dict(cls, d, "prompt template")
+        return from_mapping(cls, d, "prompt template")
 
     @classmethod
     def from_chat_template(cls, tokenizer) -> "PromptTemplate":
@@ -221,6 +198,11 @@ def bucketed_batches(lengths: Sequence[int], batch_size: int, seed: int, shuffle
     return batches
 
 
+def pad_token_id(tokenizer) -> int:
+    """The tokenizer's pad id, else its EOS id (padding is masked out everywhere)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def collate(examples: Sequence, pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad examples into ``input_ids``, ``attention_mask`` and ``labels`` (``-100`` on pads).
 
@@ -252,20 +234,6 @@ _PLAIN_HEAD_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_mo
 def _unwrap(model):
     get_base = getattr(model, "get_base_model", None)  # PEFT wrapper
     return get_base() if callable(get_base) else model
-
-
-def model_device(model) -> torch.device:
-    """The device of a model's first parameter (CPU for a parameter-less module)."""
-    for param in model.parameters():
-        return param.device
-    return torch.device("cpu")
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    """``auto``: the first CUDA GPU when one is visible, else the CPU; or an explicit torch device."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def answer_token_logits(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -334,208 +302,3 @@ def sequence_nll(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor
     """
     nll, mask = answer_token_nll(model, batch)
     return per_sequence(nll, mask.to(nll.device))
-
-
-# --------------------------------------------------------------------------------------------------
-# Tokenizer
-# --------------------------------------------------------------------------------------------------
-
-
-def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike,
-                        individual_digits: bool = False):
-    """Train a byte-level BPE tokenizer on ``texts`` and save it (atomically) to ``out_dir``.
-
-    ``individual_digits``: split every digit into its own pre-token (as Llama-2's tokenizer does),
-    so numbers are spelled digit by digit and arithmetic can generalise across numbers.
-
-    Special tokens ``<s>`` (BOS, prepended by the post-processor like Llama's), ``</s>`` (EOS),
-    ``<pad>`` and ``<unk>`` get ids 0..3. Training is deterministic for given texts and vocab size.
-    The result reloads with ``AutoTokenizer.from_pretrained(out_dir)``; the trained tokenizer is
-    returned (as a ``PreTrainedTokenizerFast``).
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = [SPECIAL_TOKENS[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token")]
-    tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    if individual_digits:
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-        )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=int(vocab_size),
-        min_frequency=2,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(list(texts), trainer=trainer)
-    bos = SPECIAL_TOKENS["bos_token"]
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False, **SPECIAL_TOKENS)
-    fast.model_max_length = 1 << 20
-    with atomic_dir(out_dir) as tmp:
-        fast.save_pretrained(str(tmp))
-    return fast
-
-
-def load_tokenizer(name_or_path: str | os.PathLike, local_files_only: bool = True):
-    """``AutoTokenizer.from_pretrained``; the pad token falls back to EOS when missing.
-
-    Raises a one-line ``ValueError`` naming the path when it does not hold a tokenizer.
-    """
-    from transformers import AutoTokenizer
-
-    where = _resolve(name_or_path, local_files_only, ("tokenizer_config.json", "tokenizer.json"), "tokenizer")
-    try:
-        tok = AutoTokenizer.from_pretrained(where, local_files_only=local_files_only)
-    except Exception as exc:  # transformers raises OSError/ValueError/... depending on the failure
-        raise ValueError(f"{name_or_path}: cannot load a tokenizer ({_first_line(exc)})") from exc
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
-# --------------------------------------------------------------------------------------------------
-# Models
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TinyLlamaConfig:
-    """Dimensions of the small Llama-architecture model built from scratch for the default run.
-
-    The defaults (1.56 M parameters with a 3000-token vocabulary) were tuned on 617 TOFU + knowledge
-    QA on 2 CPU threads: with ``TrainConfig(epochs=20, lr=2e-3, batch_size=16, warmup_ratio=0.05)``
-    they memorise the training answers (answer loss ~0.05) in about a minute. Untied embeddings and
-    few layers memorise markedly faster than tied / deeper models of the same cost.
-    """
-
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_hidden_layers: int = 3
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 4
-    max_position_embeddings: int = 256
-    tie_word_embeddings: bool = False
-    rope_theta: float = 10000.0
-    initializer_range: float = 0.02
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "TinyLlamaConfig":
-        return _from_dict(cls, d, "tiny llama config")
-
-
-def build_tiny_llama(cfg: TinyLlamaConfig, tokenizer, seed: int):
-    """A freshly initialised ``LlamaForCausalLM`` (vocabulary and special ids from ``tokenizer``).
-
-    Initialisation uses ``torch.manual_seed(seed)`` inside a forked RNG, so it is reproducible and
-    does not disturb the caller's global RNG state. The model is returned in eval mode.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=cfg.tie_word_embeddings,
-        initializer_range=cfg.initializer_range,
-        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=pad,
-        attention_dropout=0.0,
-    )
-    config._attn_implementation = "sdpa"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    gc = model.generation_config
-    gc.bos_token_id, gc.eos_token_id, gc.pad_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id, pad
-    return model.eval()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
-def _resolve(name_or_path, local_files_only: bool, markers: Sequence[str], what: str) -> str:
-    """A local directory for ``name_or_path``, or the hub id itself when downloads are allowed.
-
-    With ``local_files_only`` a hub id is resolved through the local Hugging Face cache first:
-    ``from_pretrained`` on a bare id may still probe the network for optional files.
-    """
-    p = Path(name_or_path).expanduser()
-    if p.is_dir():
-        if not any((p / m).is_file() for m in markers):
-            raise ValueError(f"{name_or_path}: not a {what} directory (none of {', '.join(markers)} found)")
-        return str(p)
-    if p.exists():
-        raise ValueError(f"{name_or_path}: is a file, expected a {what} directory")
-    if not local_files_only:
-        return str(name_or_path)
-    if not _looks_like_hub_id(str(name_or_path)):
-        raise ValueError(f"{name_or_path}: no such {what} directory")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(str(name_or_path), local_files_only=True)
-    except Exception as exc:
-        raise ValueError(
-            f"{name_or_path}: no such {what} directory, and not in the local Hugging Face cache ({_first_line(exc)})"
-        ) from exc
-
-
-def _looks_like_hub_id(s: str) -> bool:
-    parts = s.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not s.startswith((".", "/", "~"))
-
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-
-def load_model(
-    name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True, device: str = "cpu"
-):
-    """``AutoModelForCausalLM.from_pretrained`` in ``dtype``, in eval mode.
-
-    ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model
-    gives a one-line ``ValueError`` naming it.
-    """
-    from transformers import AutoModelForCausalLM
-
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    where = _resolve(name_or_path, local_files_only, ("config.json", "adapter_config.json"), "model")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=_DTYPES[dtype], local_files_only=local_files_only
-        )
-    except Exception as exc:
-        raise ValueError(f"{name_or_path}: cannot load a causal LM ({_first_line(exc)})") from exc
-    if model.generation_config.pad_token_id is None and model.config.eos_token_id is not None:
-        eos = model.config.eos_token_id
-        model.generation_config.pad_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-    return model.to(resolve_device(device)).eval()
-
-
-def save_model(model, tokenizer, out_dir: str | os.PathLike) -> None:
-    """Save model (safetensors) and tokenizer into ``out_dir`` atomically (replacing it whole)."""
-    kwargs = {}
-    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
-        kwargs["safe_serialization"] = True  # transformers < 5; v5 always writes safetensors
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(str(tmp), **kwargs)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))

@@ -7,7 +7,7 @@
 * :func:`train_steps` is the optimisation loop itself (any per-step loss), shared with the
   unlearning baselines of :mod:`qrerase.baselines.text`.
 
-Runs are reproducible: :func:`set_determinism` seeds every RNG, fixes the thread count and turns on
+Runs are reproducible: :func:`qrerase.determinism.set_determinism` seeds every RNG, fixes the thread count and turns on
 ``torch.use_deterministic_algorithms``; batch composition and order come from seeded RNGs. Two runs
 with the same seed, data and thread count give bit-identical weights.
 """
@@ -16,27 +16,26 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import sys
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..config import from_mapping
+from ..determinism import epoch_seed, set_determinism
 from ..io import atomic_dir
-from .lm import PromptTemplate, _from_dict, answer_token_nll, bucketed_batches, collate, encode_qa_many, qa_pair
+from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_qa_many, pad_token_id, qa_pair
 
 __all__ = [
     "TrainConfig",
     "LoraTrainConfig",
-    "set_determinism",
     "train_steps",
     "epoch_batches",
-    "pad_token_id",
+    "epoch_steps",
     "train_causal_lm",
     "add_lora",
     "train_lora",
@@ -70,7 +69,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
-        return _from_dict(cls, d, "training config")
+        return from_mapping(cls, d, "training config")
 
 
 def _default_lora_train() -> TrainConfig:
@@ -94,18 +93,7 @@ class LoraTrainConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LoraTrainConfig":
-        return _from_dict(cls, d, "LoRA training config")
-
-
-def set_determinism(seed: int, threads: int) -> None:
-    """Seed Python, NumPy and torch, fix the intra-op thread count, require deterministic kernels."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # only matters on CUDA
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-    if threads and threads > 0 and torch.get_num_threads() != threads:
-        torch.set_num_threads(int(threads))
-    torch.use_deterministic_algorithms(True)
+        return from_mapping(cls, d, "LoRA training config")
 
 
 def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -121,10 +109,6 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):
         return torch.optim.AdamW(groups, **kwargs)
-
-
-def _epoch_seed(seed: int, epoch: int) -> int:
-    return (int(seed) * 1_000_003 + int(epoch)) % (2**63)
 
 
 def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
@@ -183,7 +167,13 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
 
 def epoch_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
     """The shuffled, length-bucketed batches of one epoch (0-based), seeded by ``seed`` and ``epoch``."""
-    return bucketed_batches(lengths, batch_size, _epoch_seed(seed, epoch), shuffle=True)
+    return bucketed_batches(lengths, batch_size, epoch_seed(seed, epoch), shuffle=True)
+
+
+def epoch_steps(lengths: Sequence[int], batch_size: int, epochs: int, seed: int) -> list[tuple[int, list[int]]]:
+    """One ``(epoch, batch)`` per optimiser step over ``epochs`` epochs (1-based in the result) of
+    :func:`epoch_batches`: the ``steps`` of :func:`train_steps` for training on one example set."""
+    return [(epoch + 1, idx) for epoch in range(epochs) for idx in epoch_batches(lengths, batch_size, seed, epoch)]
 
 
 def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
@@ -202,8 +192,7 @@ def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], temp
     pad_id = pad_token_id(tokenizer)
     examples = encode_qa_many(tokenizer, template, [qa_pair(r) for r in records], cfg.max_length)
     lengths = [len(x[0]) for x in examples]
-    steps = [(epoch + 1, idx) for epoch in range(cfg.epochs)
-             for idx in epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)]
+    steps = epoch_steps(lengths, cfg.batch_size, cfg.epochs, cfg.seed)
 
     def loss_fn(idx):
         nll, _ = answer_token_nll(model, collate([examples[i] for i in idx], pad_id))
@@ -211,11 +200,6 @@ def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], temp
 
     rows = train_steps(model, cfg, steps, loss_fn, desc=desc)
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
-
-
-def pad_token_id(tokenizer) -> int:
-    """The tokenizer's pad id, else its EOS id (padding is masked out everywhere)."""
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def add_lora(model, cfg: LoraTrainConfig):

@@ -52,7 +52,7 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         snakemake.config = recording
     try:
         if seed is not None:
-            from ..text.training import set_determinism
+            from ..determinism import set_determinism
 
             set_determinism(int(seed), int(snakemake.threads))
         log.info("rule %s started (threads=%s)", snakemake.rule, snakemake.threads)
@@ -112,7 +112,7 @@ def template_from(model_cfg: dict, tokenizer: Any = None):
 
 def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None, model_cfg: dict):
     """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
-    from ..text.lm import load_model, load_tokenizer
+    from ..text.models import load_model, load_tokenizer
 
     model = load_model(str(model_dir), dtype=model_cfg.get("dtype", "float32"), device=model_cfg.get("device", "cpu"))
     tokenizer = load_tokenizer(str(model_dir))
@@ -129,11 +129,11 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
 def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype: str = "float32", device: str = "cpu"):
     """(model, tokenizer or None) of a checkpoint of the given kind, in eval mode.
 
-    ``causal_lm``: :func:`qrerase.text.lm.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
+    ``causal_lm``: :func:`qrerase.text.models.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
     classifier (:func:`qrerase.speech.model.load_speech_model`), which has no tokenizer.
     """
     if kind == "causal_lm":
-        from ..text.lm import load_model, load_tokenizer
+        from ..text.models import load_model, load_tokenizer
 
         return load_model(str(model_dir), dtype=dtype, device=device), load_tokenizer(str(model_dir))
     if kind == "audio_classifier":

@@ -1,0 +1,86 @@
+"""Hugging Face checkpoint plumbing shared by the text and the speech models.
+
+Devices (:func:`resolve_device`, :func:`model_device`), the ``dtype`` names of the config
+(:data:`DTYPES`), where a checkpoint lives (:func:`resolve_checkpoint`: a local directory, or a hub id
+resolved through the local cache) and the atomic safetensors writer :func:`save_model`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .io import atomic_dir
+
+__all__ = ["DTYPES", "model_device", "resolve_device", "resolve_checkpoint", "first_line", "save_model"]
+
+#: Config ``dtype`` names → torch dtypes.
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def model_device(model) -> torch.device:
+    """The device of a model's first parameter (CPU for a parameter-less module)."""
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto``: the first CUDA GPU when one is visible, else the CPU; or an explicit torch device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when empty), for one-line errors."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def resolve_checkpoint(name_or_path, local_files_only: bool, markers: Sequence[str], what: str) -> str:
+    """A local directory for ``name_or_path``, or the hub id itself when downloads are allowed.
+
+    With ``local_files_only`` a hub id is resolved through the local Hugging Face cache first:
+    ``from_pretrained`` on a bare id may still probe the network for optional files.
+    """
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        if not any((p / m).is_file() for m in markers):
+            raise ValueError(f"{name_or_path}: not a {what} directory (none of {', '.join(markers)} found)")
+        return str(p)
+    if p.exists():
+        raise ValueError(f"{name_or_path}: is a file, expected a {what} directory")
+    if not local_files_only:
+        return str(name_or_path)
+    if not _looks_like_hub_id(str(name_or_path)):
+        raise ValueError(f"{name_or_path}: no such {what} directory")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(str(name_or_path), local_files_only=True)
+    except Exception as exc:
+        raise ValueError(
+            f"{name_or_path}: no such {what} directory, and not in the local Hugging Face cache ({first_line(exc)})"
+        ) from exc
+
+
+def _looks_like_hub_id(s: str) -> bool:
+    parts = s.split("/")
+    return 1 <= len(parts) <= 2 and all(parts) and not s.startswith((".", "/", "~"))
+
+
+def save_model(model, tokenizer, out_dir: str | os.PathLike) -> None:
+    """Save model (safetensors) and tokenizer into ``out_dir`` atomically (replacing it whole)."""
+    kwargs = {}
+    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
+        kwargs["safe_serialization"] = True  # transformers < 5; v5 always writes safetensors
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(str(tmp), **kwargs)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
