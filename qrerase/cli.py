@@ -8,7 +8,7 @@
 - ``qrerase factors FORGET_ADAPTER RETAIN_ADAPTER --rank K``: the per-module factor report of
   :func:`qrerase.method.diagnostics.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
 - ``qrerase audit results/``: re-hash every artifact with a provenance record and check every record,
-  every input → output link and the manifest (:func:`qrerase.workflow.provenance.audit`); exit status 0 when
+  every input → output link and the manifest (:func:`qrerase.workflow.manifest.audit`); exit status 0 when
   all hold, 1 with one line per broken artifact (path: why) otherwise.
 - ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON.
 """
@@ -20,7 +20,8 @@ import sys
 
 
 def _tofu(args: argparse.Namespace) -> int:
-    from .text.tofu import load_log, metrics_frame
+    from .text.tofu_log import load_log
+    from .text.tofu import metrics_frame
 
     log = load_log(args.log)
     ref = load_log(args.reference) if args.reference else None
@@ -69,7 +70,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .workflow.provenance import audit
+    from .workflow.manifest import audit
 
     problems, counts = audit(args.results)
     for problem in problems:
@@ -89,7 +90,7 @@ def _manifest(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .workflow.provenance import build_manifest
+    from .workflow.manifest import build_manifest
 
     manifest = build_manifest(args.targets, root=Path(args.results).resolve().parent)
     print(json.dumps(manifest, indent=2, sort_keys=True))

@@ -107,7 +107,8 @@ def _benchmark_tsv(path, seconds):
 
 def test_method_costs_sum_benchmarks_per_component(tmp_path):
     from qrerase.bench.cost import method_costs, read_snakemake_benchmark
-    from qrerase.reports.tables import cost_table, write_table
+    from qrerase.reports.cost import cost_table
+    from qrerase.reports.tables import write_table
 
     f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
          [("lora_f", 10.0), ("lora_r", 30.0), ("tm_f", 1.5), ("tm_r", 1.5), ("fac_f", 0.5), ("fac_r", 0.75),
@@ -130,7 +131,8 @@ def test_method_costs_sum_benchmarks_per_component(tmp_path):
 
 def test_grouped_costs_one_column_group_per_experiment(tmp_path):
     from qrerase.bench.cost import grouped_method_costs
-    from qrerase.reports.tables import cost_table, write_table
+    from qrerase.reports.cost import cost_table
+    from qrerase.reports.tables import write_table
 
     f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
          [("lora_en", 10.0), ("erase_en", 1.0), ("ga_en", 30.0), ("lora_hi", 20.0), ("erase_hi", 2.0), ("ga_hi", 50.0)]}
@@ -165,7 +167,7 @@ def test_method_costs_bad_input(tmp_path):
     with pytest.raises(ValueError, match="unknown component"):
         method_costs({"ga": {"train_s": []}})
     from qrerase.bench.cost import COST_COLUMNS
-    from qrerase.reports.tables import cost_table
+    from qrerase.reports.cost import cost_table
 
     with pytest.raises(ValueError, match=r"missing column\(s\) \['unlearn'\]"):
         cost_table(method_costs({}), "unlearn")

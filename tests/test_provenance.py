@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from qrerase.workflow import manifest as mf
 from qrerase.workflow import provenance as pv
 from qrerase.cli import main
 
@@ -108,7 +109,7 @@ def graph(tmp_path):
             outputs=["results/b", "results/c.txt"], seed=None, threads=1, start=0.0, end=1.0, workflow_dir=tmp_path,
         )
         pv.write_records(rec)
-        manifest = pv.build_manifest(["results/b", "results/c.txt"])
+        manifest = mf.build_manifest(["results/b", "results/c.txt"])
     finally:
         os.chdir(cwd)
     from qrerase.io import write_json
@@ -156,13 +157,13 @@ def test_manifest_is_the_artifact_graph(graph):
         cwd = os.getcwd()
         os.chdir(graph)
         try:
-            pv.build_manifest(["results/zzz"])
+            mf.build_manifest(["results/zzz"])
         finally:
             os.chdir(cwd)
 
 
 def test_audit_clean_graph(graph, capsys):
-    problems, counts = pv.audit(graph / "results")
+    problems, counts = mf.audit(graph / "results")
     assert problems == [] and counts["records"] == 3
     assert main(["audit", str(graph / "results")]) == 0
     assert "OK" in capsys.readouterr().out
@@ -174,7 +175,7 @@ def _paths(problems):
 
 def test_audit_names_modified_and_stale_artifacts(graph, capsys):
     (graph / "results/a.txt").write_text("tampered")
-    problems, _ = pv.audit(graph / "results")
+    problems, _ = mf.audit(graph / "results")
     assert _paths(problems) == {
         ("results/a.txt", "modified"),
         ("results/b", "produced from input results/a.txt"),
@@ -188,7 +189,7 @@ def test_audit_names_modified_and_stale_artifacts(graph, capsys):
 def test_audit_file_inside_directory_artifact_and_source(graph):
     (graph / "results/b/w.bin").write_text("other")
     (graph / "data/src.txt").write_text("new source")
-    reasons = {str(p) for p in pv.audit(graph / "results")[0]}
+    reasons = {str(p) for p in mf.audit(graph / "results")[0]}
     assert any(r.startswith("results/b: modified") for r in reasons)
     assert any(r.startswith("results/a.txt: produced from input data/src.txt whose hash no longer matches") for r in reasons)
     assert any(r.startswith("data/src.txt: source file of the manifest changed") for r in reasons)
@@ -197,7 +198,7 @@ def test_audit_file_inside_directory_artifact_and_source(graph):
 def test_audit_missing_and_rerun_upstream(graph):
     (graph / "results/c.txt").unlink()
     _job(graph, "make_a", ["data/src.txt"], {"results/a.txt": "A2"}, k=2)  # upstream re-made, downstream not
-    reasons = {str(p) for p in pv.audit(graph / "results")[0]}
+    reasons = {str(p) for p in mf.audit(graph / "results")[0]}
     assert "results/c.txt: missing (recorded by rule make_b)" in reasons
     assert any(r.startswith("results/b: produced from input results/a.txt whose recorded hash") for r in reasons)
     assert any(r.startswith("results/a.txt: manifest hash") for r in reasons)
@@ -205,13 +206,13 @@ def test_audit_missing_and_rerun_upstream(graph):
 
 def test_audit_bad_records(graph, tmp_path_factory):
     (graph / pv.record_path("results/a.txt")).write_text("{not json")
-    problems, _ = pv.audit(graph / "results")
+    problems, _ = mf.audit(graph / "results")
     assert any("unreadable provenance record" in p.reason for p in problems)
     empty = tmp_path_factory.mktemp("empty")
     (empty / "results").mkdir()
-    assert "no provenance records" in pv.audit(empty / "results")[0][0].reason
+    assert "no provenance records" in mf.audit(empty / "results")[0][0].reason
     with pytest.raises(FileNotFoundError, match="not a directory"):
-        pv.audit(empty / "nothing")
+        mf.audit(empty / "nothing")
 
 
 def test_remove_records(graph):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qrerase.text import tofu
+from qrerase.text import tofu, tofu_log
 from qrerase.reports.tables import (
     METHOD_LABELS,
     Column,
@@ -21,9 +21,9 @@ from qrerase.reports.tables import (
     render_latex,
     render_markdown,
     table_csv_frame,
-    tofu_table,
     write_table,
 )
+from qrerase.reports.tofu import tofu_table
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
 
@@ -258,8 +258,8 @@ def test_tex_escaping_of_labels_and_headers():
 
 
 def test_tofu_table_from_real_metrics_frames(tmp_path):
-    full = tofu.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json")
-    ret = tofu.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json")
+    full = tofu_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json")
+    ret = tofu_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json")
     tidy = pd.concat([
         tofu.metrics_frame(ret, ret, model="retain"),
         tofu.metrics_frame(full, ret, model="base"),

@@ -12,7 +12,7 @@ import torch
 from qrerase.baselines.text import kl_divergence
 from qrerase.text.lm import PromptTemplate, collate, encode_qa_many
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
-from qrerase.reports.tables import task_table
+from qrerase.reports.task import task_table
 from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.text.task import (
     SPLITS,

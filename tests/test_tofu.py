@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
 
-from qrerase.text import tofu
+from qrerase.text import tofu, tofu_log
 from qrerase.io import write_json
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
@@ -20,12 +20,12 @@ RETAIN90 = LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json"
 
 @pytest.fixture(scope="module")
 def full():
-    return tofu.load_log(FULL)
+    return tofu_log.load_log(FULL)
 
 
 @pytest.fixture(scope="module")
 def retain90():
-    return tofu.load_log(RETAIN90)
+    return tofu_log.load_log(RETAIN90)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def test_components_match_transcribed_tofu_code(full, retain90):
     for log in (full, retain90):
         ref = _tofu_reference_aggregation(log)
         comps = tofu.component_metrics(log)
-        for name, fname in tofu.FILES.items():
+        for name, fname in tofu_log.FILES.items():
             p, r, t = ref[fname]
             assert comps[f"{name}_probability"] == pytest.approx(p, rel=1e-12)
             assert comps[f"{name}_rougeL"] == pytest.approx(r, rel=1e-12)
@@ -79,7 +79,7 @@ def test_components_match_transcribed_tofu_code(full, retain90):
         nine = [v for f, vals in ref.items() if "forget" not in f for v in vals]
         assert tofu.model_utility(log) == pytest.approx(hmean(nine), rel=1e-12)
     comps = tofu.component_metrics(full)
-    assert list(comps) == [f"{s}_{m}" for s in tofu.SETS for m in ("probability", "rougeL", "truth_ratio")]
+    assert list(comps) == [f"{s}_{m}" for s in tofu_log.TOFU_SETS for m in ("probability", "rougeL", "truth_ratio")]
     assert comps["retain_probability"] == pytest.approx(0.9895272273969067, rel=1e-12)
     assert comps["real_authors_rougeL"] == pytest.approx(0.933, rel=1e-12)
     assert comps["world_facts_truth_ratio"] == pytest.approx(0.5390328416393139, rel=1e-12)
@@ -87,7 +87,7 @@ def test_components_match_transcribed_tofu_code(full, retain90):
 
 def test_published_truth_ratio_field_is_inverse_of_R(full):
     # TOFU stores truth_ratio = 1/R; our R is the statistic the aggregation uses.
-    s = full[tofu.FILES["forget"]]
+    s = full[tofu_log.FILES["forget"]]
     r = tofu.truth_ratios(s)
     stored = np.array([s["truth_ratio"][q] for q in sorted(s["truth_ratio"], key=int)])
     np.testing.assert_allclose(1 / r, stored, rtol=1e-5)
@@ -95,7 +95,7 @@ def test_published_truth_ratio_field_is_inverse_of_R(full):
 
 def test_rougeL_recall_reproduces_published_values(full):
     # generated_text is [prompt, generation, ground truth] in TOFU's logs
-    for fname in (tofu.FILES["world_facts"], tofu.FILES["real_authors"]):
+    for fname in (tofu_log.FILES["world_facts"], tofu_log.FILES["real_authors"]):
         s = full[fname]
         for q, (_, gen, gt) in s["generated_text"].items():
             assert tofu.rougeL_recall(gen, gt) == pytest.approx(s["rougeL_recall"][q], abs=1e-12)
@@ -148,7 +148,7 @@ def hand_log():
 
 def test_hand_log_components():
     log = hand_log()
-    tofu.validate_log(log, source="hand")
+    tofu_log.validate_log(log, source="hand")
     c = tofu.component_metrics(log)
     e = math.e
     assert c["retain_probability"] == pytest.approx((0.5 + 0.25) / 2)
@@ -170,7 +170,7 @@ def test_hand_log_components():
     assert c["real_authors_truth_ratio"] == pytest.approx((1 - 1 / math.sqrt(2)) / 2)
     assert tofu.probability(log["eval_log.json"], "eval_log.json") == c["retain_probability"]
     assert tofu.truth_ratio_metric(log["eval_log_forget.json"], forget=False) == pytest.approx((1 - 1 / e) / 2)
-    nine = [c[f"{s}_{m}"] for s in tofu.UTILITY_SETS for m in ("probability", "rougeL", "truth_ratio")]
+    nine = [c[f"{s}_{m}"] for s in tofu_log.UTILITY_SETS for m in ("probability", "rougeL", "truth_ratio")]
     assert tofu.model_utility(log) == pytest.approx(len(nine) / sum(1 / v for v in nine))
 
 
@@ -222,7 +222,7 @@ def _short_field(log):
 
 
 def _empty_set(log):
-    log["eval_log_forget.json"] = {f: {} for f in tofu.REQUIRED_FIELDS}
+    log["eval_log_forget.json"] = {f: {} for f in tofu_log.REQUIRED_FIELDS}
     return "eval_log_forget.json", "avg_gt_loss"
 
 
@@ -257,11 +257,11 @@ def test_bad_aggregated_log_names_file_set_and_field(tmp_path, breaker):
     path = tmp_path / "eval_log_aggregated.json"
     write_json(path, log)
     with pytest.raises(ValueError) as err:
-        tofu.load_log(path)
+        tofu_log.load_log(path)
     msg = str(err.value)
     assert str(path) in msg and fname in msg and repr(field) in msg, msg
     with pytest.raises(ValueError, match=field):
-        tofu.validate_log(log, source="in-memory")
+        tofu_log.validate_log(log, source="in-memory")
 
 
 @pytest.mark.parametrize("breaker", BREAKERS, ids=lambda f: f.__name__.strip("_"))
@@ -271,7 +271,7 @@ def test_bad_log_directory_names_the_file_and_field(tmp_path, breaker):
     for f, content in log.items():
         write_json(tmp_path / f, content)
     with pytest.raises(ValueError) as err:
-        tofu.load_log(tmp_path)
+        tofu_log.load_log(tmp_path)
     msg = str(err.value)
     assert str(tmp_path / fname) in msg and repr(field) in msg, msg
 
@@ -282,13 +282,13 @@ def test_missing_set_and_bad_json(tmp_path):
     path = tmp_path / "agg.json"
     write_json(path, log)
     with pytest.raises(ValueError, match=r"agg\.json.*eval_real_world_wo_options\.json"):
-        tofu.load_log(path)
+        tofu_log.load_log(path)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
-        tofu.load_log(bad)
+        tofu_log.load_log(bad)
     with pytest.raises(FileNotFoundError, match="missing"):
-        tofu.load_log(tmp_path)  # a directory without the four files
+        tofu_log.load_log(tmp_path)  # a directory without the four files
     with pytest.raises(ValueError, match="unknown TOFU set"):
         tofu.probability(hand_log()["eval_log.json"], "holdout")
 
@@ -297,7 +297,7 @@ def test_write_log_refuses_invalid_log(tmp_path):
     log = hand_log()
     _nan_loss(log)
     with pytest.raises(ValueError, match="avg_gt_loss"):
-        tofu.write_log(log, tmp_path / "out")
+        tofu_log.write_log(log, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -306,17 +306,17 @@ def test_write_log_refuses_invalid_log(tmp_path):
 
 
 def test_round_trip_directory_and_aggregated(tmp_path, full):
-    tofu.write_log(full, tmp_path / "eval")
-    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == sorted(tofu.FILES.values())
-    back = tofu.load_log(tmp_path / "eval")
+    tofu_log.write_log(full, tmp_path / "eval")
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == sorted(tofu_log.FILES.values())
+    back = tofu_log.load_log(tmp_path / "eval")
     assert back == full
-    tofu.write_aggregated(full, tmp_path / "agg" / "eval_log_aggregated.json")
-    back2 = tofu.load_log(tmp_path / "agg" / "eval_log_aggregated.json")
+    tofu_log.write_aggregated(full, tmp_path / "agg" / "eval_log_aggregated.json")
+    back2 = tofu_log.load_log(tmp_path / "agg" / "eval_log_aggregated.json")
     assert back2 == full
-    assert tofu.load_log(tmp_path / "agg") == full  # directory holding only the aggregated file
+    assert tofu_log.load_log(tmp_path / "agg") == full  # directory holding only the aggregated file
     assert tofu.model_utility(back) == tofu.model_utility(full)
     # byte-identical when written twice
-    tofu.write_aggregated(full, tmp_path / "agg2.json")
+    tofu_log.write_aggregated(full, tmp_path / "agg2.json")
     assert (tmp_path / "agg2.json").read_bytes() == (tmp_path / "agg" / "eval_log_aggregated.json").read_bytes()
 
 
@@ -326,8 +326,8 @@ def test_write_log_accepts_numpy_values(tmp_path):
     s["avg_gt_loss"] = {k: np.float32(v) for k, v in s["avg_gt_loss"].items()}
     s["average_perturb_loss"] = {k: np.asarray(v) for k, v in s["average_perturb_loss"].items()}
     s["num_token_gt"] = {"2": np.int64(3), "10": np.int64(4)}
-    tofu.write_log(log, tmp_path)
-    back = tofu.load_log(tmp_path)
+    tofu_log.write_log(log, tmp_path)
+    back = tofu_log.load_log(tmp_path)
     assert back["eval_log.json"]["num_token_gt"] == {"2": 3, "10": 4}
     assert tofu.component_metrics(back) == pytest.approx(tofu.component_metrics(log))
 
@@ -339,7 +339,7 @@ def test_alias_keys_of_forked_aggregated_files(tmp_path):
              "real_world_wo_options": log["eval_real_world_wo_options.json"]}
     path = tmp_path / "a.json"
     path.write_text(json.dumps(alias))
-    assert tofu.load_log(path) == hand_log()
+    assert tofu_log.load_log(path) == hand_log()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -349,7 +349,7 @@ def test_alias_keys_of_forked_aggregated_files(tmp_path):
 def test_truth_ratio_plot(tmp_path, full, retain90):
     from qrerase.reports.plots import truth_ratio_plot
 
-    f = tofu.FILES["forget"]
+    f = tofu_log.FILES["forget"]
     ratios = {"base": tofu.truth_ratios(full[f]), "retain": tofu.truth_ratios(retain90[f])}
     pv = truth_ratio_plot(ratios, "retain", tmp_path / "a.png")
     assert pv == {"base": tofu.forget_quality(full, retain90)}

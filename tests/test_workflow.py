@@ -125,7 +125,8 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
 
 
 def test_metrics_recompute_from_the_written_logs(workdir):
-    from qrerase.text.tofu import forget_quality, load_log, model_utility
+    from qrerase.text.tofu import forget_quality, model_utility
+    from qrerase.text.tofu_log import load_log
 
     table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
     ref = load_log(workdir / "results/tofu_forget10/eval/retain")
@@ -180,7 +181,7 @@ def test_baselines_unlearn_with_curves_and_costs(workdir):
 
 def load_log_frame(directory: Path) -> float:
     """Mean forget-set answer NLL of an eval log."""
-    from qrerase.text.tofu import load_log
+    from qrerase.text.tofu_log import load_log
 
     losses = load_log(directory)["eval_log_forget.json"]["avg_gt_loss"]
     return float(pd.Series(list(losses.values()) if isinstance(losses, dict) else losses).mean())
@@ -351,7 +352,7 @@ def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
     cluster-generic executor's job scripts, each run in the background in its own process by
     tests/cluster/submit.sh: same artifacts and provenance graph as the first run.
     (A table is a pure function of the metrics files, which tests/test_tables.py checks byte for byte.)"""
-    from qrerase.workflow.provenance import build_manifest
+    from qrerase.workflow.manifest import build_manifest
 
     wd = tmp_path_factory.mktemp("cluster")
     cfg = run_config(wd)

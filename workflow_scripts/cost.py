@@ -1,7 +1,8 @@
 """Rule cost: a track's wall time per method (baseline training vs LoRA + closed-form erase) from benchmark files."""
 
 from qrerase.bench.cost import grouped_method_costs, method_costs
-from qrerase.reports.tables import cost_table, write_table
+from qrerase.reports.cost import cost_table
+from qrerase.reports.tables import write_table
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

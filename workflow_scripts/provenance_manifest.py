@@ -1,7 +1,7 @@
 """Rule provenance_manifest: the artifact graph (nodes with sha256, input -> output edges) of the targets."""
 
 from qrerase.io import write_json
-from qrerase.workflow.provenance import build_manifest
+from qrerase.workflow.manifest import build_manifest
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:  # noqa: F821

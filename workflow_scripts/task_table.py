@@ -4,7 +4,8 @@ import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.text.task import task_frame
-from qrerase.reports.tables import task_table, write_table
+from qrerase.reports.task import task_table
+from qrerase.reports.tables import write_table
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output  # noqa: F821

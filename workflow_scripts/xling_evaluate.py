@@ -4,7 +4,7 @@ from pathlib import Path
 
 from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.io import atomic_dir, read_jsonl
-from qrerase.text.tofu import write_aggregated, write_log
+from qrerase.text.tofu_log import write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
 
 p = snakemake.params  # noqa: F821

@@ -7,7 +7,7 @@ from qrerase.io import write_csv
 from qrerase.text.multilingual import language_label
 from qrerase.reports.plots import crosslingual_scatter
 from qrerase.reports.tables import METHOD_LABELS, write_table
-from qrerase.text.tofu import load_log
+from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821

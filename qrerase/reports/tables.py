@@ -1,5 +1,9 @@
 """Paper-layout result tables (CSV + Markdown + LaTeX), shared by all tracks.
 
+The tables of each track are built in :mod:`qrerase.reports.tofu`, :mod:`qrerase.reports.task`,
+:mod:`qrerase.reports.crosslingual`, :mod:`qrerase.reports.speech` and :mod:`qrerase.reports.cost`;
+this module renders and writes them.
+
 A table is a pandas DataFrame with one row per model/method (a label column, by default
 ``method``) and numeric metric columns, plus a :class:`TableSpec` saying which columns to show and
 how. :func:`write_table` writes three files, each atomically, byte-identical for the same input:
@@ -37,7 +41,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-import numpy as np
 import pandas as pd
 
 from ..io import atomic_path, write_text
@@ -54,9 +57,6 @@ __all__ = [
     "render_latex",
     "table_csv_frame",
     "write_table",
-    "tofu_table",
-    "cost_table",
-    "task_table",
 ]
 
 #: raw method key -> display name (Markdown, CSV ``display_label``, plots).
@@ -427,144 +427,3 @@ def write_table(
         write_text(out_md, md)
     if out_tex is not None:
         write_text(out_tex, tex)
-
-
-# --------------------------------------------------------------------------------------------------
-# TOFU
-
-_TOFU_SET_GROUPS = (
-    ("retain", "Retain"),
-    ("real_authors", "Real Authors"),
-    ("world_facts", "World Facts"),
-    ("forget", "Forget"),
-)
-
-
-def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, TableSpec]:
-    """The paper's TOFU table: Method, Model Utility ↑, Forget Quality ↑ (✓ when p > 0.1).
-
-    ``rows`` is either tidy (columns ``model, metric, value``, e.g. concatenated
-    :func:`qrerase.text.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
-    ``model`` column and metric columns). Reference rows: ``base``, ``retain``. A missing Forget
-    Quality shows as ``---``. ``wide=True`` adds the twelve component metrics grouped by set
-    (forget-set components are not ranked: lower is not uniformly better there) and, when the rows
-    hold ``forget_nll`` / ``retain_nll`` and a ``base`` row, the selectivity diagnostic: each
-    model's change of forget-set and retain-set answer NLL against the base model (nats; a
-    selective erase raises the first far more than the second).
-    Returns ``(df, spec)`` for :func:`write_table`.
-    """
-    if {"model", "metric", "value"} <= set(rows.columns):
-        dup = rows.duplicated(["model", "metric"])
-        if dup.any():
-            bad = rows.loc[dup, ["model", "metric"]].to_records(index=False).tolist()[:5]
-            raise ValueError(f"tofu_table: duplicate (model, metric) rows {bad}")
-        order = list(dict.fromkeys(rows["model"]))
-        wide_df = rows.pivot(index="model", columns="metric", values="value").reindex(order)
-        wide_df = wide_df.reset_index().rename(columns={"model": "method"})
-        wide_df.columns.name = None
-    else:
-        key = "method" if "method" in rows.columns else "model" if "model" in rows.columns else None
-        if key is None:
-            raise ValueError(f"tofu_table: need a 'method' or 'model' column or tidy model/metric/value rows (got {list(rows.columns)})")
-        wide_df = rows.rename(columns={key: "method"}).copy()
-    if "model_utility" not in wide_df.columns:
-        raise ValueError("tofu_table: no 'model_utility' values")
-    if "forget_quality" not in wide_df.columns:
-        wide_df["forget_quality"] = np.nan
-    columns = [
-        Column("model_utility", "Model Utility", True, "{:.4f}", group="Overall" if wide else None),
-        Column("forget_quality", "Forget Quality", True, "sci", check_threshold=0.1, group="Overall" if wide else None),
-    ]
-    if wide:
-        for set_name, group in _TOFU_SET_GROUPS:
-            hib = None if set_name == "forget" else True
-            for metric, header in (("probability", "Prob."), ("rougeL", "ROUGE-L"), ("truth_ratio", "TR")):
-                name = f"{set_name}_{metric}"
-                if name not in wide_df.columns:
-                    wide_df[name] = np.nan
-                columns.append(Column(name, header, hib, "{:.4f}", group=group))
-        if {"forget_nll", "retain_nll"} <= set(wide_df.columns) and (wide_df["method"] == "base").any():
-            base = wide_df.loc[wide_df["method"] == "base"].iloc[0]
-            for set_name in ("forget", "retain"):
-                wide_df[f"{set_name}_dnll"] = wide_df[f"{set_name}_nll"] - base[f"{set_name}_nll"]
-                columns.append(Column(f"{set_name}_dnll", f"{set_name} ΔNLL", None, "{:.3f}", group="Selectivity"))
-    keep = ["method"] + [c.name for c in columns]
-    spec = TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", "retain"))
-    return wide_df[keep].reset_index(drop=True), spec
-
-
-#: (component, header) of the cost table, in column order (:data:`qrerase.bench.cost.COST_COLUMNS`).
-_COST_HEADERS = (
-    ("lora_s", "LoRA adapters (s)"),
-    ("task_matrices_s", "Task matrices (s)"),
-    ("erase_s", "Closed-form erase (s)"),
-    ("baseline_s", "Baseline training (s)"),
-    ("unlearn_s", "Unlearning step (s)"),
-    ("total_s", "Total (s)"),
-)
-
-
-def cost_table(
-    costs: pd.DataFrame, group_column: str | None = None, group_header: str | None = None
-) -> tuple[pd.DataFrame, TableSpec]:
-    """A track table's companion: wall time per method (:func:`qrerase.bench.cost.method_costs` frame).
-
-    Columns: LoRA training, task matrices, closed-form erase, baseline training, the unlearning step
-    (erase or baseline training) and the total, in seconds; not ranked (timings vary between runs).
-    With ``group_column`` (the cross-lingual unlearning language, the speech setting), the frame
-    holds one row per (method, group); the table keeps one row per method and repeats the six
-    columns per group (``<group>_<component>``, spanning header ``"<group_header> <group>"``), groups
-    in order of first appearance. Returns ``(df, spec)`` for :func:`write_table`.
-    """
-    need = ["method", *(name for name, _ in _COST_HEADERS)] + ([group_column] if group_column else [])
-    missing = [c for c in need if c not in costs.columns]
-    if missing:
-        raise ValueError(f"cost_table: missing column(s) {missing} (got {list(costs.columns)})")
-    if group_column is None:
-        columns = tuple(Column(name, header, None, "{:.1f}") for name, header in _COST_HEADERS)
-        return costs[["method", *(c.name for c in columns)]].copy(), TableSpec(columns=columns)
-    groups = list(dict.fromkeys(costs[group_column].astype(str)))
-    dup = costs[["method", group_column]].astype(str).duplicated()
-    if dup.any():
-        raise ValueError(f"cost_table: duplicate (method, {group_column}) rows {costs.loc[dup, 'method'].tolist()}")
-    title = f"{group_header or group_column} "
-    columns, wide = [], pd.DataFrame({"method": list(dict.fromkeys(costs["method"]))})
-    for g in groups:
-        part = costs[costs[group_column].astype(str) == g].set_index("method")
-        for name, header in _COST_HEADERS:
-            col = f"{g}_{name}"
-            columns.append(Column(col, header, None, "{:.1f}", group=f"{title}{g}"))
-            wide[col] = wide["method"].map(part[name]).astype("float64")
-    return wide, TableSpec(columns=tuple(columns))
-
-
-# --------------------------------------------------------------------------------------------------
-# Task-level track
-
-#: role -> (header, higher is better) of the task table, in the paper's column order.
-_TASK_ROLES = (("unrelated", "Unrelated", True), ("similar", "Similar", True), ("forget", "Forgotten", False))
-
-
-def task_table(frame: pd.DataFrame, skills: Mapping[str, str] | None = None, wide: bool = False
-               ) -> tuple[pd.DataFrame, TableSpec]:
-    """The paper's Table 1 layout: Method, unrelated ↑, similar ↑, forgotten ↓ (exact-match accuracy).
-
-    ``frame``: one row per method (``method`` column) with ``<role>_accuracy`` (and, for ``wide``,
-    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget`` (:func:`qrerase.text.task.task_frame`).
-    ``skills`` names each role's skill in the header (``Similar (word_math)``). Reference row: ``base``.
-    ``wide`` adds the answer-token NLL per role (not ranked) and groups the columns by role.
-    """
-    skills = dict(skills or {})
-    columns = []
-    for role, header, hib in _TASK_ROLES:
-        title = f"{header} ({skills[role]})" if skills.get(role) else header
-        if wide:
-            columns.append(Column(f"{role}_accuracy", "Acc.", hib, "{:.3f}", group=title))
-            columns.append(Column(f"{role}_nll", "NLL", None, "{:.3f}", group=title))
-        else:
-            columns.append(Column(f"{role}_accuracy", title, hib, "{:.3f}"))
-    missing = [c.name for c in columns if c.name not in frame.columns]
-    if missing or "method" not in frame.columns:
-        raise ValueError(f"task_table: missing column(s) {missing or ['method']} (got {list(frame.columns)})")
-    spec = TableSpec(columns=tuple(columns), reference_rows=("base",))
-    return frame[["method", *(c.name for c in columns)]].reset_index(drop=True), spec

@@ -160,3 +160,4 @@ def evaluate_sets(model, arrays: Mapping[str, np.ndarray], masks: Mapping[str, n
             raise ValueError(f"evaluation set {name!r} is empty")
         logits = predict_logits(model, arrays, mask, batch_size)
         rows.append((name, int(mask.sum()), int(k), topk_accuracy(logits, arrays["labels"][mask], k)))
+    return pd.DataFrame(rows, columns=["set", "n", "k", "accuracy"])

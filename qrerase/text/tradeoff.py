@@ -96,7 +96,7 @@ def point_reference(reference_dir, lang: str | None = None) -> dict:
     directory, or its language ``lang`` subdirectory (a cross-lingual ``xling_evaluate`` output)."""
     from pathlib import Path
 
-    from .tofu import load_log
+    from .tofu_log import load_log
 
     return load_log(Path(reference_dir) / lang if lang else reference_dir)
 

@@ -1,4 +1,4 @@
-"""Artifact provenance: content hashes, per-output records, the artifact-graph manifest, the audit.
+"""Artifact provenance: content hashes and per-output records.
 
 Every workflow job (through :func:`qrerase.workflow.job.job`) writes, after its body succeeded, one JSON
 record per declared output under ``results/provenance/records/<output path>.json``. A record holds the
@@ -13,9 +13,7 @@ Hashes (:func:`hash_path`):
   its files sorted by path (recursively; Snakemake's ``.snakemake_timestamp`` marker is ignored), so
   the hash depends on names and contents only, never on mtimes or the filesystem's listing order.
 
-:func:`build_manifest` walks back from the workflow's targets through the records to the source files
-(the artifact graph: nodes with their sha256 and producing rule, input → output edges).
-:func:`audit` re-hashes every recorded artifact and checks every record and every input → output link.
+The artifact-graph manifest and the audit built on the records are :mod:`qrerase.workflow.manifest`.
 Nothing here imports torch or Snakemake; the module only needs the standard library.
 """
 
@@ -48,9 +46,7 @@ __all__ = [
     "write_records",
     "remove_records",
     "load_records",
-    "build_manifest",
     "Problem",
-    "audit",
 ]
 
 RECORD_DIR = "results/provenance/records"
@@ -340,58 +336,6 @@ def load_records(root: str | os.PathLike = ".") -> tuple[dict[str, dict], list["
     return records, problems
 
 
-# ---------------------------------------------------------------------------------------------
-# Manifest: the artifact graph.
-# ---------------------------------------------------------------------------------------------
-def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dict[str, Any]:
-    """The artifact graph behind ``targets``, from their records back to the source files.
-
-    Returns ``{"schema", "targets", "artifacts": {path: {kind, sha256, bytes, rule, record}}, "edges":
-    [{"from", "to", "sha256"}]}`` with sorted keys and edges; artifacts without a record are sources
-    (``rule: null``). Raises ValueError naming a target without a provenance record.
-    """
-    records, problems = load_records(root)
-    if problems:
-        raise ValueError("; ".join(f"{p.path}: {p.reason}" for p in problems))
-    targets = [str(t) for t in targets]
-    artifacts: dict[str, dict] = {}
-    edges: set[tuple[str, str, str]] = set()
-    todo = list(targets)
-    for t in targets:
-        if t not in records:
-            raise ValueError(f"{t}: no provenance record (was it produced by a job using qrerase.workflow.job.job?)")
-    while todo:
-        path = todo.pop()
-        if path in artifacts:
-            continue
-        rec = records.get(path)
-        if rec is None:
-            continue
-        out = next(o for o in rec["outputs"] if o["path"] == path)
-        artifacts[path] = {
-            "kind": out["kind"], "sha256": out["sha256"], "bytes": out["bytes"], "rule": rec["rule"],
-            "wildcards": rec.get("wildcards", {}), "record": record_path(path).as_posix(),
-        }
-        for inp in rec["inputs"]:
-            edges.add((inp["path"], path, inp["sha256"]))
-            if inp["path"] in records:
-                todo.append(inp["path"])
-            elif inp["path"] not in artifacts:
-                artifacts[inp["path"]] = {
-                    "kind": inp["kind"], "sha256": inp["sha256"], "bytes": inp["bytes"], "rule": None,
-                    "wildcards": {}, "record": None,
-                }
-    return {
-        "schema": SCHEMA,
-        "targets": sorted(targets),
-        "artifacts": {k: artifacts[k] for k in sorted(artifacts)},
-        "edges": [{"from": a, "to": b, "sha256": h} for a, b, h in sorted(edges)],
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Audit.
-# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Problem:
     """One broken artifact (or record) and why."""
@@ -401,85 +345,3 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
-
-
-def _short(h: str | None) -> str:
-    return "missing" if h is None else h[:12]
-
-
-def audit(results_dir: str | os.PathLike) -> tuple[list[Problem], dict[str, int]]:
-    """Re-hash every recorded artifact and check every record, input → output link and the manifest.
-
-    ``results_dir`` is the workflow's ``results/`` folder; record paths are relative to its parent
-    (the Snakemake working directory). Returns ``(problems, counts)``; no problems means that every
-    output still has the hash its record holds, every input still has the hash it had when it was
-    used, every produced input's hash equals the hash its own producer recorded (no job consumed an
-    older version of an artifact that was re-made since), and the manifest agrees with the records.
-    """
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise FileNotFoundError(f"{results_dir}: not a directory")
-    root = results_dir.resolve().parent
-    records, problems = load_records(root)
-    if not records and not problems:
-        return [Problem(str(results_dir), f"no provenance records under {RECORD_DIR}")], {"records": 0, "artifacts": 0}
-
-    cache: dict[str, str | None] = {}
-
-    def current(path: str) -> str | None:
-        if path not in cache:
-            p = Path(path) if Path(path).is_absolute() else root / path
-            cache[path] = hash_path(p) if p.exists() else None
-        return cache[path]
-
-    for path, rec in sorted(records.items()):
-        out = next(o for o in rec["outputs"] if o["path"] == path)
-        now = current(path)
-        if now is None:
-            problems.append(Problem(path, f"missing (recorded by rule {rec['rule']})"))
-        elif now != out["sha256"]:
-            problems.append(Problem(path, f"modified (sha256 recorded {_short(out['sha256'])}, now {_short(now)})"))
-        for inp in rec["inputs"]:
-            ipath, used = inp["path"], inp["sha256"]
-            producer = records.get(ipath)
-            if producer is not None:
-                made = next(o for o in producer["outputs"] if o["path"] == ipath)["sha256"]
-                if made != used:
-                    problems.append(Problem(path, (
-                        f"produced from input {ipath} whose recorded hash {_short(used)} is not the hash its "
-                        f"producer (rule {producer['rule']}) recorded, {_short(made)}: the input was re-made since")))
-                    continue
-            now_in = current(ipath)
-            if now_in is None:
-                problems.append(Problem(path, f"produced from input {ipath}, which is missing"))
-            elif now_in != used:
-                problems.append(Problem(path, (
-                    f"produced from input {ipath} whose hash no longer matches "
-                    f"(recorded {_short(used)}, now {_short(now_in)})")))
-
-    manifest = root / MANIFEST
-    n_manifest = 0
-    if manifest.is_file():
-        try:
-            graph = json.loads(manifest.read_text(encoding="utf-8"))
-            nodes = graph["artifacts"]
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            problems.append(Problem(MANIFEST, f"unreadable manifest ({exc})"))
-            nodes = {}
-        n_manifest = len(nodes)
-        for path, node in sorted(nodes.items()):
-            rec = records.get(path)
-            if node.get("rule") is not None and rec is None:
-                problems.append(Problem(path, "listed in the manifest but has no provenance record"))
-            elif rec is not None:
-                made = next(o for o in rec["outputs"] if o["path"] == path)["sha256"]
-                if made != node.get("sha256"):
-                    problems.append(Problem(path, (
-                        f"manifest hash {_short(node.get('sha256'))} differs from its record's {_short(made)} "
-                        "(re-made after the manifest was built)")))
-            elif current(path) != node.get("sha256"):
-                problems.append(Problem(path, (
-                    f"source file of the manifest changed (sha256 recorded {_short(node.get('sha256'))}, "
-                    f"now {_short(current(path))})")))
-    unique = list(dict.fromkeys(problems))
-    return unique, {"records": len(records), "artifacts": len(cache), "manifest_artifacts": n_manifest}

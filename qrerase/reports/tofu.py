@@ -1,0 +1,70 @@
+"""The paper's TOFU table (Model Utility, Forget Quality; the wide variant with the twelve components)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .tables import Column, TableSpec
+
+__all__ = ["tofu_table"]
+
+_TOFU_SET_GROUPS = (
+    ("retain", "Retain"),
+    ("real_authors", "Real Authors"),
+    ("world_facts", "World Facts"),
+    ("forget", "Forget"),
+)
+
+
+def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, TableSpec]:
+    """The paper's TOFU table: Method, Model Utility ↑, Forget Quality ↑ (✓ when p > 0.1).
+
+    ``rows`` is either tidy (columns ``model, metric, value``, e.g. concatenated
+    :func:`qrerase.text.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
+    ``model`` column and metric columns). Reference rows: ``base``, ``retain``. A missing Forget
+    Quality shows as ``---``. ``wide=True`` adds the twelve component metrics grouped by set
+    (forget-set components are not ranked: lower is not uniformly better there) and, when the rows
+    hold ``forget_nll`` / ``retain_nll`` and a ``base`` row, the selectivity diagnostic: each
+    model's change of forget-set and retain-set answer NLL against the base model (nats; a
+    selective erase raises the first far more than the second).
+    Returns ``(df, spec)`` for :func:`write_table`.
+    """
+    if {"model", "metric", "value"} <= set(rows.columns):
+        dup = rows.duplicated(["model", "metric"])
+        if dup.any():
+            bad = rows.loc[dup, ["model", "metric"]].to_records(index=False).tolist()[:5]
+            raise ValueError(f"tofu_table: duplicate (model, metric) rows {bad}")
+        order = list(dict.fromkeys(rows["model"]))
+        wide_df = rows.pivot(index="model", columns="metric", values="value").reindex(order)
+        wide_df = wide_df.reset_index().rename(columns={"model": "method"})
+        wide_df.columns.name = None
+    else:
+        key = "method" if "method" in rows.columns else "model" if "model" in rows.columns else None
+        if key is None:
+            raise ValueError(f"tofu_table: need a 'method' or 'model' column or tidy model/metric/value rows (got {list(rows.columns)})")
+        wide_df = rows.rename(columns={key: "method"}).copy()
+    if "model_utility" not in wide_df.columns:
+        raise ValueError("tofu_table: no 'model_utility' values")
+    if "forget_quality" not in wide_df.columns:
+        wide_df["forget_quality"] = np.nan
+    columns = [
+        Column("model_utility", "Model Utility", True, "{:.4f}", group="Overall" if wide else None),
+        Column("forget_quality", "Forget Quality", True, "sci", check_threshold=0.1, group="Overall" if wide else None),
+    ]
+    if wide:
+        for set_name, group in _TOFU_SET_GROUPS:
+            hib = None if set_name == "forget" else True
+            for metric, header in (("probability", "Prob."), ("rougeL", "ROUGE-L"), ("truth_ratio", "TR")):
+                name = f"{set_name}_{metric}"
+                if name not in wide_df.columns:
+                    wide_df[name] = np.nan
+                columns.append(Column(name, header, hib, "{:.4f}", group=group))
+        if {"forget_nll", "retain_nll"} <= set(wide_df.columns) and (wide_df["method"] == "base").any():
+            base = wide_df.loc[wide_df["method"] == "base"].iloc[0]
+            for set_name in ("forget", "retain"):
+                wide_df[f"{set_name}_dnll"] = wide_df[f"{set_name}_nll"] - base[f"{set_name}_nll"]
+                columns.append(Column(f"{set_name}_dnll", f"{set_name} ΔNLL", None, "{:.3f}", group="Selectivity"))
+    keep = ["method"] + [c.name for c in columns]
+    spec = TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", "retain"))
+    return wide_df[keep].reset_index(drop=True), spec
