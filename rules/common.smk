@@ -405,8 +405,8 @@ def all_targets():
 # ---------------------------------------------------------------------------------------------
 # Unlearn in language X (exp "xling_X": LoRA on forget_X / retain_X, then the generic subspace chain
 # on the shared multilingual models of exp "xling"), evaluate in every configured language Y.
-from qrerase.text.multilingual import SPLIT_FILES as XLING_SPLITS
-from qrerase.text.multilingual import check_language_files, parse_language
+from qrerase.text.crosslingual import SPLIT_FILES as XLING_SPLITS
+from qrerase.text.crosslingual import check_language_files, parse_language
 
 XLING_SETS = [
     "forget",

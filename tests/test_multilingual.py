@@ -15,7 +15,7 @@ import pytest
 from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.text.evaluation import UnicodeWords
 from qrerase.io import read_jsonl
-from qrerase.text.multilingual import (
+from qrerase.text.crosslingual import (
     SPLIT_FILES,
     check_language_files,
     language_label,

@@ -7,11 +7,12 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.checkpoints import save_model
 from qrerase.workflow.job import job, template_from
+from qrerase.config import model_options
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
-    dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
+    dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
     tokenizer = load_tokenizer(inp.model)

@@ -7,12 +7,13 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, l
 from qrerase.checkpoints import resolve_device, save_model
 from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.workflow.job import job, template_from
+from qrerase.config import model_options
 
 p = snakemake.params  # noqa: F821
 inp = snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     mcfg = p.model
-    dtype, device = mcfg.get("dtype", "float32"), mcfg.get("device", "cpu")
+    dtype, device = model_options(mcfg)
     if "tokenizer" in inp.keys():  # rule pretrain: a new tiny Llama on the run's tokenizer
         tokenizer = load_tokenizer(inp.tokenizer)
         model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)

@@ -5,11 +5,13 @@ from qrerase.speech.data import eval_masks, load_speech_data
 from qrerase.speech.train import evaluate_sets
 from qrerase.speech.model import load_speech_model
 from qrerase.workflow.job import job
+from qrerase.config import model_options
 
 p, inp = snakemake.params, snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
-    model = load_speech_model(inp.model, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"))
+    dtype, device = model_options(p.model)
+    model = load_speech_model(inp.model, dtype=dtype, device=device)
     frame = evaluate_sets(model, arrays, eval_masks(index, p.setting), k=p.top_k, batch_size=p.batch_size)
     frame.insert(0, "model", snakemake.wildcards.model)  # noqa: F821
     frame.insert(0, "setting", p.setting)

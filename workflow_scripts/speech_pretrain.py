@@ -7,13 +7,14 @@ from qrerase.speech.data import digit_task, load_speech_data
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
 from qrerase.workflow.job import job
+from qrerase.config import model_options
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
     digits, names = digit_task(arrays, index)
     model = build_tiny_hubert(TinyHubertConfig.from_dict(p.model["tiny"]), names, seed=p.seed)
-    model = model.to(resolve_device(p.model.get("device", "cpu")))
+    model = model.to(resolve_device(model_options(p.model)[1]))
     cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     mask = index["split"].to_numpy() == "train"
     log.info("digit pretraining on %d utterances (%d classes): %s", mask.sum(), len(names), cfg)

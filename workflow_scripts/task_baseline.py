@@ -8,12 +8,13 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, l
 from qrerase.checkpoints import save_model
 from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.workflow.job import job, template_from
+from qrerase.config import model_options
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 method = snakemake.wildcards.method  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
-    dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
+    dtype, device = model_options(p.model)
     model, tokenizer = load_model(inp.model, dtype=dtype, device=device), load_tokenizer(inp.model)
     forget, retain, new = read_jsonl(inp.forget), read_jsonl(inp.retain), read_jsonl(inp.new)
     template = template_from(p.model)

@@ -7,12 +7,13 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
 from qrerase.workflow.job import job, template_from
+from qrerase.config import model_options
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     epochs = int(wc.epochs)
     cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
-    dtype, device = p.model.get("dtype", "float32"), p.model.get("device", "cpu")
+    dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
     tokenizer = load_tokenizer(inp.model)

@@ -7,10 +7,12 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.method.formats import load_updates
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
+from qrerase.config import model_options
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
-    model, tokenizer = load_checkpoint(inp.model, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"))
+    dtype, device = model_options(p.model)
+    model, tokenizer = load_checkpoint(inp.model, dtype=dtype, device=device)
     scale = float(wc.scale)
     if scale != 0:
         if p.stored_scale == 0:

@@ -6,6 +6,7 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
 from qrerase.workflow.job import job, template_from
+from qrerase.config import model_options
 
 p = snakemake.params  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
@@ -14,7 +15,8 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     # A hub model's pretrained checkpoint is no workflow file: loaded by name.
     source = inp.model if "model" in inp.keys() else p.model["name_or_path"]
     local = p.model.get("local_files_only", True)
-    model = load_model(source, dtype=p.model.get("dtype", "float32"), device=p.model.get("device", "cpu"), local_files_only=local)
+    dtype, device = model_options(p.model)
+    model = load_model(source, dtype=dtype, device=device, local_files_only=local)
     tokenizer = load_tokenizer(source, local_files_only=local)
     records = read_jsonl(snakemake.input.data)
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length")

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.text.multilingual import language_label
+from qrerase.text.crosslingual import language_label
 from qrerase.reports.plots import energy_overlay_plot
 from qrerase.workflow.job import job
 

@@ -243,7 +243,7 @@ def decompose(
         Module name used in error messages.
     singular_values : bool
         Factored CPQR only: also compute all singular values of T (those of the small matrix; needed by
-        :func:`rrqr_bound`). ``False`` skips this (``Decomposition.singular_values`` is then None).
+        :func:`qrerase.method.diagnostics.rrqr_bound`). ``False`` skips this (``Decomposition.singular_values`` is then None).
 
     Returns
     -------

@@ -153,7 +153,7 @@ def discriminate(
     Parameters
     ----------
     forget, retain : mapping module → Decomposition
-        Same modules, shapes and method (e.g. from :func:`load_decompositions`).
+        Same modules, shapes and method (e.g. from :func:`qrerase.method.formats.load_decompositions`).
     retain_rank : int, optional
         Columns of Q_r used in P_r (eq. 3); default: all k_r of the retain decomposition. Truncating is
         exact: the leading columns of a rank-k CPQR / SVD are the rank-k' (k' < k) factorisation.

@@ -29,7 +29,7 @@ def cost_table(
     With ``group_column`` (the cross-lingual unlearning language, the speech setting), the frame
     holds one row per (method, group); the table keeps one row per method and repeats the six
     columns per group (``<group>_<component>``, spanning header ``"<group_header> <group>"``), groups
-    in order of first appearance. Returns ``(df, spec)`` for :func:`write_table`.
+    in order of first appearance. Returns ``(df, spec)`` for :func:`qrerase.reports.tables.write_table`.
     """
     need = ["method", *(name for name, _ in _COST_HEADERS)] + ([group_column] if group_column else [])
     missing = [c for c in need if c not in costs.columns]

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..text.multilingual import language_label
+from ..text.crosslingual import language_label
 from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
 from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
 

@@ -28,7 +28,7 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     hold ``forget_nll`` / ``retain_nll`` and a ``base`` row, the selectivity diagnostic: each
     model's change of forget-set and retain-set answer NLL against the base model (nats; a
     selective erase raises the first far more than the second).
-    Returns ``(df, spec)`` for :func:`write_table`.
+    Returns ``(df, spec)`` for :func:`qrerase.reports.tables.write_table`.
     """
     if {"model", "metric", "value"} <= set(rows.columns):
         dup = rows.duplicated(["model", "metric"])

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..config import model_options
+
 __all__ = [
     "TinyHubertConfig",
     "build_tiny_hubert",
@@ -140,9 +142,10 @@ def load_pretrained(model_cfg: Mapping[str, Any], checkpoint: str | os.PathLike 
     if checkpoint is None and not model_cfg.get("name_or_path"):
         raise ValueError("speech.model.name_or_path: no pretrained checkpoint (the embedded model needs speech_pretrain)")
     source = checkpoint if checkpoint is not None else model_cfg["name_or_path"]
-    return load_speech_model(source, speakers, dtype=model_cfg.get("dtype", "float32"),
+    dtype, device = model_options(model_cfg)
+    return load_speech_model(source, speakers, dtype=dtype,
                              local_files_only=checkpoint is not None or model_cfg.get("local_files_only", True),
-                             device=model_cfg.get("device", "cpu"), seed=seed)
+                             device=device, seed=seed)
 
 
 def save_speech_model(model, out_dir: str | os.PathLike) -> None:

@@ -1,1 +1,1 @@
-"""Text models and protocols: causal-LM plumbing, training, the TOFU protocol, task-level and multilingual data."""
+"""Text models and protocols: causal-LM plumbing, training, the TOFU protocol, task-level and cross-lingual data."""

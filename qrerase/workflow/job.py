@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..config import model_options
 from . import provenance
 
 __all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "selected_updates"]
@@ -114,7 +115,8 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
     """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
     from ..text.models import load_model, load_tokenizer
 
-    model = load_model(str(model_dir), dtype=model_cfg.get("dtype", "float32"), device=model_cfg.get("device", "cpu"))
+    dtype, device = model_options(model_cfg)
+    model = load_model(str(model_dir), dtype=dtype, device=device)
     tokenizer = load_tokenizer(str(model_dir))
     if adapter_dir is not None:
         from peft import PeftModel

@@ -1,4 +1,4 @@
-"""Multilingual TOFU: language codes, per-language file checks and the sets of a cross-lingual run.
+"""Cross-lingual TOFU: language codes, per-language file checks and the sets of a cross-lingual run.
 
 Data layout. Every language has one folder ("language root") holding the six TOFU splits of
 :data:`SPLIT_FILES` as JSON Lines: English is TOFU itself (``data/tofu``), the nine translations
