@@ -1,6 +1,109 @@
 # Cross-lingual track: shared multilingual models (exp "xling"), unlearning in language X (exp
 # "xling_X", through the generic lora -> task_matrices -> ... -> erase_merged chain), evaluation of
-# every model in every configured language.
+# every model in every configured language. (Naming rule: rules/common.smk, top.)
+from qrerase.text.multilingual import SPLIT_FILES as XLING_SPLITS
+from qrerase.text.multilingual import parse_language
+from qrerase.workflow.config import crosslingual_root
+from qrerase.workflow.naming import LANG_PATTERN, ROMANISED_LANG_PATTERN
+
+XLING = config.get("crosslingual", {})
+XLING_LANGS = list(XLING.get("languages", []))
+XLING_UNLEARN = list(XLING.get("unlearn", []))
+XLING_METHODS = list(config["methods"].get("crosslingual", []))
+XLING_SETS = [
+    "forget",
+    "retain",
+    "knowledge",
+    "pretrain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+XLING_SHARED_DATA = [
+    "finetune_full",
+    "finetune_retain",
+    "pretrain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+
+
+def xling_vendored_root(code):
+    """The folder of a (non-romanised) language's six TOFU splits: TOFU itself for English."""
+    return crosslingual_root(code, config)
+
+
+def xling_root(code):
+    """A language's split folder: vendored, or (for '<lang>_R') the romanised copy built here."""
+    base, script = parse_language(code)
+    if script is None:
+        return xling_vendored_root(base)
+    return str(Path(path("xling_romanised", lang=code, split="x")).parent)
+
+
+def xling_lang(wildcards):
+    """The unlearning language of an 'xling_<lang>' experiment: 'xling_hi_R' -> 'hi_R'."""
+    return parse_exp(wildcards.exp).arg
+
+
+def xling_models():
+    """(exp, model name) of every evaluated model: base and reference, then each method per language."""
+    models = [(XLING_EXP, "base"), (XLING_EXP, "retain")]
+    for code in XLING_UNLEARN:
+        models += [
+            (xling_exp(code), m if m in BASELINES else f"{m}_k{RANK}")
+            for m in XLING_METHODS
+        ]
+    return models
+
+
+def xling_model_inputs(wildcards):
+    """Model name -> checkpoint: the shared base/reference models, or an exp's erased model.
+
+    The one place that maps a cross-lingual model name to its weights: 'base', 'retain', a subspace
+    method's '<method>_k<rank>' or an optimisation baseline's name (trained in exp xling_X).
+    """
+    if wildcards.model in ("base", "retain"):
+        which = "full" if wildcards.model == "base" else "retain"
+        return {"model": path("model", exp=XLING_EXP, which=which)}
+    if xling_lang(wildcards) is None:
+        raise WorkflowError(
+            f"xling_evaluate: model '{wildcards.model}' belongs to an 'xling_<lang>' experiment"
+        )
+    return eval_model_inputs(wildcards)
+
+
+def xling_split_files(wildcards):
+    """The six split files a language's sets are cut from (tracked, so an edit re-runs them)."""
+    root = xling_root(wildcards.lang)
+    return [str(Path(root) / f"{s}.jsonl") for s in XLING_SPLITS]
+
+
+def xling_eval_sets(wildcards):
+    return {
+        f"{lang}:{s}": path("xling_sets", lang=lang, name=f"eval_{s}")
+        for lang in XLING_LANGS
+        for s in EVAL_SETS
+    }
+
+
+def crosslingual_targets():
+    return [
+        *expand(
+            PATHS["table"],
+            table=["crosslingual", "crosslingual_matrix"],
+            ext=["csv", "md", "tex"],
+        ),
+        path("figure", name="crosslingual_scatter"),
+        path("figure", name="crosslingual_energy"),
+        path("xling_metrics"),
+        path("xling_energy"),
+        *[path("energy_fig", exp=xling_exp(c)) for c in XLING_UNLEARN],
+        *cost_targets("crosslingual"),
+    ]
 
 
 rule xling_romanise:
@@ -15,7 +118,7 @@ rule xling_romanise:
     log:
         log_path("xling_romanise", "lang"),
     wildcard_constraints:
-        lang=r"[a-z]{2}_R",
+        lang=ROMANISED_LANG_PATTERN,
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -34,7 +137,7 @@ rule xling_sets:
     log:
         log_path("xling_sets", "lang"),
     wildcard_constraints:
-        lang=r"[a-z]{2}(_R)?",
+        lang=LANG_PATTERN,
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -58,7 +161,7 @@ rule xling_data:
             for name in XLING_SETS
         },
     output:
-        **{name: path("data", exp="xling", name=name) for name in XLING_SHARED_DATA},
+        **{name: path("data", exp=XLING_EXP, name=name) for name in XLING_SHARED_DATA},
     log:
         log_path("xling_data"),
     conda:
@@ -75,19 +178,15 @@ rule xling_data:
 rule xling_unlearn_data:
     # exp xling_X: forget_X and retain_X, where the generic lora rule reads them.
     input:
-        forget=lambda wc: path(
-            "xling_sets", lang=wc.exp[len("xling_") :], name="forget"
-        ),
-        retain=lambda wc: path(
-            "xling_sets", lang=wc.exp[len("xling_") :], name="retain"
-        ),
+        forget=lambda wc: path("xling_sets", lang=xling_lang(wc), name="forget"),
+        retain=lambda wc: path("xling_sets", lang=xling_lang(wc), name="retain"),
     output:
         forget=path("data", name="forget"),
         retain=path("data", name="retain"),
     log:
         log_path("xling_unlearn_data", "exp"),
     wildcard_constraints:
-        exp=r"xling_[a-z]{2}(_R)?",
+        exp=exp_pattern("xling_<lang>"),
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -107,7 +206,7 @@ rule xling_evaluate:
     log:
         log_path("xling_evaluate", "exp", "model"),
     wildcard_constraints:
-        exp=r"xling|xling_[a-z]{2}(_R)?",
+        exp=exp_pattern("xling", "xling_<lang>"),
     conda:
         "../envs/eval.yaml"
     threads: config["threads"]

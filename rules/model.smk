@@ -1,3 +1,26 @@
+# The generic model rules (every text experiment): tokenizer, pretrained and fine-tuned models.
+def tokenizer_texts(wildcards):
+    """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
+    set and the pretraining text (the task-level track has no pretraining set yet)."""
+    names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
+    if wildcards.exp != TASK_EXP:
+        names.append("pretrain")
+    return [path("data", exp=wildcards.exp, name=n) for n in names]
+
+
+def finetune_init_inputs(wildcards):
+    """What fine-tuning starts from: the tokenizer to build the model on (rule pretrain), the
+    pretrained checkpoint (both fine-tuned models of the embedded default), or nothing (a hub
+    model, loaded by name)."""
+    if not tiny_model():
+        return {}
+    if wildcards.exp == TASK_EXP:  # the task-level track (rules/task.smk)
+        return task_start_inputs(wildcards)
+    if wildcards.get("which", "pretrained") == "pretrained":
+        return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
+    return {"init": path("model", exp=wildcards.exp, which="pretrained")}
+
+
 rule tokenizer:
     input:
         tokenizer_texts,
@@ -34,7 +57,7 @@ rule pretrain:
     benchmark:
         benchmark_path("pretrain", "exp")
     wildcard_constraints:
-        exp=r"(?!speech)\w+",
+        exp=TEXT_EXPS,
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -64,7 +87,7 @@ rule finetune:
     log:
         log_path("finetune", "exp", "which"),
     wildcard_constraints:
-        exp=r"(?!speech)\w+",  # speech exps: rule speech_finetune
+        exp=TEXT_EXPS,  # speech exps: rule speech_finetune
         which="full|retain",
     conda:
         "../envs/train.yaml"

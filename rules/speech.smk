@@ -1,6 +1,171 @@
 # Speech track (paper §4.3): speaker-identification unlearning with a HuBERT-architecture classifier.
-# The shared linear-algebra chain (task_matrices -> factors -> energy -> forget_update -> erase_merged)
-# runs unchanged on the speech_lora adapters of exps speech_sample / speech_class.
+# Exp "speech" holds the data and the fine-tuned classifier; the shared linear-algebra chain
+# (task_matrices -> factors -> energy -> forget_update -> erase_merged) runs unchanged on the
+# speech_lora adapters of exps speech_sample / speech_class.
+SPEECH_EXPS = exp_pattern("speech_<setting>")
+SPEECH_BASELINES = registry.baselines_for("speech")
+SPEECH_SETTINGS = list(config["speech"]["settings"])
+SPEECH_RANK_SETTINGS = list(config["speech"]["rank_settings"])
+SPEECH_RANK = config["speech"]["rank"]
+SPEECH_RANKS = sorted(set(config["speech"]["ranks"]))
+SPEECH_METHODS = list(config["methods"].get("speech", []))
+SPEECH_TRADEOFF = config["speech"]["tradeoff"]
+# the sweep runs on the settings the track runs (speech.settings) that speech.tradeoff.settings names
+SPEECH_TRADEOFF_SETTINGS = [
+    s for s in SPEECH_TRADEOFF["settings"] if s in SPEECH_SETTINGS
+]
+
+
+def speech_setting(wildcards):
+    """'speech_sample' -> 'sample'."""
+    return parse_exp(wildcards.exp).arg
+
+
+def speech_data_params():
+    sp = config["speech"]
+    return {
+        **sp["data"],
+        "test_fraction": sp["test_fraction"],
+        "val_fraction": sp.get("val_fraction", 0.0),
+        "forget_fraction": sp["forget_fraction"],
+        "forget_speakers": sp.get("forget_speakers"),
+    }
+
+
+def speech_wavs(wildcards):
+    """The recordings the data rule reads (editing one re-runs everything downstream)."""
+    from qrerase.speech.model import list_recordings
+
+    data = config["speech"]["data"]
+    try:
+        recs = list_recordings(data["root"], data.get("max_per_digit"))
+    except (FileNotFoundError, ValueError) as exc:
+        raise WorkflowError(f"config key 'speech.data.root': {exc}") from None
+    return [r.path for r in recs]
+
+
+def speech_data_inputs():
+    """The prepared arrays, index and metadata (always those of exp 'speech')."""
+    return {
+        key: path(f"speech_{key}", exp=speech_exp())
+        for key in ("audio", "index", "meta")
+    }
+
+
+def speech_tiny():
+    """True for the embedded tiny HuBERT (pretrained here); False for a hub checkpoint (the pretrained model)."""
+    return config["speech"]["model"]["name_or_path"] is None
+
+
+def speech_pretrained_inputs(wildcards=None):
+    """The digit-pretrained checkpoint fine-tuning starts from (none for a hub model: the hub checkpoint)."""
+    return (
+        {"pretrained": path("speech_pretrained", exp=speech_exp())}
+        if speech_tiny()
+        else {}
+    )
+
+
+def speech_lora_inputs(wildcards):
+    """The fine-tuned model and, for speech.lora.base 'pretrained', the encoder the adapters train on."""
+    inputs = {"model": base_model(wildcards)}
+    if config["speech"]["lora"].get("base", "finetuned") == "pretrained":
+        inputs.update(speech_pretrained_inputs(wildcards))
+    return inputs
+
+
+def speech_baseline_params(wildcards):
+    """`speech.baselines.common` overlaid by `speech.baselines.<method>`."""
+    b = config["speech"]["baselines"]
+    return {**b.get("common", {}), **b.get(wildcards.method, {})}
+
+
+def speech_models():
+    """Model names evaluated in the speech table: base, then each method (subspace ones at rank k)."""
+    return ["base"] + [
+        f"{m}_k{SPEECH_RANK}" if m in DECOMP else m for m in SPEECH_METHODS
+    ]
+
+
+def speech_checkpoint(wildcards):
+    """Model name -> checkpoint: base, '<method>_k<rank>' (merged erase) or a baseline."""
+    model = wildcards.model
+    if model == "base":
+        return base_model(wildcards)
+    if model in SPEECH_BASELINES:
+        return path("speech_baseline", exp=wildcards.exp, method=model)
+    method, rank = split_model(model)
+    if rank is None:
+        raise WorkflowError(f"speech_evaluate: unknown model '{model}'")
+    return path("erased_model", exp=wildcards.exp, rank=rank, method=method)
+
+
+def speech_targets():
+    outs = [
+        *expand(PATHS["table"], table="speech", ext=["csv", "md", "tex"]),
+        path("figure", name="speech_energy"),
+        *expand(PATHS["table"], table="speech_energy", ext=["csv", "md"]),
+        *[path("energy_fig", exp=speech_exp(s)) for s in SPEECH_SETTINGS],
+    ]
+    if SPEECH_RANK_SETTINGS:
+        outs += [
+            path("figure", name="speech_rank"),
+            path("table", table="speech_rank", ext="csv"),
+        ]
+    return [*outs, *cost_targets("speech")]
+
+
+def speech_tradeoff_methods():
+    """Methods of the trade-off sweep: the subspace ones of methods.speech, then its baselines that
+    have a knob under speech.tradeoff.baselines."""
+    sweeps = SPEECH_TRADEOFF["baselines"]
+    return [m for m in SPEECH_METHODS if m in DECOMP] + [
+        m for m in SPEECH_METHODS if m in SPEECH_BASELINES and m in sweeps
+    ]
+
+
+def speech_tradeoff_factor_inputs(wildcards):
+    """The lambda-free factors of both sets at every swept rank (and the LL selection)."""
+    inputs = {
+        f"{s}_k{k}": path(
+            "factors",
+            exp=wildcards.exp,
+            rank=k,
+            decomp=DECOMP[wildcards.method],
+            set=s,
+        )
+        for k in sorted(SPEECH_TRADEOFF["ranks"])
+        for s in ("forget", "retain")
+    }
+    if registry.is_localised(wildcards.method):
+        inputs["selected"] = path("selected", exp=wildcards.exp)
+    return inputs
+
+
+def speech_tradeoff_targets():
+    """The speech trade-off sweep's outputs (not part of the default target; `snakemake speech_tradeoff_all`)."""
+    return [
+        path("table", table="speech_tradeoff", ext="csv"),
+        path("table", table="speech_scale_rule", ext="csv"),
+        path("figure", name="speech_tradeoff"),
+    ]
+
+
+def speech_tradeoff_baseline_inputs(wildcards):
+    """A baseline's workflow-trained model (re-used at its configured knob value); none for 'base'."""
+    if wildcards.method == "base":
+        return {}
+    return {
+        "trained": path("speech_baseline", exp=wildcards.exp, method=wildcards.method)
+    }
+
+
+def speech_tradeoff_sweep(wildcards):
+    """(knob, values) of a baseline's sweep; ('', []) for the fine-tuned reference point."""
+    if wildcards.method == "base":
+        return {"param": "", "values": []}
+    sweep = SPEECH_TRADEOFF["baselines"][wildcards.method]
+    return {"param": sweep["param"], "values": list(sweep["values"])}
 
 
 rule speech_data:
@@ -14,7 +179,7 @@ rule speech_data:
     log:
         log_path("speech_data", "exp"),
     wildcard_constraints:
-        exp="speech",
+        exp=exp_pattern("speech"),
     conda:
         "../envs/train.yaml"
     threads: 1
@@ -40,7 +205,7 @@ rule speech_pretrain:
     benchmark:
         benchmark_path("speech_pretrain", "exp")
     wildcard_constraints:
-        exp="speech",
+        exp=exp_pattern("speech"),
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -68,7 +233,7 @@ rule speech_finetune:
     benchmark:
         benchmark_path("speech_finetune", "exp")
     wildcard_constraints:
-        exp="speech",
+        exp=exp_pattern("speech"),
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -96,7 +261,7 @@ rule speech_lora:
     benchmark:
         benchmark_path("speech_lora", "exp", "set")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -124,7 +289,7 @@ rule speech_baseline:
     benchmark:
         benchmark_path("speech_baseline", "exp", "method")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
         method="|".join(SPEECH_BASELINES),
     conda:
         "../envs/train.yaml"
@@ -149,7 +314,7 @@ rule speech_evaluate:
     log:
         log_path("speech_evaluate", "exp", "model"),
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
     conda:
         "../envs/eval.yaml"
     threads: config["threads"]
@@ -169,7 +334,7 @@ rule speech_table:
     # The paper's speech table: method rows; D_t, D_f, D_r under Sample and Class.
     input:
         evals=[
-            path("speech_eval", exp=f"speech_{s}", model=m)
+            path("speech_eval", exp=speech_exp(s), model=m)
             for s in SPEECH_SETTINGS
             for m in speech_models()
         ],
@@ -203,7 +368,7 @@ rule speech_table:
 rule speech_energy:
     # Eq. 14 energies of both settings side by side, and how concentrated each one is.
     input:
-        energy=[path("energy", exp=f"speech_{s}") for s in SPEECH_SETTINGS],
+        energy=[path("energy", exp=speech_exp(s)) for s in SPEECH_SETTINGS],
     output:
         figure=report(
             path("figure", name="speech_energy"),
@@ -231,18 +396,18 @@ rule speech_rank:
     # Rank k vs reconstruction error of T_f (top) and D_f / D_r accuracy (bottom), CPQR and SVD.
     input:
         reports=[
-            path("factor_report", exp=f"speech_{s}", rank=k)
+            path("factor_report", exp=speech_exp(s), rank=k)
             for s in SPEECH_RANK_SETTINGS
             for k in SPEECH_RANKS
         ],
         evals=[
-            path("speech_eval", exp=f"speech_{s}", model=f"{m}_k{k}")
+            path("speech_eval", exp=speech_exp(s), model=f"{m}_k{k}")
             for s in SPEECH_RANK_SETTINGS
             for k in SPEECH_RANKS
-            for m in ("qr_erase", "unlearn")
+            for _, m in registry.RANK_PAIRS
         ],
         base=[
-            path("speech_eval", exp=f"speech_{s}", model="base")
+            path("speech_eval", exp=speech_exp(s), model="base")
             for s in SPEECH_RANK_SETTINGS
         ],
     output:
@@ -283,7 +448,7 @@ rule speech_tradeoff_subspace:
     benchmark:
         benchmark_path("speech_tradeoff_subspace", "exp", "method")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
         method="|".join(DECOMP),
     conda:
         "../envs/eval.yaml"
@@ -315,7 +480,7 @@ rule speech_tradeoff_baseline:
     benchmark:
         benchmark_path("speech_tradeoff_baseline", "exp", "method")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
         method="|".join(["base", *SPEECH_BASELINES]),
     conda:
         "../envs/train.yaml"
@@ -337,7 +502,7 @@ rule speech_tradeoff:
     # D_r against D_f per method and setting (table + figure), and the lambda rule on D_v.
     input:
         points=[
-            path("speech_tradeoff_points", exp=f"speech_{s}", method=m)
+            path("speech_tradeoff_points", exp=speech_exp(s), method=m)
             for s in SPEECH_TRADEOFF_SETTINGS
             for m in ["base", *speech_tradeoff_methods()]
         ],

@@ -1,3 +1,59 @@
+# TOFU track: per-model metrics, the TOFU tables, and the track's default targets.
+def eval_models():
+    """Model names evaluated in the TOFU table: base, retain reference, each method (subspace
+    methods at rank k: '<method>_k<rank>'; optimisation baselines by their name, e.g. 'npo').
+    """
+    return (
+        ["base", "retain"]
+        + [m if m in BASELINES else f"{m}_k{RANK}" for m in TOFU_METHODS]
+        + [f"{m}_k{RANK}" for m in CONTROLS]
+    )
+
+
+def imported_models():
+    return {m["name"]: m for m in config["tofu"].get("imported_models", [])}
+
+
+def metrics_inputs(wildcards):
+    """A model's eval log and the retain reference's (none for the reference itself)."""
+    local_ref = path("eval", exp=wildcards.exp, model="retain")
+    item = imported_models().get(wildcards.model)
+    if item is not None:
+        return {"log": item["log"], "reference": item.get("reference") or local_ref}
+    inputs = {"log": path("eval", exp=wildcards.exp, model=wildcards.model)}
+    if wildcards.model != "retain":
+        inputs["reference"] = local_ref
+    return inputs
+
+
+def metrics_name(wildcards):
+    return row_key(wildcards.model)
+
+
+def erase_targets():
+    outs = []
+    for method in [m for m in TOFU_METHODS if m in DECOMP]:
+        if "adapter" in config["erase"]["outputs"]:
+            outs.append(path("erase_adapter", exp=EXP, rank=RANK, method=method))
+        if "merged" in config["erase"]["outputs"]:
+            outs.append(path("erased_model", exp=EXP, rank=RANK, method=method))
+    return outs
+
+
+def tofu_targets():
+    """The TOFU track's default targets: tables, figures, erase outputs, baseline curves, cost table."""
+    return [
+        *expand(PATHS["table"], table="tofu", ext=["csv", "md", "tex"]),
+        *expand(PATHS["table"], table="tofu_wide", ext=["csv", "md", "tex"]),
+        path("figure", name="tofu_truth_ratio"),
+        path("energy_fig", exp=EXP),
+        path("factor_report", exp=EXP, rank=RANK),
+        *erase_targets(),
+        *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
+        *cost_targets("tofu"),
+    ]
+
+
 rule tofu_metrics:
     # Per model: Probability, ROUGE-L, Truth Ratio per set, Model Utility, Forget Quality (tidy CSV).
     input:
@@ -59,30 +115,3 @@ rule tofu_table:
         rank=RANK,
     script:
         "../workflow_scripts/tofu_table.py"
-
-
-rule cost:
-    # A track table's companion: wall time of each method's jobs (baseline training vs LoRA +
-    # closed-form erase), from Snakemake's benchmark files. Timings differ between runs.
-    input:
-        cost_inputs,
-    output:
-        csv=path("table", table="{track}_cost", ext="csv"),
-        md=path("table", table="{track}_cost", ext="md"),
-    log:
-        log_path("cost", "track"),
-    wildcard_constraints:
-        track="|".join(COST_GROUP_HEADER),
-    conda:
-        "../envs/tables.yaml"
-    threads: 1
-    resources:
-        **resources_for("light"),
-    params:
-        groups=lambda wildcards: track_costs(wildcards.track),
-        group_column=lambda wildcards: (
-            None if COST_GROUP_HEADER[wildcards.track] is None else "group"
-        ),
-        group_header=lambda wildcards: COST_GROUP_HEADER[wildcards.track],
-    script:
-        "../workflow_scripts/cost.py"

@@ -35,6 +35,8 @@ __all__ = [
     "model_exp",
     "model_kind",
     "TASK_EXP",
+    "LANG_PATTERN",
+    "ROMANISED_LANG_PATTERN",
     "XLING_EXP",
     "SPEECH_EXP",
 ]
@@ -42,12 +44,16 @@ __all__ = [
 #: track -> the prefix of its experiment names.
 PREFIX = {"tofu": "tofu", "crosslingual": "xling", "speech": "speech", "task": "task"}
 
+#: A cross-lingual language code: ISO 639-1, '_R' for its romanised copy ('hi', 'hi_R').
+LANG_PATTERN = r"[a-z]{2}(_R)?"
+ROMANISED_LANG_PATTERN = r"[a-z]{2}_R"
+
 #: kind -> regex of its names; a kind is the name's template. The order is the central
 #: ``exp`` wildcard constraint's (rules/common.smk).
 EXP_PATTERNS: dict[str, str] = {
     "tofu_<split>": r"tofu_forget\d\d",
     "xling": "xling",
-    "xling_<lang>": r"xling_[a-z]{2}(_R)?",
+    "xling_<lang>": rf"xling_{LANG_PATTERN}",
     "speech": "speech",
     "speech_<setting>": "speech_(sample|class)",
     "task": "task",
