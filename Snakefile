@@ -17,6 +17,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/tofu_common.smk"
 include: "rules/data.smk"
 include: "rules/model.smk"
 include: "rules/lora.smk"

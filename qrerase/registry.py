@@ -59,11 +59,13 @@ class Method:
 
 @dataclass(frozen=True)
 class Track:
-    """One experiment track: its config name, the rules file holding its rules and input functions,
+    """One experiment track: its config name, its rules file, the file of its constants and input
+    functions (``rules/<track>_common.smk``: the Snakemake linter keeps functions out of rules files),
     and the name of the function there that lists its default targets (``all_targets``)."""
 
     name: str
     rules: str
+    functions: str
     targets: str
 
 
@@ -92,10 +94,10 @@ METHODS: tuple[Method, ...] = (
 TRACKS: dict[str, Track] = {
     t.name: t
     for t in (
-        Track("tofu", "rules/tables.smk", "tofu_targets"),
-        Track("crosslingual", "rules/crosslingual.smk", "crosslingual_targets"),
-        Track("speech", "rules/speech.smk", "speech_targets"),
-        Track("task", "rules/task.smk", "task_targets"),
+        Track("tofu", "rules/tables.smk", "rules/tofu_common.smk", "tofu_targets"),
+        Track("crosslingual", "rules/crosslingual.smk", "rules/crosslingual_common.smk", "crosslingual_targets"),
+        Track("speech", "rules/speech.smk", "rules/speech_common.smk", "speech_targets"),
+        Track("task", "rules/task.smk", "rules/task_common.smk", "task_targets"),
     )
 }
 

@@ -1,7 +1,7 @@
 # Shared by every rule, in this order: config validation, globals, path patterns (path / log_path /
 # benchmark_path), resources, shared input functions, the default target. Each track's constants and
-# input functions sit at the top of its own rules file (qrerase.registry.TRACKS names it), as do the
-# input functions used by one rules file only; the cost tables are rules/cost.smk.
+# input functions are in rules/<track>_common.smk, included at the top of its rules file (the linter
+# keeps functions out of rules files; qrerase.registry.TRACKS names both); cost tables: rules/cost.smk.
 #
 # Names: the cross-lingual track is `crosslingual` wherever a user sees it (config key, track name,
 # table names); its rules, scripts, path keys and experiment names keep the short prefix `xling`
@@ -17,11 +17,8 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.workflow.config import ConfigError, validate
+from qrerase.workflow.naming import TASK_EXP, XLING_EXP, exp_pattern, model_exp
 from qrerase.workflow.naming import (
-    TASK_EXP,
-    XLING_EXP,
-    exp_pattern,
-    model_exp,
     model_kind,
     parse_exp,
     speech_exp,
@@ -53,15 +50,14 @@ EXP = tofu_exp(config["tofu"]["data"]["split"])
 RANK = config["unlearn"]["rank"]
 TOFU_METHODS = list(config["methods"]["tofu"])
 DECOMP = registry.DECOMP  # subspace method -> 'svd' | 'cpqr'
-BASELINES = registry.baselines_for(
-    "tofu"
-)  # the text baselines (tofu and crosslingual tracks)
+# the text baselines (tofu and crosslingual tracks)
+BASELINES = registry.baselines_for("tofu")
 # The control of the selectivity diagnostic: '<method>_control' is the same edit built with the roles
 # of the two adapters swapped (T_f := T_r, P_r from T_f), on the same layers (unlearn.control).
 CONTROL = registry.CONTROL_SUFFIX
 CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
-# The experiments whose models are causal LMs (the text rules) and the speech unlearning ones.
+# Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task")
 UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>")
 
@@ -229,6 +225,72 @@ def erase_scale(exp):
     if track == "task":
         return config["task"].get("scale", config["unlearn"]["scale"])
     return config["unlearn"]["scale"]
+
+
+def tokenizer_texts(wildcards):
+    """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
+    set and the pretraining text (the task-level track has no pretraining set yet)."""
+    names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
+    if wildcards.exp != TASK_EXP:
+        names.append("pretrain")
+    return [path("data", exp=wildcards.exp, name=n) for n in names]
+
+
+def finetune_init_inputs(wildcards):
+    """What fine-tuning starts from: the tokenizer to build the model on (rule pretrain), the
+    pretrained checkpoint (both fine-tuned models of the embedded default), or nothing (a hub
+    model, loaded by name)."""
+    if not tiny_model():
+        return {}
+    if wildcards.exp == TASK_EXP:  # the task-level track (rules/task.smk)
+        return task_start_inputs(wildcards)
+    if wildcards.get("which", "pretrained") == "pretrained":
+        return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
+    return {"init": path("model", exp=wildcards.exp, which="pretrained")}
+
+
+def lora_base_inputs(wildcards):
+    """The checkpoint the task adapters train from (`lora.base`): the fine-tuned model, or the
+    pretrained one (the checkpoint built by rule pretrain; for a hub model, the hub checkpoint
+    itself, which is no workflow file and is passed as a param instead)."""
+    if config["lora"].get("base", "finetuned") == "finetuned":
+        return {"model": base_model(wildcards)}
+    if tiny_model():
+        return {
+            "model": path("model", exp=model_exp(wildcards.exp), which="pretrained")
+        }
+    return {}
+
+
+def adapter_dir(wildcards):
+    """A user's existing adapter for this set, or the one the lora rule trains."""
+    given = config["lora"]["adapters"].get(wildcards.set)
+    return given if given else path("lora", exp=wildcards.exp, set=wildcards.set)
+
+
+def retain_factors(wildcards, which):
+    """The factors P_r is built from (eq. 3): rank max(k, unlearn.retain_rank), so that a retain rank
+    above k uses the leading columns of a decomposition that has them (truncation is exact).
+    """
+    rank = max(int(wildcards.rank), config["unlearn"].get("retain_rank") or 0)
+    return path(
+        "factors", exp=wildcards.exp, rank=rank, decomp=wildcards.decomp, set=which
+    )
+
+
+def forget_adapter_dir(wildcards):
+    """The experiment's forget adapter (its fan_in_fan_out, set for Conv1D models, carries over)."""
+    given = config["lora"]["adapters"].get("forget")
+    return given if given else path("lora", exp=wildcards.exp, set="forget")
+
+
+def erase_inputs(wildcards):
+    key = "update_control" if wildcards.method.endswith(CONTROL) else "update"
+    decomp = method_decomp(wildcards.method)
+    inputs = {"tilde": path(key, exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)}
+    if registry.is_localised(wildcards.method):
+        inputs["selected"] = path("selected", exp=wildcards.exp)
+    return inputs
 
 
 def split_model(model):

@@ -1,19 +1,3 @@
-# The erase edit (eq. 6 / 16), as an adapter or merged, shared by every track.
-def forget_adapter_dir(wildcards):
-    """The experiment's forget adapter (its fan_in_fan_out, set for Conv1D models, carries over)."""
-    given = config["lora"]["adapters"].get("forget")
-    return given if given else path("lora", exp=wildcards.exp, set="forget")
-
-
-def erase_inputs(wildcards):
-    key = "update_control" if wildcards.method.endswith(CONTROL) else "update"
-    decomp = method_decomp(wildcards.method)
-    inputs = {"tilde": path(key, exp=wildcards.exp, rank=wildcards.rank, decomp=decomp)}
-    if registry.is_localised(wildcards.method):
-        inputs["selected"] = path("selected", exp=wildcards.exp)
-    return inputs
-
-
 rule erase_adapter:
     # Eq. 6 / 16 as a rank-k PEFT LoRA adapter (B = -lambda Q~_f-side, A = R Pi^T-side).
     input:

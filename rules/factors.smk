@@ -1,20 +1,3 @@
-# Task matrices and their rank-k factors (eqs. 1-5), shared by every track.
-def adapter_dir(wildcards):
-    """A user's existing adapter for this set, or the one the lora rule trains."""
-    given = config["lora"]["adapters"].get(wildcards.set)
-    return given if given else path("lora", exp=wildcards.exp, set=wildcards.set)
-
-
-def retain_factors(wildcards, which):
-    """The factors P_r is built from (eq. 3): rank max(k, unlearn.retain_rank), so that a retain rank
-    above k uses the leading columns of a decomposition that has them (truncation is exact).
-    """
-    rank = max(int(wildcards.rank), config["unlearn"].get("retain_rank") or 0)
-    return path(
-        "factors", exp=wildcards.exp, rank=rank, decomp=wildcards.decomp, set=which
-    )
-
-
 rule task_matrices:
     # T = (lora_alpha / r) B A per adapted module, kept factored.
     input:

@@ -1,26 +1,3 @@
-# The generic model rules (every text experiment): tokenizer, pretrained and fine-tuned models.
-def tokenizer_texts(wildcards):
-    """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
-    set and the pretraining text (the task-level track has no pretraining set yet)."""
-    names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
-    if wildcards.exp != TASK_EXP:
-        names.append("pretrain")
-    return [path("data", exp=wildcards.exp, name=n) for n in names]
-
-
-def finetune_init_inputs(wildcards):
-    """What fine-tuning starts from: the tokenizer to build the model on (rule pretrain), the
-    pretrained checkpoint (both fine-tuned models of the embedded default), or nothing (a hub
-    model, loaded by name)."""
-    if not tiny_model():
-        return {}
-    if wildcards.exp == TASK_EXP:  # the task-level track (rules/task.smk)
-        return task_start_inputs(wildcards)
-    if wildcards.get("which", "pretrained") == "pretrained":
-        return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
-    return {"init": path("model", exp=wildcards.exp, which="pretrained")}
-
-
 rule tokenizer:
     input:
         tokenizer_texts,
