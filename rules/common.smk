@@ -332,7 +332,7 @@ def eval_data_inputs(wildcards):
 
 
 # ---------------------------------------------------------------------------------------------
-# The default target: each configured track's `<track>_targets()` (its rules file; registry.TRACKS).
+# The default target: each configured track's `<track>_targets()` (rules/<track>_common.smk).
 # ---------------------------------------------------------------------------------------------
 def all_targets():
     return [
