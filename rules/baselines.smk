@@ -10,7 +10,7 @@ rule baseline:
     benchmark:
         benchmark_path("baseline", "exp", "method")
     wildcard_constraints:
-        exp=r"tofu_forget\d\d|xling_[a-z]{2}(_R)?",
+        exp=UNLEARN_EXPS,
         method="|".join(BASELINES),
     conda:
         "../envs/train.yaml"

@@ -1,13 +1,13 @@
 rule bench_decomposition:
     # Runtime of dense SVD (gesdd) and dense CPQR (xGEQP3) vs the exact factored CPQR / SVD paths.
     output:
-        csv="results/bench/decomposition.csv",
-        plot="results/figures/bench_decomposition.png",
-        table_csv="results/tables/runtime.csv",
-        table_md="results/tables/runtime.md",
-        table_tex="results/tables/runtime.tex",
+        csv=path("bench", name="decomposition"),
+        plot=path("figure", name="bench_decomposition"),
+        table_csv=path("table", table="runtime", ext="csv"),
+        table_md=path("table", table="runtime", ext="md"),
+        table_tex=path("table", table="runtime", ext="tex"),
     log:
-        "results/logs/bench_decomposition/bench_decomposition.log",
+        log_path("bench_decomposition"),
     conda:
         "../envs/linalg.yaml"
     threads: config["threads"]
@@ -26,9 +26,9 @@ rule bench_decomposition:
 rule bench_erase:
     # Whole-model erase (streaming, erase adapter out) with Llama-3-8B / 70B shapes: time and peak RSS.
     output:
-        "results/bench/erase.csv",
+        path("bench", name="erase"),
     log:
-        "results/logs/bench_erase/bench_erase.log",
+        log_path("bench_erase"),
     conda:
         "../envs/linalg.yaml"
     threads: config["threads"]

@@ -1,6 +1,9 @@
 # Cross-lingual track: shared multilingual models (exp "xling"), unlearning in language X (exp
 # "xling_X", through the generic lora -> task_matrices -> ... -> erase_merged chain), evaluation of
-# every model in every configured language.
+# every model in every configured language. (Naming rule: rules/common.smk, top.)
+
+
+include: "crosslingual_common.smk"
 
 
 rule xling_romanise:
@@ -15,7 +18,7 @@ rule xling_romanise:
     log:
         log_path("xling_romanise", "lang"),
     wildcard_constraints:
-        lang=r"[a-z]{2}_R",
+        lang=ROMANISED_LANG_PATTERN,
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -34,7 +37,7 @@ rule xling_sets:
     log:
         log_path("xling_sets", "lang"),
     wildcard_constraints:
-        lang=r"[a-z]{2}(_R)?",
+        lang=LANG_PATTERN,
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -58,7 +61,7 @@ rule xling_data:
             for name in XLING_SETS
         },
     output:
-        **{name: path("data", exp="xling", name=name) for name in XLING_SHARED_DATA},
+        **{name: path("data", exp=XLING_EXP, name=name) for name in XLING_SHARED_DATA},
     log:
         log_path("xling_data"),
     conda:
@@ -75,19 +78,15 @@ rule xling_data:
 rule xling_unlearn_data:
     # exp xling_X: forget_X and retain_X, where the generic lora rule reads them.
     input:
-        forget=lambda wc: path(
-            "xling_sets", lang=wc.exp[len("xling_") :], name="forget"
-        ),
-        retain=lambda wc: path(
-            "xling_sets", lang=wc.exp[len("xling_") :], name="retain"
-        ),
+        forget=lambda wc: path("xling_sets", lang=xling_lang(wc), name="forget"),
+        retain=lambda wc: path("xling_sets", lang=xling_lang(wc), name="retain"),
     output:
         forget=path("data", name="forget"),
         retain=path("data", name="retain"),
     log:
         log_path("xling_unlearn_data", "exp"),
     wildcard_constraints:
-        exp=r"xling_[a-z]{2}(_R)?",
+        exp=exp_pattern("xling_<lang>"),
     conda:
         "../envs/tables.yaml"
     threads: 1
@@ -107,7 +106,7 @@ rule xling_evaluate:
     log:
         log_path("xling_evaluate", "exp", "model"),
     wildcard_constraints:
-        exp=r"xling|xling_[a-z]{2}(_R)?",
+        exp=exp_pattern("xling", "xling_<lang>"),
     conda:
         "../envs/eval.yaml"
     threads: config["threads"]
@@ -119,7 +118,7 @@ rule xling_evaluate:
         evaluate=XLING.get("evaluate"),
         seed=config["seed"],
     script:
-        "../workflow_scripts/xling_evaluate.py"
+        "../workflow_scripts/evaluate.py"
 
 
 rule xling_table:

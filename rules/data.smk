@@ -6,7 +6,7 @@ rule tofu_data:
     log:
         log_path("tofu_data", "exp"),
     wildcard_constraints:
-        exp=r"tofu_forget\d\d",
+        exp=exp_pattern("tofu_<split>"),
     conda:
         "../envs/tables.yaml"
     threads: 1

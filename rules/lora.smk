@@ -10,7 +10,7 @@ rule lora:
     benchmark:
         benchmark_path("lora", "exp", "set")
     wildcard_constraints:
-        exp=r"(?!speech)\w+",  # speech exps: rule speech_lora
+        exp=TEXT_EXPS,  # speech exps: rule speech_lora
     conda:
         "../envs/train.yaml"
     threads: config["threads"]

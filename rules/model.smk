@@ -34,7 +34,7 @@ rule pretrain:
     benchmark:
         benchmark_path("pretrain", "exp")
     wildcard_constraints:
-        exp=r"(?!speech)\w+",
+        exp=TEXT_EXPS,
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -64,7 +64,7 @@ rule finetune:
     log:
         log_path("finetune", "exp", "which"),
     wildcard_constraints:
-        exp=r"(?!speech)\w+",  # speech exps: rule speech_finetune
+        exp=TEXT_EXPS,  # speech exps: rule speech_finetune
         which="full|retain",
     conda:
         "../envs/train.yaml"

@@ -1,6 +1,10 @@
 # Speech track (paper §4.3): speaker-identification unlearning with a HuBERT-architecture classifier.
-# The shared linear-algebra chain (task_matrices -> factors -> energy -> forget_update -> erase_merged)
-# runs unchanged on the speech_lora adapters of exps speech_sample / speech_class.
+# Exp "speech" holds the data and the fine-tuned classifier; the shared linear-algebra chain
+# (task_matrices -> factors -> energy -> forget_update -> erase_merged) runs unchanged on the
+# speech_lora adapters of exps speech_sample / speech_class.
+
+
+include: "speech_common.smk"
 
 
 rule speech_data:
@@ -14,7 +18,7 @@ rule speech_data:
     log:
         log_path("speech_data", "exp"),
     wildcard_constraints:
-        exp="speech",
+        exp=exp_pattern("speech"),
     conda:
         "../envs/train.yaml"
     threads: 1
@@ -40,7 +44,7 @@ rule speech_pretrain:
     benchmark:
         benchmark_path("speech_pretrain", "exp")
     wildcard_constraints:
-        exp="speech",
+        exp=exp_pattern("speech"),
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -68,7 +72,7 @@ rule speech_finetune:
     benchmark:
         benchmark_path("speech_finetune", "exp")
     wildcard_constraints:
-        exp="speech",
+        exp=exp_pattern("speech"),
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -96,7 +100,7 @@ rule speech_lora:
     benchmark:
         benchmark_path("speech_lora", "exp", "set")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
     conda:
         "../envs/train.yaml"
     threads: config["threads"]
@@ -124,7 +128,7 @@ rule speech_baseline:
     benchmark:
         benchmark_path("speech_baseline", "exp", "method")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
         method="|".join(SPEECH_BASELINES),
     conda:
         "../envs/train.yaml"
@@ -149,7 +153,7 @@ rule speech_evaluate:
     log:
         log_path("speech_evaluate", "exp", "model"),
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
     conda:
         "../envs/eval.yaml"
     threads: config["threads"]
@@ -169,7 +173,7 @@ rule speech_table:
     # The paper's speech table: method rows; D_t, D_f, D_r under Sample and Class.
     input:
         evals=[
-            path("speech_eval", exp=f"speech_{s}", model=m)
+            path("speech_eval", exp=speech_exp(s), model=m)
             for s in SPEECH_SETTINGS
             for m in speech_models()
         ],
@@ -203,7 +207,7 @@ rule speech_table:
 rule speech_energy:
     # Eq. 14 energies of both settings side by side, and how concentrated each one is.
     input:
-        energy=[path("energy", exp=f"speech_{s}") for s in SPEECH_SETTINGS],
+        energy=[path("energy", exp=speech_exp(s)) for s in SPEECH_SETTINGS],
     output:
         figure=report(
             path("figure", name="speech_energy"),
@@ -231,18 +235,18 @@ rule speech_rank:
     # Rank k vs reconstruction error of T_f (top) and D_f / D_r accuracy (bottom), CPQR and SVD.
     input:
         reports=[
-            path("factor_report", exp=f"speech_{s}", rank=k)
+            path("factor_report", exp=speech_exp(s), rank=k)
             for s in SPEECH_RANK_SETTINGS
             for k in SPEECH_RANKS
         ],
         evals=[
-            path("speech_eval", exp=f"speech_{s}", model=f"{m}_k{k}")
+            path("speech_eval", exp=speech_exp(s), model=f"{m}_k{k}")
             for s in SPEECH_RANK_SETTINGS
             for k in SPEECH_RANKS
-            for m in ("qr_erase", "unlearn")
+            for _, m in registry.RANK_PAIRS
         ],
         base=[
-            path("speech_eval", exp=f"speech_{s}", model="base")
+            path("speech_eval", exp=speech_exp(s), model="base")
             for s in SPEECH_RANK_SETTINGS
         ],
     output:
@@ -283,7 +287,7 @@ rule speech_tradeoff_subspace:
     benchmark:
         benchmark_path("speech_tradeoff_subspace", "exp", "method")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
         method="|".join(DECOMP),
     conda:
         "../envs/eval.yaml"
@@ -315,7 +319,7 @@ rule speech_tradeoff_baseline:
     benchmark:
         benchmark_path("speech_tradeoff_baseline", "exp", "method")
     wildcard_constraints:
-        exp="speech_(sample|class)",
+        exp=SPEECH_EXPS,
         method="|".join(["base", *SPEECH_BASELINES]),
     conda:
         "../envs/train.yaml"
@@ -337,7 +341,7 @@ rule speech_tradeoff:
     # D_r against D_f per method and setting (table + figure), and the lambda rule on D_v.
     input:
         points=[
-            path("speech_tradeoff_points", exp=f"speech_{s}", method=m)
+            path("speech_tradeoff_points", exp=speech_exp(s), method=m)
             for s in SPEECH_TRADEOFF_SETTINGS
             for m in ["base", *speech_tradeoff_methods()]
         ],

@@ -59,30 +59,3 @@ rule tofu_table:
         rank=RANK,
     script:
         "../workflow_scripts/tofu_table.py"
-
-
-rule cost:
-    # A track table's companion: wall time of each method's jobs (baseline training vs LoRA +
-    # closed-form erase), from Snakemake's benchmark files. Timings differ between runs.
-    input:
-        cost_inputs,
-    output:
-        csv=path("table", table="{track}_cost", ext="csv"),
-        md=path("table", table="{track}_cost", ext="md"),
-    log:
-        log_path("cost", "track"),
-    wildcard_constraints:
-        track="|".join(COST_GROUP_HEADER),
-    conda:
-        "../envs/tables.yaml"
-    threads: 1
-    resources:
-        **resources_for("light"),
-    params:
-        groups=lambda wildcards: track_costs(wildcards.track),
-        group_column=lambda wildcards: (
-            None if COST_GROUP_HEADER[wildcards.track] is None else "group"
-        ),
-        group_header=lambda wildcards: COST_GROUP_HEADER[wildcards.track],
-    script:
-        "../workflow_scripts/cost.py"

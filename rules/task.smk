@@ -17,7 +17,7 @@ rule task_data:
     log:
         log_path("task_data", "exp"),
     wildcard_constraints:
-        exp="task",
+        exp=exp_pattern("task"),
     conda:
         "../envs/train.yaml"
     threads: 1
@@ -42,7 +42,7 @@ rule task_baseline:
     benchmark:
         benchmark_path("task_baseline", "exp", "method")
     wildcard_constraints:
-        exp="task",
+        exp=exp_pattern("task"),
         method="|".join(TASK_BASELINES),
     conda:
         "../envs/train.yaml"
@@ -68,7 +68,7 @@ rule task_evaluate:
     log:
         log_path("task_evaluate", "exp", "model"),
     wildcard_constraints:
-        exp="task",
+        exp=exp_pattern("task"),
     conda:
         "../envs/eval.yaml"
     threads: config["threads"]

@@ -1,12 +1,10 @@
-# Task-level track: config validation, names, path patterns and input functions (rules in task.smk).
+# Task-level track: constants and input functions (its rules: rules/task.smk, which includes this file).
 from qrerase.text.task import EVAL_FILES as TASK_EVAL_FILES
 from qrerase.text.task import ROLES as TASK_ROLES
-from qrerase.text.task import TaskDataConfig, check_task_config
-from qrerase.baselines.task import TASK_BASELINES
 
 TASK = config.get("task", {})
-TASK_EXP = "task"
 TASK_METHODS = list(config["methods"].get("task", []))
+TASK_BASELINES = registry.baselines_for("task")
 TASK_RANK = TASK.get("rank", RANK)
 TASK_DATA_SETS = [
     "forget",
@@ -15,42 +13,6 @@ TASK_DATA_SETS = [
     "finetune_full",
     *(f for files in TASK_EVAL_FILES.values() for f in files),
 ]
-
-PATHS.update(
-    {
-        "task_eval": "results/{exp}/task_eval/{model}.csv",
-        "task_metrics": "results/task/metrics.csv",
-    }
-)
-
-
-def validate_task_config(cfg):
-    """The task section (after the schema): skills, split sizes, operand ranges, data files; rank."""
-    if "task" not in cfg["tracks"]:
-        return
-    if "task" not in cfg or "task" not in cfg["methods"]:
-        raise WorkflowError(
-            "config key 'task': the task track needs a 'task' section and 'methods.task'"
-        )
-    try:
-        check_task_config(TaskDataConfig.from_dict(cfg["task"]["data"]))
-    except (ValueError, TypeError) as exc:
-        key, _, message = str(exc).partition(": ")
-        raise WorkflowError(f"config key '{key}': {message}") from None
-    rank = cfg["task"].get("rank", cfg["unlearn"]["rank"])
-    lora_r = cfg["lora"]["r"]
-    if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
-        raise WorkflowError(
-            f"config key 'task.rank': {rank} exceeds the LoRA rank lora.r={lora_r}"
-        )
-    for i, method in enumerate(cfg["methods"]["task"]):
-        if method in TASK_BASELINES and not cfg["task"]["baselines"].get(method):
-            raise WorkflowError(
-                f"config key 'methods.task.{i}': baseline '{method}' has no 'task.baselines.{method}' settings"
-            )
-
-
-validate_task_config(config)
 
 
 def task_init_model(wildcards):
@@ -115,18 +77,6 @@ def task_baseline_inputs(wildcards):
     return inputs
 
 
-def task_costs():
-    """The cost table's components per method (rules/common.smk cost_components)."""
-    return cost_components(
-        TASK_EXP,
-        TASK_METHODS,
-        TASK_RANK,
-        "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter",
-        baseline_rule="task_baseline",
-        adapters=config["lora"]["adapters"],
-    )
-
-
 def task_targets():
     return [
         *expand(PATHS["table"], table=["task", "task_wide"], ext=["csv", "md", "tex"]),
@@ -135,6 +85,3 @@ def task_targets():
         path("factor_report", exp=TASK_EXP, rank=TASK_RANK),
         *cost_targets("task"),
     ]
-
-
-TRACK_TARGETS["task"] = task_targets

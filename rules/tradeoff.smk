@@ -2,6 +2,11 @@
 # every subspace method at each rank k and scale lambda of `tradeoff`, every optimisation baseline at
 # each number of epochs, all evaluated with the track's protocol, and the lambda selection rule
 # applied to the held-out retain slice. Points re-use the factors and forget updates of the main run.
+
+
+include: "tradeoff_common.smk"
+
+
 rule tradeoff_erase:
     # One point: W' = W - lambda T~_f (eq. 6 / 16) at rank k and scale lambda, TOFU-evaluated.
     input:
@@ -11,7 +16,7 @@ rule tradeoff_erase:
     log:
         log_path("tradeoff_erase", "exp", "rank", "method", "scale"),
     wildcard_constraints:
-        exp=r"tofu_forget\d\d|xling_[a-z]{2}(_R)?",
+        exp=UNLEARN_EXPS,
         scale=r"\d+(\.\d+)?",
     conda:
         "../envs/eval.yaml"
@@ -37,7 +42,7 @@ rule tradeoff_baseline:
     log:
         log_path("tradeoff_baseline", "exp", "method", "epochs"),
     wildcard_constraints:
-        exp=r"tofu_forget\d\d|xling_[a-z]{2}(_R)?",
+        exp=UNLEARN_EXPS,
         method="|".join(BASELINES),
         epochs=r"\d+",
     conda:

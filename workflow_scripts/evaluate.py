@@ -1,4 +1,6 @@
-"""Rule evaluate: a TOFU-format eval log (four files + aggregated) for one model."""
+"""Rules evaluate and xling_evaluate: TOFU-format eval logs (four files + aggregated) of one model,
+loaded once: one log in the output folder (evaluate), or one per configured language in
+<output>/<lang>/ (xling_evaluate: params.languages, inputs '<lang>:<set>')."""
 
 from pathlib import Path
 
@@ -7,18 +9,20 @@ from qrerase.io import atomic_dir, read_jsonl
 from qrerase.text.tofu_log import write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
 
+SETS = ("forget", "retain", "real_authors", "world_facts")
 p = snakemake.params  # noqa: F821
 inp = snakemake.input  # noqa: F821
 with job(snakemake, seed=p.seed) as log:  # noqa: F821
     adapter = inp.adapter if "adapter" in inp.keys() else None
     model, tokenizer = load_for_eval(inp.model, adapter, p.model)
-    eval_sets = {name: read_jsonl(inp[name]) for name in ("forget", "retain", "real_authors", "world_facts")}
-    cfg = EvalConfig(
-        batch_size=p.evaluate.get("batch_size", 32),
-        max_new_tokens=p.evaluate.get("max_new_tokens", 48),
-    )
-    result = evaluate_tofu(model, tokenizer, template_from(p.model, tokenizer), eval_sets, cfg)
+    cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+    languages = p.get("languages")
     with atomic_dir(snakemake.output[0]) as tmp:  # noqa: F821
-        write_log(result, tmp)
-        write_aggregated(result, Path(tmp) / "eval_log_aggregated.json")
-    log.info("evaluated %s on %s", snakemake.wildcards.model, {k: len(v) for k, v in eval_sets.items()})
+        for lang in languages or [None]:
+            eval_sets = {s: read_jsonl(inp[s if lang is None else f"{lang}:{s}"]) for s in SETS}
+            result = evaluate_tofu(model, tokenizer, template_from(p.model, tokenizer), eval_sets, cfg)
+            folder = Path(tmp) if lang is None else Path(tmp) / lang
+            write_log(result, folder)
+            write_aggregated(result, folder / "eval_log_aggregated.json")
+            where = "" if lang is None else f" in {lang}"
+            log.info("evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()})  # noqa: F821

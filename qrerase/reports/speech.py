@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..registry import RANK_PAIRS
 from .tables import Column, TableSpec
 
 __all__ = ["SETTING_LABELS", "speech_table", "localisation", "energy_compare_plot", "rank_curve", "rank_plot"]
@@ -117,7 +118,7 @@ def rank_curve(reports: Mapping[int, pd.DataFrame], evals: pd.DataFrame) -> pd.D
         if f.empty:
             raise ValueError(f"rank_curve: factor report at rank {k} has no forget rows")
         norm2 = (f["fro_norm"].to_numpy(dtype=np.float64)) ** 2
-        for decomp, method in (("cpqr", "qr_erase"), ("svd", "unlearn")):
+        for decomp, method in RANK_PAIRS:
             err = f[f"recon_err_{decomp}"].to_numpy(dtype=np.float64)
             total = math.sqrt(float((err**2 * norm2).sum()) / float(norm2.sum()))
             model = f"{method}_k{k}"

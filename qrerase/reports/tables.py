@@ -44,6 +44,7 @@ from typing import Mapping
 import pandas as pd
 
 from ..io import atomic_path, write_text
+from ..registry import method_labels, tex_method_labels
 
 __all__ = [
     "METHOD_LABELS",
@@ -59,37 +60,11 @@ __all__ = [
     "write_table",
 ]
 
-#: raw method key -> display name (Markdown, CSV ``display_label``, plots).
-METHOD_LABELS: dict[str, str] = {
-    "unlearn": "UNLEARN",
-    "unlearn_ll": "UNLEARN (LL)",
-    "qr_erase": "QR-Erase",
-    "qr_erase_ll": "QR-Erase (LL)",
-    "base": "Base Model",
-    "retain": "Retain reference",
-    "ga": "Gradient Ascent",
-    "graddiff": "Gradient Difference",
-    "kl": "KL Minimization",
-    "npo": "NPO",
-    "dpo": "DPO",
-    "flat": "FLAT",
-    "scrub": "SCRUB",
-    "bad_teaching": "Bad Teaching",
-    "unlearn_control": "UNLEARN, retain-adapter control",
-    "unlearn_ll_control": "UNLEARN (LL), retain-adapter control",
-    "qr_erase_control": "QR-Erase, retain-adapter control",
-    "qr_erase_ll_control": "QR-Erase (LL), retain-adapter control",
-    "kga": "KGA",
-    "ku": "KU",
-}
+#: raw method key -> display name (Markdown, CSV ``display_label``, plots), from :mod:`qrerase.registry`.
+METHOD_LABELS: dict[str, str] = method_labels()
 
 #: raw method key -> LaTeX label, as typeset in the paper (others are escaped display names).
-TEX_METHOD_LABELS: dict[str, str] = {
-    "unlearn": r"\textsc{UNLEARN}",
-    "unlearn_ll": r"\textsc{UNLEARN (LL)}",
-    "qr_erase": r"\textsc{QR-Erase}",
-    "qr_erase_ll": r"\textsc{QR-Erase} (LL)",
-}
+TEX_METHOD_LABELS: dict[str, str] = tex_method_labels()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,278 @@
+"""Config validation of the workflow: the JSON schema, then every cross-key check.
+
+Called once by the workflow (``rules/common.smk``) before any rule is declared. Every error is one
+line naming the config key: ``config key 'speech.top_k': 12 exceeds the number of speakers (4)``.
+
+The schema file (``schemas/config.schema.yaml``) lists no method or track names: a node holding
+``x-registry: <source>`` gets its ``enum`` from :mod:`qrerase.registry` at load time (sources:
+``methods.<track>``, ``subspace``, ``tracks``).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import registry
+
+__all__ = [
+    "ConfigError",
+    "SCHEMA_PATH",
+    "load_schema",
+    "registry_enum",
+    "validate",
+    "check_schema",
+    "check_core",
+    "check_crosslingual",
+    "check_speech",
+    "check_baselines",
+    "check_tradeoff",
+    "check_task",
+    "crosslingual_root",
+    "TEXT_BASELINE_TRACKS",
+]
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+#: Tracks whose `methods` may list the text baselines (each needs its `baselines.<method>` section).
+TEXT_BASELINE_TRACKS = ("tofu", "crosslingual")
+
+
+class ConfigError(ValueError):
+    """An invalid config: the message is one line naming the key."""
+
+
+def registry_enum(source: str) -> list[str]:
+    """The names a schema ``x-registry`` node allows: ``methods.<track>``, ``subspace`` or ``tracks``."""
+    if source == "subspace":
+        return list(registry.SUBSPACE_METHODS)
+    if source == "tracks":
+        return list(registry.TRACKS)
+    kind, _, track = source.partition(".")
+    if kind == "methods" and track in registry.TRACKS:
+        return registry.methods_for(track)
+    raise ValueError(f"schema: unknown x-registry source {source!r}")
+
+
+def _inject(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {k: _inject(v) for k, v in node.items() if k != "x-registry"}
+        if "x-registry" in node:
+            out["enum"] = registry_enum(node["x-registry"])
+        return out
+    if isinstance(node, list):
+        return [_inject(v) for v in node]
+    return node
+
+
+@lru_cache(maxsize=None)
+def _load_schema(path: str) -> dict:
+    import yaml
+
+    return _inject(yaml.safe_load(Path(path).read_text()))
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
+    """The config schema with the registry's enums injected (read once per path)."""
+    return copy.deepcopy(_load_schema(str(path)))
+
+
+def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
+    """JSON schema (Draft 2020-12): the first error, by key path, naming its key."""
+    import jsonschema
+
+    schema = _load_schema(str(schema_path))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(cfg),
+        key=lambda e: [str(p) for p in e.absolute_path],
+    )
+    if errors:
+        err = errors[0]
+        key = ".".join(str(p) for p in err.absolute_path) or "<top level>"
+        raise ConfigError(f"config key '{key}': {err.message} (see {Path(schema_path).name})")
+
+
+def check_core(cfg: Mapping) -> None:
+    """The TOFU track and the shared sections: ranks within the LoRA rank, the tiny model's shape,
+    the vendored data files, user adapters, imported models."""
+    from ..text.data import required_splits
+
+    lora_r = cfg["lora"]["r"]
+    for key in ("rank", "retain_rank"):
+        value = cfg["unlearn"].get(key)
+        if value is not None and value > lora_r and not any(cfg["lora"]["adapters"].values()):
+            raise ConfigError(
+                f"config key 'unlearn.{key}': {value} exceeds the LoRA rank lora.r={lora_r}; "
+                "the task matrices have rank at most r"
+            )
+    tiny = cfg["model"]["tiny"]
+    if cfg["model"]["name_or_path"] is None:
+        if tiny["hidden_size"] % tiny["num_attention_heads"]:
+            raise ConfigError("config key 'model.tiny.hidden_size': must be divisible by num_attention_heads")
+        if tiny["num_attention_heads"] % tiny["num_key_value_heads"]:
+            raise ConfigError("config key 'model.tiny.num_key_value_heads': must divide num_attention_heads")
+    data = cfg["tofu"]["data"]
+    if data["source"] == "local":
+        root = Path(data["root"])
+        for name in required_splits(data["split"], data.get("knowledge", [])):
+            if not (root / f"{name}.jsonl").is_file():
+                raise ConfigError(f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found")
+    for set_name, path in cfg["lora"]["adapters"].items():
+        if path is not None and not (Path(path) / "adapter_config.json").is_file():
+            raise ConfigError(f"config key 'lora.adapters.{set_name}': {path} holds no adapter_config.json")
+    for item in cfg["tofu"].get("imported_models", []):
+        for key in ("log", "reference"):
+            if item.get(key) and not Path(item[key]).exists():
+                raise ConfigError(f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found")
+
+
+def crosslingual_root(code: str, cfg: Mapping) -> str:
+    """The folder of a (non-romanised) language's six TOFU splits: TOFU itself for English."""
+    data = cfg["crosslingual"]["data"]
+    return data["english_root"] if code == "en" else str(Path(data["root"]) / code)
+
+
+def check_crosslingual(cfg: Mapping) -> None:
+    """The 'crosslingual' section: language codes, table method; data files only when the track runs."""
+    from ..text.crosslingual import check_language_files, parse_language
+
+    xl = cfg.get("crosslingual")
+    runs = "crosslingual" in cfg["tracks"]
+    if xl is None or "crosslingual" not in cfg["methods"]:
+        if runs:
+            raise ConfigError(
+                "config key 'crosslingual': the crosslingual track needs a 'crosslingual' section "
+                "and 'methods.crosslingual'"
+            )
+        return
+    for key in ("languages", "unlearn"):
+        for i, code in enumerate(xl[key]):
+            try:
+                parse_language(code)
+            except ValueError as exc:
+                raise ConfigError(f"config key 'crosslingual.{key}[{i}]': {exc}") from None
+    for i, code in enumerate(xl["unlearn"]):
+        if code not in xl["languages"]:
+            raise ConfigError(
+                f"config key 'crosslingual.unlearn[{i}]': '{code}' is not in crosslingual.languages {xl['languages']}"
+            )
+    if xl["table_method"] not in cfg["methods"]["crosslingual"]:
+        raise ConfigError(
+            f"config key 'crosslingual.table_method': '{xl['table_method']}' is not in "
+            f"methods.crosslingual {cfg['methods']['crosslingual']}"
+        )
+    if not runs:
+        return
+    for code in dict.fromkeys(parse_language(c)[0] for c in xl["languages"]):
+        try:
+            check_language_files(crosslingual_root(code, cfg))
+        except (ValueError, FileNotFoundError) as exc:
+            root = "english_root" if code == "en" else "root"
+            raise ConfigError(f"config key 'crosslingual.data.{root}': {exc}") from None
+
+
+def check_speech(cfg: Mapping) -> None:
+    """The `speech` section (fractions and types are the schema's): ranks within the LoRA rank,
+    settings; speakers against the recordings only when the track runs."""
+    sp = cfg["speech"]
+    lora_r = sp["lora"]["r"]
+    for k in [sp["rank"], *sp["ranks"], *sp["tradeoff"]["ranks"]]:
+        if k > lora_r:
+            raise ConfigError(
+                f"config key 'speech.rank(s)': rank {k} exceeds the LoRA rank speech.lora.r={lora_r}; "
+                "the task matrices have rank at most r"
+            )
+    if not set(sp["rank_settings"]) <= set(sp["settings"]):
+        raise ConfigError(
+            f"config key 'speech.rank_settings': {sp['rank_settings']} must be among speech.settings {sp['settings']}"
+        )
+    if not set(sp["tradeoff"]["settings"]) & set(sp["settings"]):
+        raise ConfigError(
+            f"config key 'speech.tradeoff.settings': {sp['tradeoff']['settings']} shares no setting with "
+            f"speech.settings {sp['settings']}"
+        )
+    if "speech" not in cfg["tracks"]:
+        return  # the data checks below need the recordings; a run without the track needs neither
+    from ..speech.data import list_recordings
+
+    root = sp["data"]["root"]
+    try:
+        recs = list_recordings(root, sp["data"].get("max_per_digit"))
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"config key 'speech.data.root': {exc}") from None
+    speakers = sorted({r.speaker for r in recs})
+    for name in sp.get("forget_speakers") or []:
+        if name not in speakers:
+            raise ConfigError(
+                f"config key 'speech.forget_speakers': speaker '{name}' not in {root} (speakers: {', '.join(speakers)})"
+            )
+    if sp.get("forget_speakers") is not None and len(set(sp["forget_speakers"])) >= len(speakers):
+        raise ConfigError("config key 'speech.forget_speakers': at least one speaker must be retained")
+    if sp["top_k"] > len(speakers):
+        raise ConfigError(
+            f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})"
+        )
+
+
+def check_baselines(cfg: Mapping) -> None:
+    """Every text baseline listed in a text track's methods has its `baselines.<method>` settings."""
+    for track in TEXT_BASELINE_TRACKS:
+        baselines = registry.baselines_for(track)
+        for i, name in enumerate(cfg["methods"].get(track, [])):
+            if name in baselines and not cfg.get("baselines", {}).get(name):
+                raise ConfigError(
+                    f"config key 'methods.{track}.{i}': baseline '{name}' has no "
+                    f"'baselines.{name}' settings (epochs, lr, batch_size, ...)"
+                )
+    refusals = cfg.get("baselines", {}).get("refusals")
+    if refusals is not None and not Path(refusals).is_file():
+        raise ConfigError(f"config key 'baselines.refusals': {refusals} not found")
+
+
+def check_tradeoff(cfg: Mapping) -> None:
+    """`tradeoff.scales` includes 0: the unedited model, every curve's utility reference."""
+    from ..text.tradeoff import scale_name
+
+    scales = [scale_name(s) for s in cfg.get("tradeoff", {}).get("scales", [])]
+    if scales and "0" not in scales:
+        raise ConfigError(
+            "config key 'tradeoff.scales': must include 0 (the unedited model: the utility "
+            "reference of every curve and the baseline of the lambda rule)"
+        )
+
+
+def check_task(cfg: Mapping) -> None:
+    """The task section (when the track runs): skills, split sizes, operand ranges, data files; rank."""
+    if "task" not in cfg["tracks"]:
+        return
+    if "task" not in cfg or "task" not in cfg["methods"]:
+        raise ConfigError("config key 'task': the task track needs a 'task' section and 'methods.task'")
+    from ..text.task import TaskDataConfig, check_task_config
+
+    try:
+        check_task_config(TaskDataConfig.from_dict(cfg["task"]["data"]))
+    except (ValueError, TypeError) as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(f"config key '{key}': {message}") from None
+    rank = cfg["task"].get("rank", cfg["unlearn"]["rank"])
+    lora_r = cfg["lora"]["r"]
+    if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
+        raise ConfigError(f"config key 'task.rank': {rank} exceeds the LoRA rank lora.r={lora_r}")
+    baselines = registry.baselines_for("task")
+    for i, name in enumerate(cfg["methods"]["task"]):
+        if name in baselines and not cfg["task"]["baselines"].get(name):
+            raise ConfigError(
+                f"config key 'methods.task.{i}': baseline '{name}' has no 'task.baselines.{name}' settings"
+            )
+
+
+def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
+    """Every check, in order: the schema first (so the cross-key checks may trust types and keys)."""
+    check_schema(cfg, schema_path)
+    check_core(cfg)
+    check_crosslingual(cfg)
+    check_speech(cfg)
+    check_baselines(cfg)
+    check_tradeoff(cfg)
+    check_task(cfg)

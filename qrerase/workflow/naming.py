@@ -1,0 +1,139 @@
+"""Experiment names: the ``{exp}`` wildcard of every workflow path, built and parsed in one place.
+
+An experiment name is ``<prefix>[_<arg>]``; the prefix names the track (file-name prefixes keep the
+short ``xling`` of the cross-lingual track: results/ paths are part of the artifacts' identity):
+
+=====================  ==============  =======================================================
+name                   track           what it holds
+=====================  ==============  =======================================================
+``tofu_<split>``       tofu            a TOFU experiment (split ``forget01|05|10``): own models
+``xling``              crosslingual    the shared multilingual models
+``xling_<lang>``       crosslingual    unlearning in language ``<lang>`` (``hi``, ``hi_R``)
+``speech``             speech          the prepared audio and the shared speaker classifier
+``speech_<setting>``   speech          unlearning in one setting (``sample`` or ``class``)
+``task``               task            the task-level experiment: own model
+=====================  ==============  =======================================================
+
+Standard library only (read by the Snakefile before any job runs).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+__all__ = [
+    "Experiment",
+    "EXP_PATTERNS",
+    "PREFIX",
+    "exp_pattern",
+    "parse_exp",
+    "format_exp",
+    "tofu_exp",
+    "xling_exp",
+    "speech_exp",
+    "model_exp",
+    "model_kind",
+    "TASK_EXP",
+    "LANG_PATTERN",
+    "ROMANISED_LANG_PATTERN",
+    "XLING_EXP",
+    "SPEECH_EXP",
+]
+
+#: track -> the prefix of its experiment names.
+PREFIX = {"tofu": "tofu", "crosslingual": "xling", "speech": "speech", "task": "task"}
+
+#: A cross-lingual language code: ISO 639-1, '_R' for its romanised copy ('hi', 'hi_R').
+LANG_PATTERN = r"[a-z]{2}(_R)?"
+ROMANISED_LANG_PATTERN = r"[a-z]{2}_R"
+
+#: kind -> regex of its names; a kind is the name's template. The order is the central
+#: ``exp`` wildcard constraint's (rules/common.smk).
+EXP_PATTERNS: dict[str, str] = {
+    "tofu_<split>": r"tofu_forget\d\d",
+    "xling": "xling",
+    "xling_<lang>": rf"xling_{LANG_PATTERN}",
+    "speech": "speech",
+    "speech_<setting>": "speech_(sample|class)",
+    "task": "task",
+}
+_KIND_TRACK = {
+    "tofu_<split>": "tofu",
+    "xling": "crosslingual",
+    "xling_<lang>": "crosslingual",
+    "speech": "speech",
+    "speech_<setting>": "speech",
+    "task": "task",
+}
+
+XLING_EXP = PREFIX["crosslingual"]
+SPEECH_EXP = PREFIX["speech"]
+TASK_EXP = PREFIX["task"]
+
+
+class Experiment(NamedTuple):
+    """A parsed experiment name: its track, and its argument (TOFU split, unlearning language,
+    speech setting; ``None`` for the shared ``xling`` / ``speech`` experiments and ``task``)."""
+
+    track: str
+    arg: str | None
+
+    @property
+    def name(self) -> str:
+        return format_exp(self.track, self.arg)
+
+
+def exp_pattern(*kinds: str) -> str:
+    """The regex of experiment names of the given kinds (keys of :data:`EXP_PATTERNS`; none: all)."""
+    unknown = [k for k in kinds if k not in EXP_PATTERNS]
+    if unknown:
+        raise KeyError(f"exp_pattern: unknown kind(s) {unknown}; known: {list(EXP_PATTERNS)}")
+    return "|".join(EXP_PATTERNS[k] for k in (kinds or EXP_PATTERNS))
+
+
+def parse_exp(exp: str) -> Experiment:
+    """``'xling_hi_R'`` -> ``Experiment('crosslingual', 'hi_R')``; ValueError for a malformed name."""
+    for kind, pattern in EXP_PATTERNS.items():
+        if re.fullmatch(pattern, exp):
+            track = _KIND_TRACK[kind]
+            arg = exp[len(PREFIX[track]) + 1 :] if "<" in kind else None
+            return Experiment(track, arg)
+    raise ValueError(f"experiment name {exp!r} matches none of {list(EXP_PATTERNS)}")
+
+
+def format_exp(track: str, arg: str | None = None) -> str:
+    """The inverse of :func:`parse_exp`; ValueError when the result would not parse back."""
+    if track not in PREFIX:
+        raise ValueError(f"unknown track {track!r}; known: {list(PREFIX)}")
+    name = PREFIX[track] if arg is None else f"{PREFIX[track]}_{arg}"
+    if parse_exp(name) != (track, arg):
+        raise ValueError(f"experiment name {name!r} does not parse back to ({track!r}, {arg!r})")
+    return name
+
+
+def tofu_exp(split: str) -> str:
+    """``'forget10'`` -> ``'tofu_forget10'``."""
+    return format_exp("tofu", split)
+
+
+def xling_exp(lang: str | None = None) -> str:
+    """``'hi_R'`` -> ``'xling_hi_R'`` (unlearning in that language); ``None`` -> the shared ``'xling'``."""
+    return format_exp("crosslingual", lang)
+
+
+def speech_exp(setting: str | None = None) -> str:
+    """``'sample'`` -> ``'speech_sample'``; ``None`` -> the shared ``'speech'``."""
+    return format_exp("speech", setting)
+
+
+def model_exp(exp: str) -> str:
+    """The experiment whose fine-tuned models ``exp`` unlearns from: TOFU experiments and ``task``
+    own theirs; ``xling_<lang>`` uses the shared ``xling`` models, ``speech_<setting>`` ``speech``."""
+    track, _ = parse_exp(exp)
+    return PREFIX[track] if track in ("crosslingual", "speech") else exp
+
+
+def model_kind(exp: str) -> str:
+    """The model class an experiment's checkpoints hold: ``'audio_classifier'`` (speech) or ``'causal_lm'``."""
+    return "audio_classifier" if parse_exp(exp).track == "speech" else "causal_lm"

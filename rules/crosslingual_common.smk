@@ -1,0 +1,104 @@
+# Cross-lingual track: constants and input functions (its rules: rules/crosslingual.smk, which includes this file).
+from qrerase.text.crosslingual import SPLIT_FILES as XLING_SPLITS
+from qrerase.text.crosslingual import parse_language
+from qrerase.workflow.config import crosslingual_root
+from qrerase.workflow.naming import LANG_PATTERN, ROMANISED_LANG_PATTERN
+
+XLING = config.get("crosslingual", {})
+XLING_LANGS = list(XLING.get("languages", []))
+XLING_UNLEARN = list(XLING.get("unlearn", []))
+XLING_METHODS = list(config["methods"].get("crosslingual", []))
+XLING_SETS = [
+    "forget",
+    "retain",
+    "knowledge",
+    "pretrain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+XLING_SHARED_DATA = [
+    "finetune_full",
+    "finetune_retain",
+    "pretrain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+]
+
+
+def xling_vendored_root(code):
+    """The folder of a (non-romanised) language's six TOFU splits: TOFU itself for English."""
+    return crosslingual_root(code, config)
+
+
+def xling_root(code):
+    """A language's split folder: vendored, or (for '<lang>_R') the romanised copy built here."""
+    base, script = parse_language(code)
+    if script is None:
+        return xling_vendored_root(base)
+    return str(Path(path("xling_romanised", lang=code, split="x")).parent)
+
+
+def xling_lang(wildcards):
+    """The unlearning language of an 'xling_<lang>' experiment: 'xling_hi_R' -> 'hi_R'."""
+    return parse_exp(wildcards.exp).arg
+
+
+def xling_models():
+    """(exp, model name) of every evaluated model: base and reference, then each method per language."""
+    models = [(XLING_EXP, "base"), (XLING_EXP, "retain")]
+    for code in XLING_UNLEARN:
+        models += [
+            (xling_exp(code), m if m in BASELINES else f"{m}_k{RANK}")
+            for m in XLING_METHODS
+        ]
+    return models
+
+
+def xling_model_inputs(wildcards):
+    """Model name -> checkpoint: the shared base/reference models, or an exp's erased model.
+
+    The one place that maps a cross-lingual model name to its weights: 'base', 'retain', a subspace
+    method's '<method>_k<rank>' or an optimisation baseline's name (trained in exp xling_X).
+    """
+    if wildcards.model in ("base", "retain"):
+        which = "full" if wildcards.model == "base" else "retain"
+        return {"model": path("model", exp=XLING_EXP, which=which)}
+    if xling_lang(wildcards) is None:
+        raise WorkflowError(
+            f"xling_evaluate: model '{wildcards.model}' belongs to an 'xling_<lang>' experiment"
+        )
+    return eval_model_inputs(wildcards)
+
+
+def xling_split_files(wildcards):
+    """The six split files a language's sets are cut from (tracked, so an edit re-runs them)."""
+    root = xling_root(wildcards.lang)
+    return [str(Path(root) / f"{s}.jsonl") for s in XLING_SPLITS]
+
+
+def xling_eval_sets(wildcards):
+    return {
+        f"{lang}:{s}": path("xling_sets", lang=lang, name=f"eval_{s}")
+        for lang in XLING_LANGS
+        for s in EVAL_SETS
+    }
+
+
+def crosslingual_targets():
+    return [
+        *expand(
+            PATHS["table"],
+            table=["crosslingual", "crosslingual_matrix"],
+            ext=["csv", "md", "tex"],
+        ),
+        path("figure", name="crosslingual_scatter"),
+        path("figure", name="crosslingual_energy"),
+        path("xling_metrics"),
+        path("xling_energy"),
+        *[path("energy_fig", exp=xling_exp(c)) for c in XLING_UNLEARN],
+        *cost_targets("crosslingual"),
+    ]

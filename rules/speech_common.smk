@@ -1,0 +1,165 @@
+# Speech track: constants and input functions (its rules: rules/speech.smk, which includes this file).
+SPEECH_EXPS = exp_pattern("speech_<setting>")
+SPEECH_BASELINES = registry.baselines_for("speech")
+SPEECH_SETTINGS = list(config["speech"]["settings"])
+SPEECH_RANK_SETTINGS = list(config["speech"]["rank_settings"])
+SPEECH_RANK = config["speech"]["rank"]
+SPEECH_RANKS = sorted(set(config["speech"]["ranks"]))
+SPEECH_METHODS = list(config["methods"].get("speech", []))
+SPEECH_TRADEOFF = config["speech"]["tradeoff"]
+# the sweep runs on the settings the track runs (speech.settings) that speech.tradeoff.settings names
+SPEECH_TRADEOFF_SETTINGS = [
+    s for s in SPEECH_TRADEOFF["settings"] if s in SPEECH_SETTINGS
+]
+
+
+def speech_setting(wildcards):
+    """'speech_sample' -> 'sample'."""
+    return parse_exp(wildcards.exp).arg
+
+
+def speech_data_params():
+    sp = config["speech"]
+    return {
+        **sp["data"],
+        "test_fraction": sp["test_fraction"],
+        "val_fraction": sp.get("val_fraction", 0.0),
+        "forget_fraction": sp["forget_fraction"],
+        "forget_speakers": sp.get("forget_speakers"),
+    }
+
+
+def speech_wavs(wildcards):
+    """The recordings the data rule reads (editing one re-runs everything downstream)."""
+    from qrerase.speech.data import list_recordings
+
+    data = config["speech"]["data"]
+    try:
+        recs = list_recordings(data["root"], data.get("max_per_digit"))
+    except (FileNotFoundError, ValueError) as exc:
+        raise WorkflowError(f"config key 'speech.data.root': {exc}") from None
+    return [r.path for r in recs]
+
+
+def speech_data_inputs():
+    """The prepared arrays, index and metadata (always those of exp 'speech')."""
+    return {
+        key: path(f"speech_{key}", exp=speech_exp())
+        for key in ("audio", "index", "meta")
+    }
+
+
+def speech_tiny():
+    """True for the embedded tiny HuBERT (pretrained here); False for a hub checkpoint (the pretrained model)."""
+    return config["speech"]["model"]["name_or_path"] is None
+
+
+def speech_pretrained_inputs(wildcards=None):
+    """The digit-pretrained checkpoint fine-tuning starts from (none for a hub model: the hub checkpoint)."""
+    return (
+        {"pretrained": path("speech_pretrained", exp=speech_exp())}
+        if speech_tiny()
+        else {}
+    )
+
+
+def speech_lora_inputs(wildcards):
+    """The fine-tuned model and, for speech.lora.base 'pretrained', the encoder the adapters train on."""
+    inputs = {"model": base_model(wildcards)}
+    if config["speech"]["lora"].get("base", "finetuned") == "pretrained":
+        inputs.update(speech_pretrained_inputs(wildcards))
+    return inputs
+
+
+def speech_baseline_params(wildcards):
+    """`speech.baselines.common` overlaid by `speech.baselines.<method>`."""
+    b = config["speech"]["baselines"]
+    return {**b.get("common", {}), **b.get(wildcards.method, {})}
+
+
+def speech_models():
+    """Model names evaluated in the speech table: base, then each method (subspace ones at rank k)."""
+    return ["base"] + [
+        f"{m}_k{SPEECH_RANK}" if m in DECOMP else m for m in SPEECH_METHODS
+    ]
+
+
+def speech_checkpoint(wildcards):
+    """Model name -> checkpoint: base, '<method>_k<rank>' (merged erase) or a baseline."""
+    model = wildcards.model
+    if model == "base":
+        return base_model(wildcards)
+    if model in SPEECH_BASELINES:
+        return path("speech_baseline", exp=wildcards.exp, method=model)
+    method, rank = split_model(model)
+    if rank is None:
+        raise WorkflowError(f"speech_evaluate: unknown model '{model}'")
+    return path("erased_model", exp=wildcards.exp, rank=rank, method=method)
+
+
+def speech_targets():
+    outs = [
+        *expand(PATHS["table"], table="speech", ext=["csv", "md", "tex"]),
+        path("figure", name="speech_energy"),
+        *expand(PATHS["table"], table="speech_energy", ext=["csv", "md"]),
+        *[path("energy_fig", exp=speech_exp(s)) for s in SPEECH_SETTINGS],
+    ]
+    if SPEECH_RANK_SETTINGS:
+        outs += [
+            path("figure", name="speech_rank"),
+            path("table", table="speech_rank", ext="csv"),
+        ]
+    return [*outs, *cost_targets("speech")]
+
+
+def speech_tradeoff_methods():
+    """Methods of the trade-off sweep: the subspace ones of methods.speech, then its baselines that
+    have a knob under speech.tradeoff.baselines."""
+    sweeps = SPEECH_TRADEOFF["baselines"]
+    return [m for m in SPEECH_METHODS if m in DECOMP] + [
+        m for m in SPEECH_METHODS if m in SPEECH_BASELINES and m in sweeps
+    ]
+
+
+def speech_tradeoff_factor_inputs(wildcards):
+    """The lambda-free factors of both sets at every swept rank (and the LL selection)."""
+    inputs = {
+        f"{s}_k{k}": path(
+            "factors",
+            exp=wildcards.exp,
+            rank=k,
+            decomp=DECOMP[wildcards.method],
+            set=s,
+        )
+        for k in sorted(SPEECH_TRADEOFF["ranks"])
+        for s in ("forget", "retain")
+    }
+    if registry.is_localised(wildcards.method):
+        inputs["selected"] = path("selected", exp=wildcards.exp)
+    return inputs
+
+
+def speech_tradeoff_targets():
+    """The speech trade-off sweep's outputs (not part of the default target; `snakemake speech_tradeoff_all`)."""
+    return [
+        path("table", table="speech_tradeoff", ext="csv"),
+        path("table", table="speech_scale_rule", ext="csv"),
+        path("figure", name="speech_tradeoff"),
+    ]
+
+
+def speech_tradeoff_baseline_inputs(wildcards):
+    """A baseline's workflow-trained model (re-used at its configured knob value); none for 'base'."""
+    if wildcards.method == "base":
+        return {}
+    return {
+        "trained": path("speech_baseline", exp=wildcards.exp, method=wildcards.method)
+    }
+
+
+def speech_tradeoff_sweep(wildcards):
+    """(knob, values) of a baseline's sweep; ('', []) for the fine-tuned reference point."""
+    if wildcards.method == "base":
+        return {"param": "", "values": []}
+    sweep = SPEECH_TRADEOFF["baselines"][wildcards.method]
+    return {"param": sweep["param"], "values": list(sweep["values"])}

@@ -1,0 +1,120 @@
+# TOFU track: constants and input functions (its rules: data, model, lora, factors, energy, erase,
+# evaluate, baselines and tables in rules/; the text baselines serve the crosslingual track too).
+from qrerase.text.data import required_splits
+
+DATA_SETS = [
+    "forget",
+    "retain",
+    "knowledge",
+    "finetune_full",
+    "finetune_retain",
+    "eval_forget",
+    "eval_retain",
+    "eval_real_authors",
+    "eval_world_facts",
+    "pretrain",
+    "tune_retain",
+]
+
+
+def tofu_data_files(wildcards):
+    """The vendored files the data rule reads (so editing one re-runs everything downstream)."""
+    data = config["tofu"]["data"]
+    if data["source"] != "local":
+        return []
+    names = required_splits(data["split"], data.get("knowledge", []))
+    return [str(Path(data["root"]) / f"{n}.jsonl") for n in names]
+
+
+TOFU_BASELINES = [m for m in TOFU_METHODS if m in BASELINES]
+
+
+def refusals_file():
+    """DPO / FLAT template answers: baselines.refusals, else idontknow.txt next to the TOFU data."""
+    given = config["baselines"].get("refusals")
+    return (
+        given if given else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
+    )
+
+
+def baseline_inputs(wildcards):
+    """The fine-tuned model of the experiment's model family, its forget/retain sets (any exp)."""
+    inputs = {
+        "model": base_model(wildcards),
+        "forget": path("data", exp=wildcards.exp, name="forget"),
+        "retain": path("data", exp=wildcards.exp, name="retain"),
+    }
+    if wildcards.method in ("dpo", "flat"):
+        inputs["refusals"] = refusals_file()
+    return inputs
+
+
+def baseline_params(wildcards):
+    """qrerase.baselines.text.BaselineConfig fields of one method (seed and threads added by the job)."""
+    bl = config["baselines"]
+    lora = bl["lora"]
+    return {
+        "method": wildcards.method,
+        **bl[wildcards.method],
+        "mode": bl["mode"],
+        "max_length": bl["max_length"],
+        "lora_r": lora["r"],
+        "lora_alpha": lora["alpha"],
+        "lora_dropout": lora.get("dropout", 0.0),
+        "lora_target_modules": list(lora["target_modules"]),
+    }
+
+
+def eval_models():
+    """Model names evaluated in the TOFU table: base, retain reference, each method (subspace
+    methods at rank k: '<method>_k<rank>'; optimisation baselines by their name, e.g. 'npo').
+    """
+    return (
+        ["base", "retain"]
+        + [m if m in BASELINES else f"{m}_k{RANK}" for m in TOFU_METHODS]
+        + [f"{m}_k{RANK}" for m in CONTROLS]
+    )
+
+
+def imported_models():
+    return {m["name"]: m for m in config["tofu"].get("imported_models", [])}
+
+
+def metrics_inputs(wildcards):
+    """A model's eval log and the retain reference's (none for the reference itself)."""
+    local_ref = path("eval", exp=wildcards.exp, model="retain")
+    item = imported_models().get(wildcards.model)
+    if item is not None:
+        return {"log": item["log"], "reference": item.get("reference") or local_ref}
+    inputs = {"log": path("eval", exp=wildcards.exp, model=wildcards.model)}
+    if wildcards.model != "retain":
+        inputs["reference"] = local_ref
+    return inputs
+
+
+def metrics_name(wildcards):
+    return row_key(wildcards.model)
+
+
+def erase_targets():
+    outs = []
+    for method in [m for m in TOFU_METHODS if m in DECOMP]:
+        if "adapter" in config["erase"]["outputs"]:
+            outs.append(path("erase_adapter", exp=EXP, rank=RANK, method=method))
+        if "merged" in config["erase"]["outputs"]:
+            outs.append(path("erased_model", exp=EXP, rank=RANK, method=method))
+    return outs
+
+
+def tofu_targets():
+    """The TOFU track's default targets: tables, figures, erase outputs, baseline curves, cost table."""
+    return [
+        *expand(PATHS["table"], table="tofu", ext=["csv", "md", "tex"]),
+        *expand(PATHS["table"], table="tofu_wide", ext=["csv", "md", "tex"]),
+        path("figure", name="tofu_truth_ratio"),
+        path("energy_fig", exp=EXP),
+        path("factor_report", exp=EXP, rank=RANK),
+        *erase_targets(),
+        *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
+        *cost_targets("tofu"),
+    ]

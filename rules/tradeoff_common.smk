@@ -1,0 +1,90 @@
+# Trade-off sweeps: constants and input functions (its rules: rules/tradeoff.smk, which includes this file).
+from qrerase.text.tradeoff import scale_name
+
+TRADEOFF = config.get("tradeoff", {})
+TRADEOFF_SCALES = [scale_name(s) for s in TRADEOFF.get("scales", [])]
+TRADEOFF_RANKS = list(TRADEOFF.get("ranks", [RANK]))
+TRADEOFF_EPOCHS = list(TRADEOFF.get("epochs", []))
+
+
+def tradeoff_lang(wildcards):
+    """The unlearning (= evaluation) language of a cross-lingual point ('xling_hi_R' -> 'hi_R'), else None."""
+    exp = parse_exp(wildcards.exp)
+    return exp.arg if exp.track == "crosslingual" else None
+
+
+def tradeoff_eval_inputs(wildcards):
+    """The track's evaluation sets and the retain reference's eval log (TOFU: also the held-out
+    retain slice; cross-lingual: the unlearning language X, so a point is the X -> X pair).
+    """
+    lang = tradeoff_lang(wildcards)
+    # keys eval_<set>: a baseline point also reads the training sets forget/retain
+    if lang is None:
+        return {
+            **{f"eval_{s}": f for s, f in eval_data_inputs(wildcards).items()},
+            "tune": path("data", exp=wildcards.exp, name="tune_retain"),
+            "reference": path("eval", exp=wildcards.exp, model="retain"),
+        }
+    return {
+        **{
+            f"eval_{s}": path("xling_sets", lang=lang, name=f"eval_{s}")
+            for s in EVAL_SETS
+        },
+        "reference": path("xling_eval", exp=XLING_EXP, model="retain"),
+    }
+
+
+def tradeoff_evaluate(wildcards):
+    return XLING["evaluate"] if tradeoff_lang(wildcards) else config["tofu"]["evaluate"]
+
+
+def tradeoff_erase_inputs(wildcards):
+    return {
+        **erase_inputs(wildcards),
+        **tradeoff_eval_inputs(wildcards),
+        "model": base_model(wildcards),
+    }
+
+
+def tradeoff_baseline_inputs(wildcards):
+    return {**baseline_inputs(wildcards), **tradeoff_eval_inputs(wildcards)}
+
+
+def tradeoff_points(track):
+    """Every sweep point of a text track (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
+    if track == "tofu":
+        exps, methods = [EXP], TOFU_METHODS
+    else:
+        exps, methods = [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
+    return [
+        *[
+            path("tradeoff_erase", exp=e, rank=k, method=m, scale=s)
+            for e in exps
+            for m in methods
+            if m in DECOMP
+            for k in TRADEOFF_RANKS
+            for s in TRADEOFF_SCALES
+        ],
+        *[
+            path("tradeoff_baseline", exp=e, method=m, epochs=n)
+            for e in exps
+            for m in methods
+            if m in BASELINES
+            for n in TRADEOFF_EPOCHS
+        ],
+    ]
+
+
+def tradeoff_targets():
+    """The sweeps of every configured track (the speech track's from speech_tradeoff_targets)."""
+    outs = [
+        out
+        for track in ("tofu", "crosslingual")
+        if track in config["tracks"]
+        for out in (
+            path("table", table=f"{track}_tradeoff", ext="csv"),
+            path("tradeoff_selection", track=track),
+            path("figure", name=f"{track}_tradeoff"),
+        )
+    ]
+    return outs + (speech_tradeoff_targets() if "speech" in config["tracks"] else [])

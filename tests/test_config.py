@@ -1,0 +1,165 @@
+"""qrerase.workflow.config: the schema (with the registry's enums) and every cross-key check, directly."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from qrerase import registry
+from qrerase.workflow.config import ConfigError, SCHEMA_PATH, load_schema, validate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def merged(*overrides: dict) -> dict:
+    """config.yaml with Snakemake's key-by-key override (nested dicts merge, anything else replaces)."""
+
+    def update(base, new):
+        for key, value in new.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                update(base[key], value)
+            else:
+                base[key] = copy.deepcopy(value)
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    for o in overrides:
+        update(cfg, o)
+    return cfg
+
+
+def dotted(**overrides) -> dict:
+    """``a__b=1`` -> ``{'a': {'b': 1}}``."""
+    out: dict = {}
+    for key, value in overrides.items():
+        node = out
+        *parents, leaf = key.split("__")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = value
+    return out
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # config paths (data/...) are relative to the working directory
+
+
+def fails(cfg: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    text = str(info.value)
+    assert message in text, text
+    assert "\n" not in text and text.startswith("config key '")
+
+
+TASK = yaml.safe_load((REPO / "config" / "test_task.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", ["default", *sorted(p.name for p in (REPO / "config").glob("*.yaml"))])
+def test_every_shipped_config_is_valid(name):
+    extra = [] if name == "default" else [yaml.safe_load((REPO / "config" / name).read_text())]
+    validate(merged(*extra))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # the schema, with the registry's enums
+        (dict(methods={"tofu": ["qr_erase", "magic"]}), "config key 'methods.tofu.1': 'magic' is not one of"),
+        (dict(methods={"tofu": ["qr_erase"], "speech": ["qr_erase", "npo"]}), "config key 'methods.speech.1'"),
+        (dict(tracks=["tofu", "vision"]), "config key 'tracks.1'"),
+        (dotted(unlearn__control=["ga"]), "config key 'unlearn.control.0'"),
+        (dotted(crosslingual__table_method="npo"), "config key 'crosslingual.table_method'"),
+        (dotted(tofu__data__n_authors=1), "config key 'tofu.data.n_authors'"),
+        (dotted(speech__forget_fraction=1.5), "config key 'speech.forget_fraction'"),
+        (dotted(speech__forget_fraction=0), "config key 'speech.forget_fraction'"),
+        (dotted(baselines__npo__beta=0), "config key 'baselines.npo.beta'"),
+        # core
+        (dotted(unlearn__rank=99), "config key 'unlearn.rank': 99 exceeds the LoRA rank"),
+        (dotted(unlearn__retain_rank=99), "config key 'unlearn.retain_rank': 99 exceeds the LoRA rank"),
+        (dotted(model__tiny__hidden_size=30), "config key 'model.tiny.hidden_size': must be divisible"),
+        (dotted(model__tiny__num_key_value_heads=3), "config key 'model.tiny.num_key_value_heads': must divide"),
+        (dotted(tofu__data__root="/no/such/dir"), "config key 'tofu.data.root': data file /no/such/dir/"),
+        (dotted(lora__adapters__forget="/no/such/adapter"), "config key 'lora.adapters.forget': /no/such/adapter holds no"),
+        (dotted(tofu__imported_models=[{"name": "x", "log": "/no/such/log"}]),
+         "config key 'tofu.imported_models[x].log': /no/such/log not found"),
+        # crosslingual
+        (dict(methods={"tofu": ["qr_erase"], "crosslingual": None}), "config key 'methods.crosslingual'"),
+        (dotted(crosslingual__languages=["en", "xx"]), "config key 'crosslingual.languages[1]': unknown language 'xx'"),
+        (dotted(crosslingual__unlearn=["fr"], crosslingual__languages=["en", "hi"]),
+         "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages"),
+        (dict(methods={"crosslingual": ["qr_erase"]}), "config key 'crosslingual.table_method': 'qr_erase_ll' is not in"),
+        (dotted(crosslingual__data__root="/no/such/mtofu"), "config key 'crosslingual.data.root'"),
+        # speech
+        (dotted(speech__rank=99), "config key 'speech.rank(s)': rank 99 exceeds the LoRA rank"),
+        (dotted(speech__rank_settings=["class"], speech__settings=["sample"]), "config key 'speech.rank_settings'"),
+        (dotted(speech__tradeoff__settings=["class"], speech__settings=["sample"], speech__rank_settings=[]),
+         "config key 'speech.tradeoff.settings'"),
+        (dotted(speech__data__root="/no/such/dir"), "config key 'speech.data.root': /no/such/dir"),
+        (dotted(speech__forget_speakers=["alice"]), "config key 'speech.forget_speakers': speaker 'alice' not in"),
+        (dotted(speech__top_k=1000), "config key 'speech.top_k': 1000 exceeds the number of speakers"),
+        # baselines
+        (dotted(baselines__npo=None), "config key 'methods.tofu.3': baseline 'npo' has no 'baselines.npo' settings"),
+        (dotted(baselines__refusals="/no/such/idk.txt"), "config key 'baselines.refusals': /no/such/idk.txt not found"),
+        # trade-off
+        (dotted(tradeoff__scales=[0.5, 1.0]), "config key 'tradeoff.scales': must include 0"),
+    ],
+)
+def test_every_check_names_its_key(overrides, message):
+    fails(merged(overrides), message)
+
+
+def test_crosslingual_track_needs_its_section():
+    cfg = merged()
+    del cfg["crosslingual"]
+    fails(cfg, "config key 'crosslingual': the crosslingual track needs a 'crosslingual' section")
+
+
+def test_all_speakers_forgotten_is_an_error():
+    from qrerase.speech.data import list_recordings
+
+    cfg = merged()
+    speakers = sorted({r.speaker for r in list_recordings(cfg["speech"]["data"]["root"], cfg["speech"]["data"].get("max_per_digit"))})
+    cfg["speech"]["forget_speakers"] = speakers
+    fails(cfg, "config key 'speech.forget_speakers': at least one speaker must be retained")
+
+
+def test_data_checks_only_for_the_tracks_that_run():
+    validate(merged(dict(tracks=["tofu"]), dotted(speech__data__root="/no/such/dir", crosslingual__data__root="/no")))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dotted(task__data__forget="algebra"), "config key 'task.data.forget': unknown skill 'algebra'"),
+        (dotted(task__rank=99), "config key 'task.rank': 99 exceeds the LoRA rank"),
+        (dotted(task__baselines__kga=None), "config key 'methods.task.1': baseline 'kga' has no 'task.baselines.kga' settings"),
+    ],
+)
+def test_task_checks(overrides, message):
+    fails(merged(TASK, overrides), message)
+
+
+def test_task_track_needs_its_methods():
+    cfg = merged(TASK)
+    del cfg["methods"]["task"]
+    fails(cfg, "config key 'task': the task track needs a 'task' section and 'methods.task'")
+
+
+def test_schema_file_lists_no_method_names_and_the_loader_injects_the_registry():
+    text = SCHEMA_PATH.read_text()
+    assert "qr_erase" not in text  # (baselines keep their settings sections, not an enum of names)
+    assert not any("enum" in line and "ga" in line.split("enum", 1)[1] for line in text.splitlines())
+    schema = load_schema()
+    methods = schema["properties"]["methods"]["properties"]
+    for track in registry.TRACKS:
+        assert methods[track]["items"]["enum"] == registry.methods_for(track)
+    assert schema["properties"]["tracks"]["items"]["enum"] == ["tofu", "crosslingual", "speech", "task"]
+    assert schema["properties"]["unlearn"]["properties"]["control"]["items"]["enum"] == [
+        "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+    assert "x-registry" not in str(schema)
+    load_schema()["properties"].clear()  # a copy: the cached schema stays whole
+    assert "methods" in load_schema()["properties"]

@@ -1,0 +1,142 @@
+"""qrerase.workflow.naming (experiment names) and qrerase.registry (methods and tracks)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from qrerase import registry
+from qrerase.workflow.naming import (
+    EXP_PATTERNS,
+    Experiment,
+    exp_pattern,
+    format_exp,
+    model_exp,
+    model_kind,
+    parse_exp,
+    speech_exp,
+    tofu_exp,
+    xling_exp,
+)
+
+
+@pytest.mark.parametrize(
+    "name, track, arg",
+    [
+        ("tofu_forget10", "tofu", "forget10"),
+        ("tofu_forget01", "tofu", "forget01"),
+        ("xling", "crosslingual", None),
+        ("xling_hi", "crosslingual", "hi"),
+        ("xling_hi_R", "crosslingual", "hi_R"),
+        ("speech", "speech", None),
+        ("speech_sample", "speech", "sample"),
+        ("speech_class", "speech", "class"),
+        ("task", "task", None),
+    ],
+)
+def test_round_trip(name, track, arg):
+    exp = parse_exp(name)
+    assert exp == Experiment(track, arg) and exp.name == name
+    assert format_exp(track, arg) == name
+    assert re.fullmatch(exp_pattern(), name)
+
+
+def test_builders():
+    assert tofu_exp("forget10") == "tofu_forget10"
+    assert xling_exp("hi_R") == "xling_hi_R" and xling_exp() == "xling"
+    assert speech_exp("class") == "speech_class" and speech_exp() == "speech"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "tofu", "tofu_forget1", "tofu_retain90", "xling_", "xling_hin", "xling_HI", "xling_hi_X",
+     "speech_word", "speech_", "task_1", "tofu_forget10_extra", "vision", "xling hi"],
+)
+def test_malformed_names_are_rejected(bad):
+    with pytest.raises(ValueError, match="matches none"):
+        parse_exp(bad)
+    assert not re.fullmatch(exp_pattern(), bad)
+
+
+@pytest.mark.parametrize(
+    "track, arg", [("tofu", None), ("tofu", "forget1"), ("speech", "word"), ("task", "x"), ("vision", None)]
+)
+def test_format_rejects_what_would_not_parse_back(track, arg):
+    with pytest.raises(ValueError):
+        format_exp(track, arg)
+
+
+def test_central_constraint_is_every_kind_in_order():
+    assert exp_pattern() == r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task"
+    assert exp_pattern("tofu_<split>", "xling_<lang>") == r"tofu_forget\d\d|xling_[a-z]{2}(_R)?"
+    assert set(EXP_PATTERNS) == {"tofu_<split>", "xling", "xling_<lang>", "speech", "speech_<setting>", "task"}
+    with pytest.raises(KeyError):
+        exp_pattern("xling_<language>")
+
+
+def test_model_experiment_and_kind():
+    assert model_exp("xling_hi_R") == "xling" and model_exp("xling") == "xling"
+    assert model_exp("speech_sample") == "speech"
+    assert model_exp("tofu_forget10") == "tofu_forget10" and model_exp("task") == "task"
+    assert model_kind("speech_class") == "audio_classifier" and model_kind("speech") == "audio_classifier"
+    assert model_kind("xling_hi") == "causal_lm" and model_kind("task") == "causal_lm"
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry: the values every consumer had by hand before.
+# ---------------------------------------------------------------------------------------------
+def test_registry_derived_values():
+    assert registry.DECOMP == {"unlearn": "svd", "unlearn_ll": "svd", "qr_erase": "cpqr", "qr_erase_ll": "cpqr"}
+    assert registry.methods_for("tofu") == registry.methods_for("crosslingual") == [
+        "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "graddiff", "kl", "npo", "dpo", "flat"]
+    assert registry.methods_for("speech") == [
+        "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "scrub", "bad_teaching"]
+    assert registry.methods_for("task") == ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "kga", "ku"]
+    assert [m for m in registry.DECOMP if registry.is_localised(m)] == ["unlearn_ll", "qr_erase_ll"]
+    assert registry.is_localised("qr_erase_ll_control") and not registry.is_localised("unlearn_control")
+    assert registry.RANK_PAIRS == (("cpqr", "qr_erase"), ("svd", "unlearn"))
+    assert list(registry.TRACKS) == ["tofu", "crosslingual", "speech", "task"]
+    with pytest.raises(KeyError):
+        registry.methods_for("vision")
+
+
+def test_registry_matches_the_implementations():
+    from qrerase.baselines.task import TASK_BASELINES
+    from qrerase.baselines.text import TEXT_BASELINES
+    from qrerase.method.decompose import DECOMPOSITIONS
+    from qrerase.speech.baselines import SPEECH_BASELINES
+
+    assert registry.baselines_for("tofu") == list(TEXT_BASELINES)
+    assert registry.baselines_for("crosslingual") == list(TEXT_BASELINES)
+    assert registry.baselines_for("speech") == list(SPEECH_BASELINES)
+    assert registry.baselines_for("task") == list(TASK_BASELINES)
+    assert registry.DECOMPOSITIONS == DECOMPOSITIONS
+
+
+def test_labels_are_the_paper_labels():
+    from qrerase.reports.tables import METHOD_LABELS, TEX_METHOD_LABELS
+
+    assert METHOD_LABELS == {
+        "unlearn": "UNLEARN", "unlearn_ll": "UNLEARN (LL)", "qr_erase": "QR-Erase", "qr_erase_ll": "QR-Erase (LL)",
+        "base": "Base Model", "retain": "Retain reference", "ga": "Gradient Ascent", "graddiff": "Gradient Difference",
+        "kl": "KL Minimization", "npo": "NPO", "dpo": "DPO", "flat": "FLAT", "scrub": "SCRUB",
+        "bad_teaching": "Bad Teaching", "unlearn_control": "UNLEARN, retain-adapter control",
+        "unlearn_ll_control": "UNLEARN (LL), retain-adapter control",
+        "qr_erase_control": "QR-Erase, retain-adapter control",
+        "qr_erase_ll_control": "QR-Erase (LL), retain-adapter control", "kga": "KGA", "ku": "KU",
+    }
+    assert TEX_METHOD_LABELS == {
+        "unlearn": r"\textsc{UNLEARN}", "unlearn_ll": r"\textsc{UNLEARN (LL)}",
+        "qr_erase": r"\textsc{QR-Erase}", "qr_erase_ll": r"\textsc{QR-Erase} (LL)",
+    }
+
+
+def test_import_qrerase_registry_and_naming_stay_stdlib_only():
+    import subprocess
+    import sys
+
+    code = ("import sys, qrerase.registry, qrerase.workflow.naming; "
+            "bad = [m for m in ('torch', 'numpy', 'yaml', 'snakemake') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
