@@ -5,7 +5,7 @@
 #
 # Names: the cross-lingual track is `crosslingual` wherever a user sees it (config key, track name,
 # table names); its rules, scripts, path keys and experiment names keep the short prefix `xling`
-# (results/xling*, rule xling_*, workflow_scripts/xling_*.py), the library module says `multilingual`.
+# (results/xling*, rule xling_*, workflow_scripts/xling_*.py); the library says `crosslingual`.
 # Experiment names are built and parsed only by qrerase.workflow.naming.
 import os
 import sys
@@ -17,8 +17,11 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.workflow.config import ConfigError, validate
-from qrerase.workflow.naming import TASK_EXP, XLING_EXP, exp_pattern, model_exp
 from qrerase.workflow.naming import (
+    TASK_EXP,
+    XLING_EXP,
+    exp_pattern,
+    model_exp,
     model_kind,
     parse_exp,
     speech_exp,
