@@ -13,6 +13,7 @@ from test_workflow import assert_config_error, planned_rules, snakemake, write_y
 pytestmark = pytest.mark.workflow
 
 REPO = Path(__file__).resolve().parents[1]
+SCALE = yaml.safe_load((REPO / "config/test_speech.yaml").read_text())["speech"]["scale"]  # the table's λ
 ROWS = ["base", "ga", "scrub", "bad_teaching", "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
 
 
@@ -143,7 +144,7 @@ def test_tradeoff_points_equal_the_workflow_evaluations(workdir, tradeoff):
     # configured baseline knob re-uses the trained baseline
     for setting in ("sample", "class"):
         d = tradeoff[tradeoff["setting"] == setting]
-        for method, model, where in (("qr_erase_ll", "qr_erase_ll_k2", (d["rank"] == 2) & (d["value"] == 1.0)),
+        for method, model, where in (("qr_erase_ll", "qr_erase_ll_k2", (d["rank"] == 2) & (d["value"] == SCALE)),
                                      ("ga", "ga", d["value"] == 0.0005), ("base", "base", d["method"] == "base")):
             ev = pd.read_csv(workdir / f"results/speech_{setting}/speech_eval/{model}.csv").set_index("set")["accuracy"]
             row = d[(d["method"] == method) & where].iloc[0]
