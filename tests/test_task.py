@@ -18,6 +18,8 @@ from qrerase.text.task import (
     SPLITS,
     TaskDataConfig,
     check_task_config,
+    choose_options,
+    evaluate_skill,
     exact_match,
     generate_skill,
     make_task_sets,
@@ -112,6 +114,20 @@ def test_set_composition():
     assert {r["source"] for r in sets["eval_world_facts"]} == {"world_facts"}
 
 
+def test_knowledge_cloze_items_are_the_plain_question_with_the_same_options():
+    letter = make_task_sets(config(), 0)
+    cloze = make_task_sets(config(knowledge={"root": str(DATA), "format": "cloze"}), 0)
+    for name in letter:
+        assert len(cloze[name]) == len(letter[name])
+        for a, b in zip(letter[name], cloze[name]):
+            if b["skill"] != "knowledge":
+                assert a == b
+                continue
+            listed = " ".join(f"{x}. {o}" for x, o in zip("ABCD", b["options"]))
+            assert a["question"] == f"{b['question']} {listed}"  # same fact and shuffled options
+            assert b["answer"] == b["fact_answer"] == b["options"]["ABCD".index(a["answer"])]
+
+
 def test_universe_counts():
     cfg = config(arithmetic={"ops": ["+", "-"], "min_operand": 0, "max_operand": 9})
     assert skill_universe("arithmetic", cfg) == 100 + 55
@@ -129,6 +145,7 @@ def test_universe_counts():
     ({"arithmetic": {"ops": ["+"], "max_operand": 9}}, "can produce only 100"),
     ({"arithmetic": {"ops": ["/"]}}, "unknown operator '/'"),
     ({"knowledge": {"root": str(DATA), "sources": ["trivia"]}}, "unknown source 'trivia'"),
+    ({"knowledge": {"root": str(DATA), "format": "text"}}, "task.data.knowledge.format: unknown 'text'"),
 ])
 def test_bad_config_is_a_one_line_error(overrides, message):
     with pytest.raises(ValueError) as err:
@@ -138,9 +155,11 @@ def test_bad_config_is_a_one_line_error(overrides, message):
 
 def test_normalise_answer():
     for given, expected in [("85", "85"), (" 085.", "85"), ("85.0", "85"), ("+85", "85"), ("1,200", "1200"),
-                            ("b", "B"), ("(C)", "C"), ("D) Paris", "D"), ("Dublin", "dublin"), ("85\nmore", "85")]:
+                            ("b", "B"), ("(C)", "C"), ("D) Paris", "D"), ("Dublin", "dublin"), ("85\nmore", "85"),
+                            ("A Tale of Two Cities", "a tale of two cities")]:
         assert normalise_answer(given) == expected
     assert exact_match("  193", "193") and not exact_match("19", "193") and not exact_match("Dublin", "D")
+    assert exact_match("A Tale of Two Cities.", "a tale of two cities") and not exact_match("A Brief History", "A Tale")
 
 
 def test_task_frame_and_table_marks():
@@ -226,6 +245,23 @@ def test_memorization_accuracy_matches_a_direct_count(tiny):
         direct = (logits.argmax(-1) == torch.tensor(ids[1:])).float().mean().item()
         assert value == pytest.approx(direct, abs=1e-6)
     assert ((0 <= ma) & (ma <= 1)).all()
+
+
+def test_cloze_choice_is_the_option_of_lowest_token_mean_nll(tiny):
+    from qrerase.text.evaluation import EvalConfig, answer_losses
+
+    tok, model, _ = tiny
+    sets = make_task_sets(config(knowledge={"root": str(DATA), "format": "cloze"}), 0)
+    records = sets["eval_world_facts"][:12]
+    cfg = EvalConfig(batch_size=8, max_new_tokens=4, max_length=96)
+    chosen = choose_options(model, tok, PromptTemplate(), records, cfg)
+    for r, c in zip(records, chosen):
+        losses = answer_losses(model, tok, PromptTemplate(), [(r["question"], o) for o in r["options"]], cfg)
+        means = [s_ / n for s_, n in losses]
+        assert c == r["options"][means.index(min(means))]
+    res = evaluate_skill(model, tok, PromptTemplate(), records, cfg)
+    assert res["generations"] == chosen
+    assert res["accuracy"] == pytest.approx(np.mean([c == r["answer"] for r, c in zip(records, chosen)]))
 
 
 def test_ku_stops_by_its_criterion(tiny):

@@ -60,9 +60,13 @@ def test_task_table_layout_and_numbers(workdir):
 def test_data_splits_and_baseline_curves(workdir):
     data = workdir / "results/task/data"
     read = lambda name: [json.loads(line) for line in (data / f"{name}.jsonl").open()]  # noqa: E731
-    train = {r["question"] for r in read("finetune_full")}
+    full = read("finetune_full")
+    train = {r["question"] for r in full if r["skill"] != "knowledge_fact"}
     for name in ("eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts", "new"):
         assert not train & {r["question"] for r in read(name)}
+    # cloze knowledge items ask a plain fact; every fact (all splits) is trained as question -> answer
+    held_out_facts = {r["question"] for n in ("eval_real_authors", "eval_world_facts") for r in read(n)}
+    assert held_out_facts and held_out_facts <= {r["question"] for r in full if r["skill"] == "knowledge_fact"}
     assert len(read("forget")) == 60 and {r["skill"] for r in read("forget")} == {"arithmetic"}
     for method in ("ga", "kga", "ku"):
         curve = pd.read_csv(workdir / f"results/task/baselines/{method}_loss.csv")

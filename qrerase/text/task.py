@@ -17,7 +17,10 @@ Three skills are generated here, deterministically from a seed:
 ``knowledge`` (multiple-choice knowledge, MMLU-style)
     TOFU's ``world_facts`` / ``real_authors`` questions with their four options, shuffled with the
     seed and lettered: ``{question} A. {o1} B. {o2} C. {o3} D. {o4}`` → the letter of the correct
-    option. The facts themselves (``question`` → ``answer``) are training data of every model
+    option (``format: letter``, MMLU's format). ``format: cloze`` (MMLU's continuation variant, as
+    lm-evaluation-harness scores it): the item is the plain ``question`` → the correct option's text,
+    with the four options kept; the model's answer is the option it gives the lowest token-mean NLL
+    (:func:`evaluate_skill`). The facts themselves (``question`` → ``answer``) are training data of every model
     (``knowledge_facts``), standing in for what a pretrained LLM knows; the *multiple-choice items*
     of the evaluation split are never trained.
 
@@ -59,6 +62,7 @@ __all__ = [
     "normalise_answer",
     "exact_match",
     "evaluate_skill",
+    "choose_options",
     "task_frame",
 ]
 
@@ -66,6 +70,7 @@ SKILLS = ("arithmetic", "word_math", "knowledge")
 ROLES = ("forget", "similar", "unrelated")
 SPLITS = ("train", "eval", "new")
 KNOWLEDGE_SOURCES = ("world_facts", "real_authors")
+KNOWLEDGE_FORMATS = ("letter", "cloze")
 ARITHMETIC_OPS = ("+", "-", "*")
 NAMES = ("Anna", "Ben", "Clara", "David", "Emma", "Farid", "Grace", "Hugo")
 PRONOUNS = ("She", "He", "She", "He", "She", "He", "She", "He")
@@ -92,8 +97,12 @@ class WordMathConfig:
 
 @dataclass(frozen=True)
 class KnowledgeConfig:
+    """``format``: ``letter`` (options listed in the question, the answer is a letter) or ``cloze``
+    (the plain question, the answer is the correct option's text, the options ranked by likelihood)."""
+
     root: str = "data/tofu"
     sources: tuple[str, ...] = KNOWLEDGE_SOURCES
+    format: str = "letter"
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,8 @@ def check_task_config(cfg: TaskDataConfig) -> None:
             raise ValueError(f"task.data.knowledge.sources: unknown source {s!r}; expected some of {list(KNOWLEDGE_SOURCES)}")
     if not cfg.knowledge.sources:
         raise ValueError("task.data.knowledge.sources: needs at least one source")
+    if cfg.knowledge.format not in KNOWLEDGE_FORMATS:
+        raise ValueError(f"task.data.knowledge.format: unknown {cfg.knowledge.format!r}; expected one of {list(KNOWLEDGE_FORMATS)}")
     for skill in roles.values():
         sizes = cfg.sizes.get(skill)
         if sizes is None:
@@ -266,13 +277,14 @@ def skill_universe(skill: str, cfg: TaskDataConfig) -> int:
     raise ValueError(f"unknown skill {skill!r}; expected one of {list(SKILLS)}")
 
 
-def _mc_item(fact: dict, rng: np.random.Generator) -> dict:
+def _mc_item(fact: dict, rng: np.random.Generator, fmt: str = "letter") -> dict:
     order = rng.permutation(4)
     options = [fact["options"][int(j)] for j in order]
-    letter = LETTERS[options.index(fact["answer"])]
+    meta = {"fact_answer": fact["answer"], "source": fact["source"]}
+    if fmt == "cloze":
+        return {"question": fact["question"], "answer": fact["answer"], "options": options, **meta}
     listed = " ".join(f"{LETTERS[j]}. {o}" for j, o in enumerate(options))
-    return {"question": f"{fact['question']} {listed}", "answer": letter, "fact_answer": fact["answer"],
-            "source": fact["source"]}
+    return {"question": f"{fact['question']} {listed}", "answer": LETTERS[options.index(fact["answer"])], **meta}
 
 
 def _balanced_picks(counts: Sequence[int], total: int, rng: np.random.Generator) -> np.ndarray:
@@ -317,7 +329,7 @@ def generate_skill(skill: str, cfg: TaskDataConfig, seed: int) -> dict[str, list
         records = [_word_decode(templates, int(i)) for i in _balanced_picks(counts, total, rng)]
     else:
         facts = _knowledge_facts(cfg.knowledge)
-        records = [_mc_item(facts[int(i)], rng) for i in rng.choice(have, size=total, replace=False)]
+        records = [_mc_item(facts[int(i)], rng, cfg.knowledge.format) for i in rng.choice(have, size=total, replace=False)]
     out, start = {}, 0
     for split in SPLITS:
         n = int(sizes[split])
@@ -379,12 +391,13 @@ _NUMBER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
 def normalise_answer(text: str) -> str:
     """Canonical form of a short answer: the first line, stripped of spaces and of trailing ``.``;
     numbers as integers (``"085"``, ``"85.0"``, ``"+85"``, ``"8,5"`` → ``"85"``); a letter choice
-    (``"b"``, ``"B."``, ``"(B)"``, ``"B) Paris"``) as its upper-case letter; anything else case-folded."""
+    (``"b"``, ``"B."``, ``"(B)"``, ``"B) Paris"``, not ``"A Tale of Two Cities"``) as its upper-case
+    letter; anything else case-folded."""
     t = str(text).strip().split("\n", 1)[0].strip().rstrip(".").strip()
     compact = t.replace(",", "").replace(" ", "")
     if _NUMBER.match(compact):
         return str(int(float(compact)))
-    m = re.match(r"^\(?([A-Da-d])(?=$|[.):\s])", t)
+    m = re.match(r"^\(?([A-Da-d])(?=$|[.):])", t)
     if m:
         return m.group(1).upper()
     return t.casefold()
@@ -398,8 +411,11 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     """Accuracy (exact match of the greedy answer, normalised) and answer-token NLL of one skill.
 
     Returns ``n``, ``accuracy`` (mean of :func:`exact_match`), ``nll`` (token-mean answer NLL:
-    Σ NLL / Σ tokens, EOS included) and ``generations`` (the greedy answers, in record order).
-    ``eval_cfg`` is a :class:`qrerase.text.evaluation.EvalConfig`.
+    Σ NLL / Σ tokens, EOS included) and ``generations`` (the answers, in record order).
+    ``eval_cfg`` is a :class:`qrerase.text.evaluation.EvalConfig`. Records with ``options`` (the
+    ``cloze`` knowledge format) are answered by choice instead of generation: the answer is
+    ``argmin_o NLL(o | question) / |o|`` over the options (token-mean NLL, EOS included; the first
+    option on a tie).
     """
     from .evaluation import answer_losses, greedy_generate
     from .lm import qa_pair
@@ -408,7 +424,10 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
         raise ValueError("evaluate_skill: no records")
     pairs = [qa_pair(r) for r in records]
     losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
-    gens = greedy_generate(model, tokenizer, template, [q for q, _ in pairs], eval_cfg)
+    if all("options" in r for r in records):
+        gens = choose_options(model, tokenizer, template, records, eval_cfg)
+    else:
+        gens = greedy_generate(model, tokenizer, template, [q for q, _ in pairs], eval_cfg)
     hits = [exact_match(g, a) for g, (_, a) in zip(gens, pairs)]
     return {
         "n": len(records),
@@ -416,6 +435,21 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
         "nll": float(sum(s for s, _ in losses) / max(1, sum(c for _, c in losses))),
         "generations": gens,
     }
+
+
+def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> list[str]:
+    """Per record, the option (of ``record["options"]``) with the lowest token-mean answer NLL given
+    ``record["question"]``: multiple choice scored by likelihood (first option on a tie)."""
+    from .evaluation import answer_losses
+
+    pairs = [(r["question"], o) for r in records for o in r["options"]]
+    losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
+    chosen, at = [], 0
+    for r in records:
+        means = [s / max(1, c) for s, c in losses[at : at + len(r["options"])]]
+        chosen.append(r["options"][int(np.argmin(means))])
+        at += len(r["options"])
+    return chosen
 
 
 def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> "Any":
