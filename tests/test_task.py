@@ -1,4 +1,4 @@
-"""qrerase.text.task (generator, normalisation, table frame) and qrerase.baselines.task (KGA, KU) on small real data."""
+"""qrerase.text.task (generator), qrerase.text.task_eval (normalisation, choice, table frame) and qrerase.baselines.task (KGA, KU) on small real data."""
 
 from __future__ import annotations
 
@@ -14,19 +14,8 @@ from qrerase.text.lm import PromptTemplate, collate, encode_qa_many
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.reports.task import task_table
 from qrerase.text.training import TrainConfig, train_causal_lm
-from qrerase.text.task import (
-    SPLITS,
-    TaskDataConfig,
-    check_task_config,
-    choose_options,
-    evaluate_skill,
-    exact_match,
-    generate_skill,
-    make_task_sets,
-    normalise_answer,
-    skill_universe,
-    task_frame,
-)
+from qrerase.text.task import SPLITS, TaskDataConfig, check_task_config, generate_skill, make_task_sets, skill_universe
+from qrerase.text.task_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_frame
 from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"

@@ -19,7 +19,7 @@ def task_table(frame: pd.DataFrame, skills: Mapping[str, str] | None = None, wid
     """The paper's Table 1 layout: Method, unrelated ↑, similar ↑, forgotten ↓ (exact-match accuracy).
 
     ``frame``: one row per method (``method`` column) with ``<role>_accuracy`` (and, for ``wide``,
-    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget`` (:func:`qrerase.text.task.task_frame`).
+    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget`` (:func:`qrerase.text.task_eval.task_frame`).
     ``skills`` names each role's skill in the header (``Similar (word_math)``). Reference row: ``base``.
     ``wide`` adds the answer-token NLL per role (not ranked) and groups the columns by role.
     """

@@ -30,14 +30,12 @@ without replacement (``numpy.random.default_rng(seed + skill offset)``), then cu
 :func:`check_task_config` rejects an unknown skill, an empty split or more questions than the
 universe holds before anything runs.
 
-Evaluation (:func:`evaluate_skill`): exact match of the normalised greedy answer
-(:func:`normalise_answer`: numbers as integers, letters upper-case) and the mean answer-token NLL.
+Evaluation lives in :mod:`qrerase.text.task_eval`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -59,11 +57,6 @@ __all__ = [
     "skill_universe",
     "generate_skill",
     "make_task_sets",
-    "normalise_answer",
-    "exact_match",
-    "evaluate_skill",
-    "choose_options",
-    "task_frame",
 ]
 
 SKILLS = ("arithmetic", "word_math", "knowledge")
@@ -379,91 +372,3 @@ EVAL_FILES = {
     "similar": ("eval_retain",),
     "unrelated": ("eval_real_authors", "eval_world_facts"),
 }
-
-
-# --------------------------------------------------------------------------------------------------
-# Evaluation
-# --------------------------------------------------------------------------------------------------
-
-_NUMBER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
-
-
-def normalise_answer(text: str) -> str:
-    """Canonical form of a short answer: the first line, stripped of spaces and of trailing ``.``;
-    numbers as integers (``"085"``, ``"85.0"``, ``"+85"``, ``"8,5"`` → ``"85"``); a letter choice
-    (``"b"``, ``"B."``, ``"(B)"``, ``"B) Paris"``, not ``"A Tale of Two Cities"``) as its upper-case
-    letter; anything else case-folded."""
-    t = str(text).strip().split("\n", 1)[0].strip().rstrip(".").strip()
-    compact = t.replace(",", "").replace(" ", "")
-    if _NUMBER.match(compact):
-        return str(int(float(compact)))
-    m = re.match(r"^\(?([A-Da-d])(?=$|[.):])", t)
-    if m:
-        return m.group(1).upper()
-    return t.casefold()
-
-
-def exact_match(prediction: str, answer: str) -> bool:
-    return normalise_answer(prediction) == normalise_answer(answer)
-
-
-def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> dict[str, Any]:
-    """Accuracy (exact match of the greedy answer, normalised) and answer-token NLL of one skill.
-
-    Returns ``n``, ``accuracy`` (mean of :func:`exact_match`), ``nll`` (token-mean answer NLL:
-    Σ NLL / Σ tokens, EOS included) and ``generations`` (the answers, in record order).
-    ``eval_cfg`` is a :class:`qrerase.text.evaluation.EvalConfig`. Records with ``options`` (the
-    ``cloze`` knowledge format) are answered by choice instead of generation: the answer is
-    ``argmin_o NLL(o | question) / |o|`` over the options (token-mean NLL, EOS included; the first
-    option on a tie).
-    """
-    from .evaluation import answer_losses, greedy_generate
-    from .lm import qa_pair
-
-    if not records:
-        raise ValueError("evaluate_skill: no records")
-    pairs = [qa_pair(r) for r in records]
-    losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
-    if all("options" in r for r in records):
-        gens = choose_options(model, tokenizer, template, records, eval_cfg)
-    else:
-        gens = greedy_generate(model, tokenizer, template, [q for q, _ in pairs], eval_cfg)
-    hits = [exact_match(g, a) for g, (_, a) in zip(gens, pairs)]
-    return {
-        "n": len(records),
-        "accuracy": float(np.mean(hits)),
-        "nll": float(sum(s for s, _ in losses) / max(1, sum(c for _, c in losses))),
-        "generations": gens,
-    }
-
-
-def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> list[str]:
-    """Per record, the option (of ``record["options"]``) with the lowest token-mean answer NLL given
-    ``record["question"]``: multiple choice scored by likelihood (first option on a tie)."""
-    from .evaluation import answer_losses
-
-    pairs = [(r["question"], o) for r in records for o in r["options"]]
-    losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
-    chosen, at = [], 0
-    for r in records:
-        means = [s / max(1, c) for s, c in losses[at : at + len(r["options"])]]
-        chosen.append(r["options"][int(np.argmin(means))])
-        at += len(r["options"])
-    return chosen
-
-
-def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> "Any":
-    """Wide frame for the task table: one row per model (in ``models`` order), columns
-    ``<role>_accuracy`` and ``<role>_nll`` from tidy rows (``model, role, accuracy, nll``)."""
-    import pandas as pd
-
-    tidy = pd.DataFrame(list(rows))
-    missing = [m for m in models if m not in set(tidy["model"])]
-    if missing:
-        raise ValueError(f"task table: no evaluation for model(s) {missing}")
-    out = pd.DataFrame({"method": list(models)})
-    for role in ROLES:
-        part = tidy[tidy["role"] == role].set_index("model")
-        for metric in ("accuracy", "nll"):
-            out[f"{role}_{metric}"] = out["method"].map(part[metric]).astype("float64")
-    return out
