@@ -20,9 +20,11 @@ Three skills are generated here, deterministically from a seed:
     option (``format: letter``, MMLU's format). ``format: cloze`` (MMLU's continuation variant, as
     lm-evaluation-harness scores it): the item is the plain ``question`` → the correct option's text,
     with the four options kept; the model's answer is the option it gives the lowest token-mean NLL
-    (:func:`evaluate_skill`). The facts themselves (``question`` → ``answer``) are training data of every model
-    (``knowledge_facts``), standing in for what a pretrained LLM knows; the *multiple-choice items*
-    of the evaluation split are never trained.
+    (:func:`qrerase.text.task_eval.evaluate_skill`). The facts themselves (``question`` → ``answer``)
+    are training data of every model (``knowledge_facts``), standing in for what a pretrained LLM
+    knows: with ``letter`` the *multiple-choice items* of the evaluation split are never trained;
+    with ``cloze`` an evaluation item's question is such a trained fact and only the choice among
+    its options is new.
 
 Every skill's question universe is enumerable, so distinct questions are drawn by sampling indices
 without replacement (``numpy.random.default_rng(seed + skill offset)``), then cut into disjoint

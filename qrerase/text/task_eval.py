@@ -13,7 +13,7 @@ import numpy as np
 
 from .task import ROLES
 
-__all__ = ["normalise_answer", "exact_match", "evaluate_skill", "choose_options", "task_frame"]
+__all__ = ["normalise_answer", "exact_match", "evaluate_skill", "option_losses", "choose_options", "task_frame"]
 
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
 
@@ -53,10 +53,12 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     if not records:
         raise ValueError("evaluate_skill: no records")
     pairs = [qa_pair(r) for r in records]
-    losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
-    if all("options" in r for r in records):
-        gens = choose_options(model, tokenizer, template, records, eval_cfg)
+    if all("options" in r for r in records):  # one pass scores every option, the correct one included
+        per_option = option_losses(model, tokenizer, template, records, eval_cfg)
+        gens = [r["options"][_lowest_mean(ls)] for r, ls in zip(records, per_option)]
+        losses = [ls[r["options"].index(a)] for r, ls, (_, a) in zip(records, per_option, pairs)]
     else:
+        losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
         gens = greedy_generate(model, tokenizer, template, [q for q, _ in pairs], eval_cfg)
     hits = [exact_match(g, a) for g, (_, a) in zip(gens, pairs)]
     return {
@@ -67,19 +69,31 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     }
 
 
-def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> list[str]:
-    """Per record, the option (of ``record["options"]``) with the lowest token-mean answer NLL given
-    ``record["question"]``: multiple choice scored by likelihood (first option on a tie)."""
+def option_losses(model, tokenizer, template, records: Sequence[Mapping[str, Any]],
+                  eval_cfg) -> list[list[tuple[float, int]]]:
+    """Per record, ``(sum_nll, n_tokens)`` of each of ``record["options"]`` as the answer to
+    ``record["question"]`` (:func:`qrerase.text.evaluation.answer_losses`, all options in one call)."""
     from .evaluation import answer_losses
 
     pairs = [(r["question"], o) for r in records for o in r["options"]]
-    losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
-    chosen, at = [], 0
+    flat = answer_losses(model, tokenizer, template, pairs, eval_cfg)
+    out, at = [], 0
     for r in records:
-        means = [s / max(1, c) for s, c in losses[at : at + len(r["options"])]]
-        chosen.append(r["options"][int(np.argmin(means))])
+        out.append(flat[at : at + len(r["options"])])
         at += len(r["options"])
-    return chosen
+    return out
+
+
+def _lowest_mean(losses: Sequence[tuple[float, int]]) -> int:
+    """Index of the lowest token-mean NLL (the first on a tie)."""
+    return int(np.argmin([s / max(1, c) for s, c in losses]))
+
+
+def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> list[str]:
+    """Per record, the option (of ``record["options"]``) with the lowest token-mean answer NLL given
+    ``record["question"]``: multiple choice scored by likelihood (first option on a tie)."""
+    per_option = option_losses(model, tokenizer, template, records, eval_cfg)
+    return [r["options"][_lowest_mean(ls)] for r, ls in zip(records, per_option)]
 
 
 def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> "Any":
