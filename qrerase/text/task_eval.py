@@ -55,7 +55,7 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     pairs = [qa_pair(r) for r in records]
     if all("options" in r for r in records):  # one pass scores every option, the correct one included
         per_option = option_losses(model, tokenizer, template, records, eval_cfg)
-        gens = [r["options"][_lowest_mean(ls)] for r, ls in zip(records, per_option)]
+        gens = _picked(records, per_option)
         losses = [ls[r["options"].index(a)] for r, ls, (_, a) in zip(records, per_option, pairs)]
     else:
         losses = answer_losses(model, tokenizer, template, pairs, eval_cfg)
@@ -84,16 +84,15 @@ def option_losses(model, tokenizer, template, records: Sequence[Mapping[str, Any
     return out
 
 
-def _lowest_mean(losses: Sequence[tuple[float, int]]) -> int:
-    """Index of the lowest token-mean NLL (the first on a tie)."""
-    return int(np.argmin([s / max(1, c) for s, c in losses]))
+def _picked(records: Sequence[Mapping[str, Any]], per_option: Sequence[Sequence[tuple[float, int]]]) -> list[str]:
+    """Per record, the option of lowest token-mean NLL in ``per_option`` (the first on a tie)."""
+    return [r["options"][int(np.argmin([s / max(1, c) for s, c in ls]))] for r, ls in zip(records, per_option)]
 
 
 def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg) -> list[str]:
     """Per record, the option (of ``record["options"]``) with the lowest token-mean answer NLL given
     ``record["question"]``: multiple choice scored by likelihood (first option on a tie)."""
-    per_option = option_losses(model, tokenizer, template, records, eval_cfg)
-    return [r["options"][_lowest_mean(ls)] for r, ls in zip(records, per_option)]
+    return _picked(records, option_losses(model, tokenizer, template, records, eval_cfg))
 
 
 def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> "Any":
