@@ -72,7 +72,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from .workflow.manifest import audit
 
-    problems, counts = audit(args.results)
+    problems, counts = audit(args.results, args.workdir)
     for problem in problems:
         print(f"BROKEN {problem}")
     summary = (
@@ -90,9 +90,12 @@ def _manifest(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .workflow.manifest import build_manifest
+    from .workflow.manifest import build_manifest, workdir_of
 
-    manifest = build_manifest(args.targets, root=Path(args.results).resolve().parent)
+    if not Path(args.results).is_dir():
+        raise FileNotFoundError(f"{args.results}: not a directory")
+    root = Path(args.workdir) if args.workdir else workdir_of(args.results)
+    manifest = build_manifest(args.targets, root=root)
     print(json.dumps(manifest, indent=2, sort_keys=True))
     return 0
 
@@ -126,11 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_bench)
 
     p = sub.add_parser("audit", help="re-hash artifacts and check every provenance record and link")
-    p.add_argument("results", help="the workflow's results/ directory")
+    p.add_argument("results", help="the workflow's results/ directory (a symlink to scratch is fine)")
+    p.add_argument("--workdir", help="the Snakemake working directory (default: the parent of RESULTS as written)")
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("manifest", help="the artifact graph behind targets (JSON on stdout)")
-    p.add_argument("results", help="the workflow's results/ directory")
+    p.add_argument("results", help="the workflow's results/ directory (a symlink to scratch is fine)")
+    p.add_argument("--workdir", help="the Snakemake working directory (default: the parent of RESULTS as written)")
     p.add_argument("targets", nargs="+", help="artifact paths relative to the working directory")
     p.set_defaults(func=_manifest)
 
