@@ -2,6 +2,10 @@
 
 A crashed or interrupted job therefore never leaves a half-written artifact that a later rule (or a
 user) could mistake for a complete one. Weights are read and written with safetensors only.
+
+Modes: ``mkstemp`` / ``mkdtemp`` create their temporaries private (0600 / 0700); before the rename
+the temporary gets the mode a plain ``open`` / ``mkdir`` would have given under the process umask
+(``0666 & ~umask`` / ``0777 & ~umask``), so a project group shares results as with any other file.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -26,7 +31,15 @@ __all__ = [
     "load_arrays",
     "read_jsonl",
     "write_jsonl",
+    "current_umask",
 ]
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it: POSIX has no read-only call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -39,23 +52,44 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
+        if tmp.is_file():  # a writer may have replaced the file: set the mode just before the rename
+            os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
 
 
+def _plain_modes(root: Path, umask: int) -> None:
+    """Give ``root`` and everything under it the mode a plain ``mkdir`` / ``open`` would have given.
+
+    Libraries writing into the temporary folder may use private temporaries of their own
+    (transformers writes ``model.safetensors`` 0600); executable files keep their x bits.
+    """
+    os.chmod(root, 0o777 & ~umask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            full = 0o777 if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else 0o666
+            os.chmod(p, full & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory next to ``path``; move it onto ``path`` only if the block succeeds.
 
-    An existing ``path`` is replaced as a whole (never merged), so stale files cannot survive.
+    An existing ``path`` is replaced as a whole (never merged), so stale files cannot survive. Its
+    folders and files get the modes of a plain ``mkdir`` / ``open`` under the umask.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _plain_modes(tmp, current_umask())
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             if old.exists():
