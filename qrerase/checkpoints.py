@@ -14,6 +14,7 @@ from typing import Sequence
 
 import torch
 
+from .checkpoint_files import check_dir, looks_like_hub_id
 from .io import atomic_dir
 
 __all__ = ["DTYPES", "model_device", "resolve_device", "resolve_checkpoint", "first_line", "save_model"]
@@ -50,15 +51,14 @@ def resolve_checkpoint(name_or_path, local_files_only: bool, markers: Sequence[s
     ``from_pretrained`` on a bare id may still probe the network for optional files.
     """
     p = Path(name_or_path).expanduser()
-    if p.is_dir():
+    if p.exists():
+        check_dir(p, what)  # a file, or an empty directory: the message of the planning-time check
         if not any((p / m).is_file() for m in markers):
             raise ValueError(f"{name_or_path}: not a {what} directory (none of {', '.join(markers)} found)")
         return str(p)
-    if p.exists():
-        raise ValueError(f"{name_or_path}: is a file, expected a {what} directory")
     if not local_files_only:
         return str(name_or_path)
-    if not _looks_like_hub_id(str(name_or_path)):
+    if not looks_like_hub_id(str(name_or_path)):
         raise ValueError(f"{name_or_path}: no such {what} directory")
     try:
         from huggingface_hub import snapshot_download
@@ -68,11 +68,6 @@ def resolve_checkpoint(name_or_path, local_files_only: bool, markers: Sequence[s
         raise ValueError(
             f"{name_or_path}: no such {what} directory, and not in the local Hugging Face cache ({first_line(exc)})"
         ) from exc
-
-
-def _looks_like_hub_id(s: str) -> bool:
-    parts = s.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not s.startswith((".", "/", "~"))
 
 
 def save_model(model, tokenizer, out_dir: str | os.PathLike) -> None:

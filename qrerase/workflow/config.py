@@ -32,6 +32,7 @@ __all__ = [
     "check_baselines",
     "check_tradeoff",
     "check_task",
+    "check_model_source",
     "crosslingual_root",
     "TEXT_BASELINE_TRACKS",
 ]
@@ -154,13 +155,35 @@ def check_core(cfg: Mapping) -> None:
         for name in required_splits(data["split"], data.get("knowledge", [])):
             if not (root / f"{name}.jsonl").is_file():
                 raise ConfigError(f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found")
+    check_model_source("model", cfg["model"], tokenizer=True)
     for set_name, path in cfg["lora"]["adapters"].items():
-        if path is not None and not (Path(path) / "adapter_config.json").is_file():
-            raise ConfigError(f"config key 'lora.adapters.{set_name}': {path} holds no adapter_config.json")
+        if path is not None:
+            from ..method.adapters import check_adapter_dir
+
+            try:
+                check_adapter_dir(path)
+            except (FileNotFoundError, ValueError) as exc:
+                raise ConfigError(f"config key 'lora.adapters.{set_name}': {exc}") from None
     for item in cfg["tofu"].get("imported_models", []):
         for key in ("log", "reference"):
             if item.get(key) and not Path(item[key]).exists():
                 raise ConfigError(f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found")
+
+
+def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> None:
+    """``<section>.name_or_path`` when it is a local path: the checks the job's loader makes
+    (:func:`qrerase.checkpoint_files.check_model_dir`). A hub id is left to the job (no network here;
+    with ``local_files_only`` the job looks it up in the local Hugging Face cache)."""
+    from ..checkpoint_files import check_model_dir, is_local_path
+
+    name = model_cfg.get("name_or_path")
+    if name is None or not is_local_path(name):
+        return
+    what = "speech model" if section.startswith("speech") else "model"
+    try:
+        check_model_dir(name, what, tokenizer=tokenizer)
+    except ValueError as exc:
+        raise ConfigError(f"config key '{section}.name_or_path': {exc}") from None
 
 
 def crosslingual_root(code: str, cfg: Mapping) -> str:
@@ -229,7 +252,8 @@ def check_speech(cfg: Mapping) -> None:
             f"speech.settings {sp['settings']}"
         )
     if "speech" not in cfg["tracks"]:
-        return  # the data checks below need the recordings; a run without the track needs neither
+        return  # the checks below need the recordings and the model; a run without the track needs neither
+    check_model_source("speech.model", sp["model"], tokenizer=False)
     from ..speech.data import list_recordings
 
     root = sp["data"]["root"]
