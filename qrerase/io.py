@@ -30,6 +30,9 @@ __all__ = [
     "save_arrays",
     "load_arrays",
     "read_jsonl",
+    "read_jsonl_numbered",
+    "read_text",
+    "decode_utf8",
     "write_jsonl",
     "current_umask",
 ]
@@ -166,22 +169,59 @@ def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSON Lines file; a clear error naming the file and line on bad input."""
+def decode_utf8(raw: bytes, path: str | os.PathLike) -> str:
+    """``raw`` decoded as UTF-8; a ValueError naming the file, line and column of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}: {exc.reason})"
+        ) from None
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content; FileNotFoundError, or a ValueError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    return decode_utf8(path.read_bytes(), path)
+
+
+def read_jsonl_numbered(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """``(line number, record)`` of every non-blank line of a JSON Lines file.
+
+    Every decoding or shape error is a ValueError naming the file and line: bytes that are not UTF-8,
+    a line that is not JSON, a JSON value that is not an object (an array row, a bare string).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from exc
+    for i, raw in enumerate(path.read_bytes().split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{path}:{i}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}: {exc.reason})"
+            ) from None
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object per line, got {type(row).__name__} {line[:40]!r}")
+        rows.append((i, row))
     return rows
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON Lines file of objects; a clear error naming the file and line on bad input
+    (:func:`read_jsonl_numbered`)."""
+    return [row for _, row in read_jsonl_numbered(path)]
 
 
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
