@@ -130,6 +130,8 @@ def test_audit_is_clean_through_the_symlink(linked_run, tmp_path):
     assert proc.returncode == 0 and "qrerase audit: OK; 3 records" in proc.stdout, proc.stdout + proc.stderr
     proc = _cli(tmp_path, "audit", str(wd / "results"))  # absolute, from elsewhere
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _cli(wd, "audit", str(linked_run / "scratch" / "results"))  # the scratch path, from the working directory
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = _cli(wd, "manifest", "results", "results/a.txt")
     assert proc.returncode == 0, proc.stderr
     assert set(json.loads(proc.stdout)["artifacts"]) == {"data/src.txt", "results/a.txt"}

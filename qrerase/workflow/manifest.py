@@ -74,9 +74,15 @@ def workdir_of(results_dir: str | os.PathLike) -> Path:
     Records name artifacts relative to the working directory (``results/...``, ``data/...``). When
     ``results/`` is a symlink (results on scratch) its resolved parent is the scratch folder, where
     the sources are not; the lexical parent (``os.path.abspath``, which resolves no symlink) is the
-    working directory wherever the checkout was moved to.
+    working directory wherever the checkout was moved to. Given the scratch folder itself (its
+    lexical parent is scratch), the current directory is taken when its ``results`` is that folder.
     """
-    return Path(os.path.abspath(results_dir)).parent
+    lexical = Path(os.path.abspath(results_dir)).parent
+    here = Path.cwd()
+    if lexical != here and (here / "results").is_dir() and Path(results_dir).is_dir() \
+            and (here / "results").samefile(results_dir) and (here / "results").is_symlink():
+        return here
+    return lexical
 
 
 def audit(results_dir: str | os.PathLike, workdir: str | os.PathLike | None = None) -> tuple[list[Problem], dict[str, int]]:
