@@ -9,8 +9,11 @@
   :func:`qrerase.method.diagnostics.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
 - ``qrerase audit results/``: re-hash every artifact with a provenance record and check every record,
   every input → output link and the manifest (:func:`qrerase.workflow.manifest.audit`); exit status 0 when
-  all hold, 1 with one line per broken artifact (path: why) otherwise.
-- ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON.
+  all hold, 1 with one line per broken artifact (path: why) otherwise. ``results/`` may be a symlink
+  (results on scratch); record paths are relative to the working directory, the folder holding
+  ``results/`` as written (:func:`qrerase.workflow.manifest.workdir_of`), or ``--workdir DIR``.
+- ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON
+  (``--workdir`` as for the audit).
 """
 
 from __future__ import annotations
