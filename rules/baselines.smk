@@ -18,8 +18,10 @@ rule baseline:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        baseline=baseline_params,
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/baseline.py"
+        **launch_params(
+            model=config["model"],
+            baseline=baseline_params,
+            seed=config["seed"],
+        ),
+    shell:
+        launch("baseline.py")
