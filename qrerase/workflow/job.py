@@ -121,11 +121,15 @@ def template_from(model_cfg: dict, tokenizer: Any = None):
 
 
 def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None, model_cfg: dict):
-    """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
+    """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation.
+
+    With ``model.device`` ``auto`` / ``cuda`` and several visible GPUs the model is spread across them
+    (``device_map="auto"``, ``max_memory``: :func:`qrerase.checkpoints.inference_placement`).
+    """
     from ..text.models import load_model, load_tokenizer
 
     dtype, device = model_options(model_cfg)
-    model = load_model(str(model_dir), dtype=dtype, device=device)
+    model = load_model(str(model_dir), dtype=dtype, device=device, spread=True)
     tokenizer = load_tokenizer(str(model_dir))
     if adapter_dir is not None:
         from peft import PeftModel
@@ -140,13 +144,14 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
 def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype: str = "float32", device: str = "cpu"):
     """(model, tokenizer or None) of a checkpoint of the given kind, in eval mode.
 
-    ``causal_lm``: :func:`qrerase.text.models.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
+    ``causal_lm``: :func:`qrerase.text.models.load_model` (spread over several GPUs as in
+    :func:`load_for_eval`) and its tokenizer; ``audio_classifier``: a HuBERT speaker
     classifier (:func:`qrerase.speech.model.load_speech_model`), which has no tokenizer.
     """
     if kind == "causal_lm":
         from ..text.models import load_model, load_tokenizer
 
-        return load_model(str(model_dir), dtype=dtype, device=device), load_tokenizer(str(model_dir))
+        return load_model(str(model_dir), dtype=dtype, device=device, spread=True), load_tokenizer(str(model_dir))
     if kind == "audio_classifier":
         from ..speech.model import load_speech_model
 
