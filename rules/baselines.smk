@@ -19,6 +19,7 @@ rule baseline:
         **resources_for("train"),
     params:
         **launch_params(
+            "baseline",
             model=config["model"],
             baseline=baseline_params,
             seed=config["seed"],

@@ -226,14 +226,11 @@ def launch(script, kind="train"):
         str(Path(workflow.basedir) / LAUNCH_CONFIG),
     )
     script_path = Path(workflow.basedir) / "workflow_scripts" / script
-    return (
-        f"{prefix} {script_path} --rule {{rule}} --threads {{threads}} --log {{log:q}} "
-        "--job {params.job:q}"
-    )
+    return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"
 
 
 def _param_value(value, wildcards, input, output):
-    """A rule param as Snakemake evaluates it: a function of (some of) wildcards, input, output."""
+    """A param as Snakemake evaluates it, a function of (some of) wildcards, input, output."""
     if not callable(value):
         return value
     import inspect
@@ -244,14 +241,16 @@ def _param_value(value, wildcards, input, output):
     return value(wildcards, **kwargs)
 
 
-def launch_params(**params):
-    """A training rule's params plus `job`, the JSON job spec its shell command passes on."""
+def launch_params(rule_name, **params):
+    """A training rule's params plus `job`, the JSON job spec (of rule `rule_name`) its shell
+    command passes on."""
 
-    def job(wildcards, input, output):
+    def job_json(wildcards, input, output):
         values = {
             k: _param_value(v, wildcards, input, output) for k, v in params.items()
         }
         return job_spec(
+            rule_name,
             input=input,
             output=output,
             wildcards=wildcards,
@@ -259,7 +258,7 @@ def launch_params(**params):
             config=config,
         )
 
-    return {**params, "job": job}
+    return {**params, "job": job_json}
 
 
 # ---------------------------------------------------------------------------------------------

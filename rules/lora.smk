@@ -18,6 +18,7 @@ rule lora:
         **resources_for("train"),
     params:
         **launch_params(
+            "lora",
             model=config["model"],
             lora=lambda wc: exp_section("lora", wc.exp),
             seed=config["seed"],

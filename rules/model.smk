@@ -42,6 +42,7 @@ rule pretrain:
         **resources_for("train"),
     params:
         **launch_params(
+            "pretrain",
             model=config["model"],
             train=lambda wc: exp_section("pretrain", wc.exp),
             seed=config["seed"],
@@ -75,6 +76,7 @@ rule finetune:
         **resources_for("train"),
     params:
         **launch_params(
+            "finetune",
             model=config["model"],
             train=lambda wc: exp_section("finetune", wc.exp),
             adapter=lambda wc: finetune_adapter(wc.exp),

@@ -52,6 +52,7 @@ rule speech_pretrain:
         **resources_for("train"),
     params:
         **launch_params(
+            "speech_pretrain",
             model=config["speech"]["model"],
             train=config["speech"]["pretrain"],
             seed=config["seed"],
@@ -82,6 +83,7 @@ rule speech_finetune:
         **resources_for("train"),
     params:
         **launch_params(
+            "speech_finetune",
             model=config["speech"]["model"],
             train=config["speech"]["finetune"],
             seed=config["seed"],
@@ -112,6 +114,7 @@ rule speech_lora:
         **resources_for("train"),
     params:
         **launch_params(
+            "speech_lora",
             lora=config["speech"]["lora"],
             model=config["speech"]["model"],
             setting=speech_setting,
@@ -143,6 +146,7 @@ rule speech_baseline:
         **resources_for("train"),
     params:
         **launch_params(
+            "speech_baseline",
             cfg=speech_baseline_params,
             setting=speech_setting,
             seed=config["seed"],
@@ -336,6 +340,7 @@ rule speech_tradeoff_baseline:
         **resources_for("train"),
     params:
         **launch_params(
+            "speech_tradeoff_baseline",
             cfg=lambda wc: {} if wc.method == "base" else speech_baseline_params(wc),
             sweep=speech_tradeoff_sweep,
             setting=speech_setting,

@@ -51,6 +51,7 @@ rule task_baseline:
         **resources_for("train"),
     params:
         **launch_params(
+            "task_baseline",
             model=config["model"],
             cfg=lambda wc: TASK["baselines"][wc.method],
             max_length=lambda wc: exp_section("finetune", wc.exp).get(

@@ -52,6 +52,7 @@ rule tradeoff_baseline:
         **resources_for("train"),
     params:
         **launch_params(
+            "tradeoff_baseline",
             model=config["model"],
             evaluate=tradeoff_evaluate,
             lang=tradeoff_lang,

@@ -56,13 +56,13 @@ def _spec(tmp_path):
     wc._set_name("exp", 0)
     wc._set_name("which", 1)
     params = {"model": CONFIG["model"], "train": CONFIG["finetune"], "seed": 3}
-    return job_spec(input=inp, output=out, wildcards=wc, params=params, config=CONFIG)
+    return job_spec("finetune", input=inp, output=out, wildcards=wc, params=params, config=CONFIG)
 
 
 def test_the_job_spec_round_trips_to_the_attributes_of_snakemakes_object(tmp_path, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     spec = _spec(tmp_path)
-    j = load_job(["--rule", "finetune", "--threads", "2", "--log", str(tmp_path / "x.log"), "--job", spec])
+    j = load_job(["--threads", "2", "--log", str(tmp_path / "x.log"), "--job", spec])
     assert j.rule == "finetune" and j.threads == 2 and j.job_threads == 2 and j.world_size == 1
     assert j.input.init == str(tmp_path / "init") and j.input[1] == str(tmp_path / "data.jsonl")
     assert list(j.input) == [str(tmp_path / "init"), str(tmp_path / "data.jsonl")]
@@ -79,18 +79,18 @@ def test_the_job_spec_round_trips_to_the_attributes_of_snakemakes_object(tmp_pat
 
 def test_a_process_gets_its_share_of_the_threads(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    j = LaunchedJob(json.loads(_spec(tmp_path)), rule="finetune", threads=5, log=[], scriptdir=str(tmp_path))
+    j = LaunchedJob(json.loads(_spec(tmp_path)), threads=5, log=[], scriptdir=str(tmp_path))
     assert (j.threads, j.job_threads, j.world_size) == (2, 5, 2)
-    j = LaunchedJob(json.loads(_spec(tmp_path)), rule="finetune", threads=1, log=[], scriptdir=str(tmp_path))
+    j = LaunchedJob(json.loads(_spec(tmp_path)), threads=1, log=[], scriptdir=str(tmp_path))
     assert j.threads == 1
 
 
 def test_a_broken_job_spec_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError, match="--job: not a JSON job spec"):
-        load_job(["--rule", "r", "--threads", "1", "--job", "{nope"])
+        load_job(["--threads", "1", "--job", "{nope"])
     with pytest.raises(ValueError, match="--job: the job spec lacks config"):
-        load_job(["--rule", "r", "--threads", "1", "--job", json.dumps(
-            {"input": {}, "output": {}, "wildcards": {}, "params": {}})])
+        load_job(["--threads", "1", "--job", json.dumps(
+            {"rule": "r", "input": {}, "output": {}, "wildcards": {}, "params": {}})])
 
 
 def _run(tmp_path, monkeypatch, rank):
@@ -101,7 +101,7 @@ def _run(tmp_path, monkeypatch, rank):
     (tmp_path / "init" / "w.txt").write_text("w")
     (tmp_path / "data.jsonl").write_text("{}\n")
     log_file = tmp_path / "job.log"
-    j = load_job(["--rule", "finetune", "--threads", "2", "--log", str(log_file), "--job", _spec(tmp_path)])
+    j = load_job(["--threads", "2", "--log", str(log_file), "--job", _spec(tmp_path)])
     with job(j, seed=3):
         if rank == 0:  # the scripts' rank-0 guard
             (tmp_path / "out" / "model").mkdir(parents=True)

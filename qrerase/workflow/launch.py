@@ -2,7 +2,7 @@
 
 A training rule runs its script through a ``shell:`` command (so ``snakemake -n -p`` shows it):
 
-- one process: ``<python> <script> --rule R --threads T --log L --job '<json>'``;
+- one process: ``<python> <script> --threads T --log L --job '<json>'``;
 - ``resources.<kind>.processes`` N > 1: HF Accelerate's launcher, ``accelerate launch --num_processes N
   --main_process_port 0 --config_file envs/accelerate/multi_process.yaml <script> ...``, which starts N
   workers through ``torch.distributed.run`` and sets ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` /
@@ -115,7 +115,7 @@ def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def job_spec(*, input: Any, output: Any, wildcards: Any, params: Mapping[str, Any], config: Mapping) -> str:
+def job_spec(rule: str, *, input: Any, output: Any, wildcards: Any, params: Mapping[str, Any], config: Mapping) -> str:
     """The JSON job spec of one job (compact, keys sorted).
 
     ``input`` / ``output`` are Snakemake's named lists (iterable, with ``.items()`` for the named
@@ -125,6 +125,7 @@ def job_spec(*, input: Any, output: Any, wildcards: Any, params: Mapping[str, An
     """
     params = json.loads(json.dumps(dict(params), default=str))
     spec = {
+        "rule": rule,
         "input": _named(input, dict(input.items())),
         "output": _named(output, dict(output.items())),
         "wildcards": {k: str(v) for k, v in dict(wildcards.items()).items()},
@@ -167,8 +168,8 @@ class LaunchedJob:
     rule's threads (what the provenance record holds); ``world_size`` the launcher's process count.
     """
 
-    def __init__(self, spec: Mapping[str, Any], *, rule: str, threads: int, log: Sequence[str], scriptdir: str):
-        self.rule = rule
+    def __init__(self, spec: Mapping[str, Any], *, threads: int, log: Sequence[str], scriptdir: str):
+        self.rule = spec["rule"]
         self.input = NamedList(spec["input"]["values"], spec["input"]["names"])
         self.output = NamedList(spec["output"]["values"], spec["output"]["names"])
         self.params = NamedList(list(spec["params"].values()), spec["params"])
@@ -182,9 +183,8 @@ class LaunchedJob:
 
 
 def load_job(argv: Sequence[str] | None = None) -> LaunchedJob:
-    """The job of this script from its command line (``--rule --threads --log --job``)."""
+    """The job of this script from its command line (``--threads --log --job``)."""
     parser = argparse.ArgumentParser(description="a qr-erase workflow job (started by its Snakemake rule)")
-    parser.add_argument("--rule", required=True)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--log", action="append", default=[])
     parser.add_argument("--job", required=True, help="the job spec (JSON), built by rules/common.smk")
@@ -193,8 +193,8 @@ def load_job(argv: Sequence[str] | None = None) -> LaunchedJob:
         spec = json.loads(args.job)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--job: not a JSON job spec ({exc})") from None
-    missing = [k for k in ("input", "output", "wildcards", "params", "config") if k not in spec]
+    missing = [k for k in ("rule", "input", "output", "wildcards", "params", "config") if k not in spec]
     if missing:
         raise ValueError(f"--job: the job spec lacks {', '.join(missing)}")
     scriptdir = str(Path(sys.argv[0]).resolve().parent)
-    return LaunchedJob(spec, rule=args.rule, threads=args.threads, log=args.log, scriptdir=scriptdir)
+    return LaunchedJob(spec, threads=args.threads, log=args.log, scriptdir=scriptdir)
