@@ -11,7 +11,7 @@ from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 from qrerase.checkpoints import inference_placement
 from qrerase.workflow import provenance
 from qrerase.workflow.job import job
-from qrerase.workflow.launch import LaunchedJob, job_spec, launcher, load_job
+from qrerase.workflow.launch import LaunchedJob, NamedList, job_spec, launcher, load_job
 
 CONFIG = {
     "seed": 3,
@@ -67,6 +67,10 @@ def test_the_job_spec_round_trips_to_the_attributes_of_snakemakes_object(tmp_pat
     assert j.input.init == str(tmp_path / "init") and j.input[1] == str(tmp_path / "data.jsonl")
     assert list(j.input) == [str(tmp_path / "init"), str(tmp_path / "data.jsonl")]
     assert "init" in j.input.keys() and "tokenizer" not in j.input.keys()
+    with pytest.raises(AttributeError):
+        j.input.tokenizer
+    shadowing = NamedList(["a.csv"], {"index": "a.csv"})  # a name that is a list method: the entry
+    assert shadowing.index == "a.csv" and shadowing["index"] == "a.csv"
     assert j.output.model.endswith("out/model") and j.output[1].endswith("loss.csv")
     assert j.params.seed == 3 and j.params.train == CONFIG["finetune"] and j.params.get("adapter") is None
     assert j.wildcards.get("which") == "full" and j.wildcards.exp == "tofu_forget10"

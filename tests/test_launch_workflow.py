@@ -108,7 +108,8 @@ def test_speech_training_with_two_processes_matches_one(speech_runs):
 
 
 def test_dry_run_shows_the_launcher_for_training_jobs_only(tmp_path):
-    proc = snakemake(tmp_path, "-n", "-p", "--cores", "2", "--configfile", str(tofu_config(tmp_path, **processes(2))))
+    cfg = tofu_config(tmp_path, **processes(2))
+    proc = snakemake(tmp_path, "-n", "-p", "all", "tradeoff", "--cores", "2", "--configfile", str(cfg))
     commands = [line for line in proc.stdout.splitlines() if line.startswith("Shell command:")]
     launched = {line.split('"rule":"', 1)[1].split('"')[0] for line in commands if LAUNCH in line}
     assert {"pretrain", "finetune", "lora", "baseline", "tradeoff_baseline"} <= launched

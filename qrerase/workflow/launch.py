@@ -136,17 +136,17 @@ def job_spec(rule: str, *, input: Any, output: Any, wildcards: Any, params: Mapp
 
 
 class NamedList(list):
-    """A list of values whose named entries are also attributes, like Snakemake's ``Namedlist``."""
+    """A list of values whose named entries are also attributes, like Snakemake's ``Namedlist``.
+
+    Names are instance attributes, so a name that is also a list method (``index``, ``count``) gives
+    the entry, as in Snakemake.
+    """
 
     def __init__(self, values: Sequence[Any] = (), names: Mapping[str, Any] | None = None):
         super().__init__(values)
         self._names = dict(names or {})
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_names"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+        for name, value in self._names.items():
+            setattr(self, name, value)
 
     def __getitem__(self, key):
         return self._names[key] if isinstance(key, str) else super().__getitem__(key)
