@@ -47,11 +47,15 @@ def weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def update(wd: Path, trained: str, start: str | None) -> torch.Tensor:
-    """The trained weights minus the start checkpoint's, flattened (the adapter's tensors for LoRA)."""
+    """The trained weights minus the start checkpoint's, flattened (the adapter's tensors for LoRA; a
+    tensor the start lacks in that shape, such as a new classification head, counts whole)."""
     after = weights(wd / trained)
-    before = weights(wd / start) if start else {k: torch.zeros_like(v) for k, v in after.items()}
-    assert set(after) == set(before)
-    return torch.cat([(after[k] - before[k]).flatten() for k in sorted(after)])
+    before = weights(wd / start) if start else {}
+    parts = []
+    for k in sorted(after):
+        same = k in before and before[k].shape == after[k].shape
+        parts.append((after[k] - before[k] if same else after[k]).flatten())
+    return torch.cat(parts)
 
 
 def record(wd: Path, output: str) -> dict:
