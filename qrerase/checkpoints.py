@@ -17,7 +17,8 @@ import torch
 from .checkpoint_files import check_dir, looks_like_hub_id
 from .io import atomic_dir
 
-__all__ = ["DTYPES", "model_device", "resolve_device", "resolve_checkpoint", "first_line", "save_model"]
+__all__ = ["DTYPES", "model_device", "resolve_device", "gpu_memory", "inference_placement", "resolve_checkpoint",
+           "first_line", "save_model"]
 
 #: Config ``dtype`` names → torch dtypes.
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -36,6 +37,33 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def gpu_memory() -> list[int]:
+    """Total memory (bytes) of each GPU visible to this job (``CUDA_VISIBLE_DEVICES``); [] without CUDA."""
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())]
+
+
+def inference_placement(device: str, gpu_bytes: Sequence[int] | None = None, fraction: float = 0.9) -> dict:
+    """``from_pretrained`` keyword arguments that spread an inference model over the job's GPUs.
+
+    With ``device`` ``auto`` or ``cuda`` (no index) and more than one visible GPU:
+    ``{"device_map": "auto", "max_memory": {i: floor(fraction * total_i)}}`` (Accelerate's balanced
+    placement, bytes per GPU; ``1 - fraction`` is left for activations and the KV cache; no CPU entry,
+    so a model that does not fit the GPUs fails instead of silently offloading). Otherwise ``{}``: the
+    model is loaded whole and moved to :func:`resolve_device` (the CPU, one GPU, or an explicit
+    ``cuda:N``). ``gpu_bytes`` defaults to :func:`gpu_memory`.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if device not in ("auto", "cuda"):
+        return {}
+    totals = gpu_memory() if gpu_bytes is None else list(gpu_bytes)
+    if len(totals) < 2:
+        return {}
+    return {"device_map": "auto", "max_memory": {i: int(fraction * t) for i, t in enumerate(totals)}}
 
 
 def first_line(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.workflow.config import ConfigError, validate
+from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
 from qrerase.workflow.naming import (
     TASK_EXP,
     XLING_EXP,
@@ -195,6 +196,72 @@ def resources_for(kind):
 
 
 # ---------------------------------------------------------------------------------------------
+# Launching training jobs (qrerase.workflow.launch): a `shell:` command, so `snakemake -n -p` shows
+# it; `accelerate launch --num_processes N` when resources.<kind>.processes N > 1.
+# ---------------------------------------------------------------------------------------------
+def _conda_deployment():
+    from snakemake.settings.types import DeploymentMethod
+
+    return DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+
+
+def _executables():
+    """(python, accelerate): the environment's own under --sdm conda, else this interpreter's."""
+    if _conda_deployment():
+        return "python", "accelerate"
+    accelerate = Path(sys.executable).parent / "accelerate"
+    return sys.executable, str(accelerate) if accelerate.exists() else "accelerate"
+
+
+def launch(script, kind="train"):
+    """The shell command of a training rule: its workflow script with the rule's job spec
+    (`params.job`, from launch_params), through `accelerate launch` when the kind has processes > 1.
+    """
+    python, accelerate = _executables()
+    prefix = launcher(
+        config["resources"][kind].get("processes", 1),
+        config["model"].get("device", "cpu"),
+        python,
+        accelerate,
+        str(Path(workflow.basedir) / LAUNCH_CONFIG),
+    )
+    script_path = Path(workflow.basedir) / "workflow_scripts" / script
+    return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"
+
+
+def _param_value(value, wildcards, input, output):
+    """A param as Snakemake evaluates it, a function of (some of) wildcards, input, output."""
+    if not callable(value):
+        return value
+    import inspect
+
+    given = {"wildcards": wildcards, "input": input, "output": output}
+    names = list(inspect.signature(value).parameters)
+    kwargs = {n: given[n] for n in names[1:] if n in given}
+    return value(wildcards, **kwargs)
+
+
+def launch_params(rule_name, **params):
+    """A training rule's params plus `job`, the JSON job spec (of rule `rule_name`) its shell
+    command passes on."""
+
+    def job_json(wildcards, input, output):
+        values = {
+            k: _param_value(v, wildcards, input, output) for k, v in params.items()
+        }
+        return job_spec(
+            rule_name,
+            input=input,
+            output=output,
+            wildcards=wildcards,
+            params=values,
+            config=config,
+        )
+
+    return {**params, "job": job_json}
+
+
+# ---------------------------------------------------------------------------------------------
 # Shared input functions and config lookups (the generic model -> lora -> erase -> evaluate chain).
 # ---------------------------------------------------------------------------------------------
 def tiny_model():
@@ -218,6 +285,17 @@ def exp_section(section, exp):
     if exp == TASK_EXP:  # the task-level track's overrides (task.<section>)
         base.update(config.get("task", {}).get(section) or {})
     return base
+
+
+def finetune_adapter(exp):
+    """The LoRA shape of `finetune.mode: lora` (finetune.lora, else the `lora` section's r, alpha,
+    dropout, target_modules); None for a full fine-tune."""
+    section = exp_section("finetune", exp)
+    if section.get("mode", "full") != "lora":
+        return None
+    keys = ("r", "alpha", "dropout", "target_modules")
+    shape = section.get("lora") or {k: v for k, v in config["lora"].items() if k in keys}
+    return {"dropout": 0.0, **shape}
 
 
 def erase_scale(exp):
