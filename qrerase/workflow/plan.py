@@ -303,7 +303,8 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
             m = min(job.micro_batch_size, per_proc)
             return m if device_bytes(shape, job, dtype, m, procs) <= cap else 0
         m = _pow2_floor(per_proc) if job.kind != "infer" else _pow2_floor(job.batch_size)
-        while m >= 1 and device_bytes(shape, job, dtype, m, procs) > cap:
+        exact = job.kind != "infer" and job.batch_size % procs == 0  # micro x accum x procs == batch
+        while m >= 1 and (device_bytes(shape, job, dtype, m, procs) > cap or (exact and per_proc % m)):
             m //= 2
         return m
 

@@ -91,7 +91,7 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
         baselines = {m: bl.get(m) for m in BASELINE_SHAPE if bl.get(m)}
     mode_kind = "lora" if bl.get("mode") == "lora" else "train"
     rank = int((bl.get("lora") or {}).get("r", 0)) if mode_kind == "lora" else 0
-    for method in cfg.get("methods", {}).get("tofu" if track == "crosslingual" else track, []):
+    for method in cfg.get("methods", {}).get(track, []):
         if method in BASELINE_SHAPE and baselines.get(method):
             seqs, refs = BASELINE_SHAPE[method]
             job = _train_job(f"{track}:{method}", baselines[method], mode_kind, train_p, seqs, refs,
