@@ -23,7 +23,6 @@ from qrerase.workflow.naming import (
     XLING_EXP,
     exp_pattern,
     model_exp,
-    model_kind,
     parse_exp,
     speech_exp,
     tofu_exp,

@@ -131,6 +131,9 @@ def test_linalg_job_asks_for_no_gpu():
     assert plan.gpus == 0 and plan.device_bytes == 0 and plan.host_bytes < 12 * GIB
 
 
+# Full-weight task-track baselines of a 70B model need > 8 x 80 GB (16 B/param / 8 = 141 GB per GPU
+# before activations) and have no LoRA mode: the plan says so (docs/paper-scale.md).
+KNOWN_MISSES = {"llama3-70b-task.yaml": ["task:ga", "task:kga", "task:ku"]}
 CONFIGS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
 
 
@@ -144,4 +147,5 @@ def test_qrerase_plan_prints_every_shipped_config(name, capsys):
     rows = plan_config(cfg)
     assert len(rows) >= 4 and all(r.name in out for r in rows)
     if yaml.safe_load(path.read_text()).get("resources", {}).get("gpus_per_node"):  # a paper-scale preset
-        assert all(r.fits for r in rows), [r for r in rows if not r.fits]
+        misses = sorted(r.name for r in rows if not r.fits)
+        assert misses == KNOWN_MISSES.get(name, []), misses

@@ -319,7 +319,10 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
         if needed == 0:
             note = f"does not fit one node ({node.gpus} x {node.gpu_mem_gb:g} GB)"
             if job.kind == "train":
-                note += "; use finetune.mode: lora"
+                stage = job.name.rpartition(":")[2]
+                note += ("; use finetune.mode: lora" if stage in ("finetune", "pretrain") else
+                         "; use baselines.mode: lora" if stage in ("ga", "graddiff", "kl", "npo", "dpo", "flat")
+                         else "; needs more than one node (this baseline has no LoRA mode)")
         elif needed > job.processes:
             note = f"needs processes >= {needed}"
         else:
