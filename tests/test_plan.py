@@ -19,7 +19,7 @@ from qrerase.workflow.plan import (
     resolve_shape,
     saved_activation_bytes,
 )
-from qrerase.workflow.plan_config import load_config, plan_config
+from qrerase.workflow.plan_config import load_config, plan_config, rule_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 0.15  # relative; the enumeration matches transformers' Llama to the byte today
@@ -149,3 +149,32 @@ def test_qrerase_plan_prints_every_shipped_config(name, capsys):
     if yaml.safe_load(path.read_text()).get("resources", {}).get("gpus_per_node"):  # a paper-scale preset
         misses = sorted(r.name for r in rows if not r.fits)
         assert misses == KNOWN_MISSES.get(name, []), misses
+
+
+def test_rule_resources_from_the_plan_with_overrides(tmp_path):
+    tiny = load_config(ROOT / "config" / "test.yaml")
+    train = rule_resources(tiny, "train", threads=1)
+    assert "gpu" not in train and "nodes" not in train and 1000 <= train["mem_mb"] <= 4000  # a laptop job
+    big = load_config(ROOT / "config" / "llama3-70b.yaml")
+    train = rule_resources(big, "train", threads=8)
+    assert train["gpu"] == 8 and train["nodes"] == 1 and train["cpus_per_task"] == 64
+    assert train["slurm_partition"] == "gpu"
+    assert rule_resources(big, "evaluate", threads=8)["gpu"] == 4
+    for kind in ("linalg", "light"):
+        assert "gpu" not in rule_resources(big, kind, threads=8)
+    big["resources"]["train"].update(mem_mb=123456, runtime=7, gpu=2)
+    train = rule_resources(big, "train", threads=8)
+    assert (train["mem_mb"], train["runtime"], train["gpu"]) == (123456, 7, 2)
+    big["resources"]["train"]["processes"] = 0
+    with pytest.raises(ValueError, match="resources.train.processes"):
+        rule_resources(big, "train")
+
+
+def test_plan_of_an_unknown_model_names_the_key(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {name_or_path: someone/unknown-7b, template: chat, device: auto}\ntracks: [tofu]\n")
+    assert main(["plan", "--configfile", str(cfg)]) == 2
+    assert "model.shape" in capsys.readouterr().err
+    cfg.write_text("model: {name_or_path: someone/unknown-7b, template: chat, device: auto, shape: {layers: 2, "
+                   "hidden: 64, intermediate: 128, vocab: 500, heads: 4, kv_heads: 2}}\ntracks: [tofu]\n")
+    assert main(["plan", "--configfile", str(cfg)]) == 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -328,7 +328,3 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
         else:
             note = "host memory"
     return JobPlan(job.name, job.processes, job.processes, needed, micro, accum, dev, host, fits, note)
-
-
-def with_processes(job: JobSpec, processes: int) -> JobSpec:
-    return replace(job, processes=processes)
