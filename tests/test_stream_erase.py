@@ -1,5 +1,7 @@
 """erase_merged streams the checkpoint shard by shard: same weights as the in-memory merge."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -45,6 +47,10 @@ def test_streamed_erase_equals_in_memory(tmp_path, shard_size, dtype):
         assert torch.equal(value, in_memory[key]), key
     assert not torch.equal(streamed[f"{names[0]}.weight"], base[f"{names[0]}.weight"])  # the edit happened
     assert (tmp_path / "streamed" / "config.json").is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in (tmp_path / "streamed").iterdir():
+        assert f.stat().st_mode & 0o777 == 0o666 & ~umask, f  # the umask is honoured
 
 
 def test_missing_module_is_an_error_before_writing(tmp_path):

@@ -11,6 +11,7 @@ generation config, shard index) is copied unchanged. The output directory is wri
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -56,6 +57,8 @@ def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir:
         raise ValueError(f"{src}: no weight for modules {missing[:3]} in the checkpoint's safetensors files")
     config = json.loads((src / "config.json").read_text(encoding="utf-8")) if (src / "config.json").is_file() else {}
     transposed = set(updates) if config.get("model_type") in CONV1D_MODEL_TYPES else set()
+    umask = os.umask(0)
+    os.umask(umask)
     with atomic_dir(out_dir) as tmp:
         for item in sorted(src.iterdir()):
             if item.is_file() and item.suffix != ".safetensors":
@@ -68,5 +71,6 @@ def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir:
             if mine:
                 apply_updates(tensors, mine, transposed=transposed & set(mine))
             save_file(tensors, str(tmp / shard.name), metadata=metadata)
+            os.chmod(tmp / shard.name, 0o666 & ~umask)  # safetensors writes 0600
             del tensors
     return Path(out_dir)
