@@ -267,10 +267,13 @@ def device_bytes(shape: ModelShape, job: JobSpec, dtype: str, micro: int, proces
 def host_bytes(shape: ModelShape, job: JobSpec, dtype: str, processes: int, on_gpu: bool) -> int:
     """Host memory: a GPU job holds one full copy of the weights in the checkpoint dtype (loading and
     saving on rank 0) + 3 GiB per process + 1 GiB of data; a CPU job holds its device bytes + 1 GiB per
-    process; linalg (erase_merged) streams: two shards (read + edited) + 1 GiB."""
+    process; linalg: erase_merged streams two shards (read + edited) + 1 GiB; factors (``lora_rank``
+    set) hold both adapters' factors and their decompositions in fp32 (3 x 4 B x 2 adapters) + 1 GiB."""
     a = DTYPE_BYTES[dtype]
     P = shape.count_params()
-    if job.kind == "linalg":
+    if job.kind == "linalg" and job.lora_rank:  # factors: both adapters' A, B and their QR / SVD in fp32
+        return 3 * 4 * 2 * lora_params(shape, job) + GIB
+    if job.kind == "linalg":  # erase_merged: one shard read, one edited
         return 2 * min(a * P, SHARD_BYTES) + GIB
     if on_gpu:
         return a * P * (1 + job.references) + processes * PROCESS_OVERHEAD + GIB

@@ -105,6 +105,7 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
                        max_length=int(ev.get("max_length", ft.get("max_length", 512))),
                        new_tokens=int(ev.get("max_new_tokens", 200)), processes=eval_p)
     jobs.append(("evaluate", evaluate, 4 * int(ev.get("max_questions", 300))))
+    jobs.append(("linalg", JobSpec(f"{track}:factors", "linalg", lora_rank=int(lora_cfg["r"])), 0))
     jobs.append(("linalg", JobSpec(f"{track}:erase_merged", "linalg"), 0))
     return jobs
 
@@ -130,6 +131,7 @@ def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
     ev = sp.get("evaluate") or {}
     jobs.append(("evaluate", JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames,
                                      processes=eval_p), n))
+    jobs.append(("linalg", JobSpec("speech:factors", "linalg", lora_rank=int(sp["lora"]["r"]), lora_modules=4), 0))
     jobs.append(("linalg", JobSpec("speech:erase_merged", "linalg"), 0))
     return jobs
 
