@@ -18,6 +18,7 @@ from qrerase.workflow.plan import (
     plan_job,
     resolve_shape,
     saved_activation_bytes,
+    shape_from_hf_config,
 )
 from qrerase.workflow.plan_config import load_config, plan_config, rule_resources
 
@@ -178,3 +179,20 @@ def test_plan_of_an_unknown_model_names_the_key(tmp_path, capsys):
     cfg.write_text("model: {name_or_path: someone/unknown-7b, template: chat, device: auto, shape: {layers: 2, "
                    "hidden: 64, intermediate: 128, vocab: 500, heads: 4, kv_heads: 2}}\ntracks: [tofu]\n")
     assert main(["plan", "--configfile", str(cfg)]) == 0
+
+
+def test_parameter_count_from_config_json_of_each_architecture():
+    """The shape read from a config.json counts the parameters of the real model within 2 % (biases,
+    Cohere's / Phi's norms and GPT-2's position embeddings are outside the shape)."""
+    import sys
+
+    import transformers
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from architectures import CAUSAL
+
+    for arch, (model_cls, config_cls, kwargs) in CAUSAL.items():
+        config = getattr(transformers, config_cls)(**kwargs)
+        real = sum(p.numel() for p in getattr(transformers, model_cls)(config).parameters())
+        shape = shape_from_hf_config(config.to_dict(), arch)
+        assert shape.count_params() == pytest.approx(real, rel=0.02), arch

@@ -96,21 +96,37 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
 }
 
 
+#: config.json keys of each shape field, in the spellings transformers' architectures use
+HF_KEYS = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head", "num_heads"),
+    "intermediate": ("intermediate_size", "n_inner", "ffn_dim"),
+}
+
+
 def shape_from_hf_config(cfg: Mapping[str, Any], name: str) -> ModelShape:
-    """A shape from a transformers ``config.json`` dict (Llama, Mistral, Mixtral, Cohere, Phi, HuBERT)."""
-    try:
-        heads = cfg["num_attention_heads"]
-        return ModelShape(
-            name=name, layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"],
-            intermediate=cfg["intermediate_size"], vocab=cfg.get("vocab_size", 0) if "hubert" not in
-            str(cfg.get("model_type", "")) else 0, heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
-            experts=cfg.get("num_local_experts", 1), experts_per_token=cfg.get("num_experts_per_tok", 1),
-            gated_mlp=str(cfg.get("model_type", "")) not in ("phi", "hubert", "gpt2"),
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            frames_per_second=50 if "hubert" in str(cfg.get("model_type", "")) else 0,
-        )
-    except KeyError as exc:
-        raise ValueError(f"{name}: config.json has no {exc.args[0]!r}; declare model.shape in the config") from None
+    """A shape from a transformers ``config.json`` dict (Llama, Mistral, Mixtral, Cohere, Phi, GPT-2,
+    HuBERT, ...): the fields under any of their :data:`HF_KEYS` spellings; a missing MLP width is
+    4 x hidden (GPT-2's ``n_inner: null``)."""
+    def first(field):
+        return next((cfg[k] for k in HF_KEYS[field] if cfg.get(k) is not None), None)
+
+    layers, hidden, heads = first("layers"), first("hidden"), first("heads")
+    for field, value in (("layers", layers), ("hidden", hidden), ("heads", heads)):
+        if value is None:
+            raise ValueError(f"{name}: config.json has none of {HF_KEYS[field]}; declare model.shape in the config")
+    model_type = str(cfg.get("model_type", ""))
+    return ModelShape(
+        name=name, layers=layers, hidden=hidden, intermediate=first("intermediate") or 4 * hidden,
+        vocab=0 if model_type == "hubert" else int(cfg.get("vocab_size") or 0), heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads,
+        experts=cfg.get("num_local_experts") or cfg.get("num_experts") or 1,
+        experts_per_token=cfg.get("num_experts_per_tok") or 1,
+        gated_mlp=model_type not in ("phi", "hubert", "gpt2", "gpt_neox", "opt"),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type == "gpt2")),
+        frames_per_second=50 if model_type == "hubert" else 0,
+    )
 
 
 def resolve_shape(model_cfg: Mapping[str, Any], tiny_vocab: int | None = None) -> ModelShape:
