@@ -10,10 +10,10 @@ tiny models in tests/test_plan.py):
   plus the bf16 compute copy of the largest gathered unit (2 decoder layers, prefetch) per GPU.
 - Activations: :func:`layer_activation_bytes` enumerates the tensors transformers' Llama-style decoder
   layer saves for backward per token with SDPA attention (no s x s matrix); gradient checkpointing
-  keeps each layer's input and recomputes one layer at a time. The LM head adds the logits (compute
-  dtype) plus their fp32 copy and log-softmax (cross-entropy in fp32).
-- Frozen reference models (KL, NPO, DPO, FLAT) hold weights only (forward under no_grad), sharded
-  like the trained model.
+  keeps each layer's input and recomputes one layer at a time. The LM head saves the fp32
+  log-softmax of the cross-entropy; the peak adds the returned logits and their fp32 gradient.
+- Frozen reference models (KL, NPO, DPO; SCRUB / Bad Teaching teachers; KGA's models) hold weights
+  only (forward under no_grad), sharded like the trained model.
 - Inference (evaluate / generation) splits the weights over the job's GPUs (device_map="auto") and
   adds the KV cache and one teacher-forced forward's logits.
 - Host memory: one full copy of the weights in the checkpoint dtype (rank 0 loads and saves; the
