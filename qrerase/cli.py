@@ -14,6 +14,8 @@
   ``results/`` as written (:func:`qrerase.workflow.manifest.workdir_of`), or ``--workdir DIR``.
 - ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON
   (``--workdir`` as for the audit).
+- ``qrerase plan --configfile X``: per job kind, GPUs, micro-batch, peak memory per GPU and host
+  (:mod:`qrerase.workflow.plan_config`), as a Markdown table.
 """
 
 from __future__ import annotations
@@ -103,6 +105,15 @@ def _manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from .workflow.plan_config import format_table, load_config
+
+    cfg = load_config(*args.configfile)  # a bad config: ConfigError (a ValueError), one line
+    print(f"# qrerase plan --configfile {' '.join(map(str, args.configfile))}")
+    print(format_table(cfg))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="the Snakemake working directory (default: the parent of RESULTS as written)")
     p.add_argument("targets", nargs="+", help="artifact paths relative to the working directory")
     p.set_defaults(func=_manifest)
+
+    p = sub.add_parser("plan", help="memory / GPU plan of a config's jobs (nothing is downloaded)")
+    p.add_argument("--configfile", nargs="+", required=True, help="config file(s) over the embedded config.yaml")
+    p.set_defaults(func=_plan)
 
     args = parser.parse_args(argv)
     try:

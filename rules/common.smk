@@ -18,12 +18,12 @@ sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.workflow.config import ConfigError, validate
 from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
+from qrerase.workflow.plan_config import rule_resources
 from qrerase.workflow.naming import (
     TASK_EXP,
     XLING_EXP,
     exp_pattern,
     model_exp,
-    model_kind,
     parse_exp,
     speech_exp,
     tofu_exp,
@@ -172,27 +172,23 @@ wildcard_constraints:
 # ---------------------------------------------------------------------------------------------
 # Resources.
 # ---------------------------------------------------------------------------------------------
-def model_size_b():
-    """Parameter count of the model in billions (config model.size_b); 0 for the embedded tiny model."""
-    return config["model"].get("size_b") or 0
-
-
 def resources_for(kind):
-    """Snakemake resources of a rule kind (train/evaluate/linalg/light), scaled by the model size.
+    """Snakemake resources of a rule kind (train / evaluate / linalg / light), from the memory plan.
 
-    mem_mb = mem_mb + mem_mb_per_b * size_b and runtime = runtime + runtime_per_b * size_b (minutes);
-    gpu (the slurm plugin's --gpus), slurm_partition and slurm_extra are passed on when set.
+    qrerase.workflow.plan_config.rule_resources: mem_mb (host), runtime (min), gpu (= processes on a
+    GPU device; linalg and light jobs ask for none), nodes, cpus_per_task, as the slurm executor
+    plugin reads them; config `resources.<kind>.<key>` overrides each (`qrerase plan` prints the plan).
     """
-    res = config["resources"][kind]
-    size = model_size_b()
-    out = {
-        "mem_mb": int(round(res["mem_mb"] + res.get("mem_mb_per_b", 0) * size)),
-        "runtime": int(round(res["runtime"] + res.get("runtime_per_b", 0) * size)),
+    return _RESOURCES[kind]
+
+
+try:
+    _RESOURCES = {
+        kind: rule_resources(config, kind, threads=config["threads"])
+        for kind in ("train", "evaluate", "linalg", "light")
     }
-    for key in ("gpu", "slurm_partition", "slurm_extra"):
-        if res.get(key):
-            out[key] = res[key]
-    return out
+except ValueError as exc:
+    raise WorkflowError(f"resources (the memory plan): {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------
