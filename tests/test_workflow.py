@@ -346,45 +346,64 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
-    """A second clean run of one table row's chain (pretraining, fine-tuning, both adapters, factors,
-    energy, every method's erase, the TOFU evaluation of QR-Erase (LL)), every job through the
-    cluster-generic executor's job scripts, each run in the background in its own process by
-    tests/cluster/submit.sh: same artifacts and provenance graph as the first run.
-    (A table is a pure function of the metrics files, which tests/test_tables.py checks byte for byte.)"""
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A single-node Slurm with job accounting on localhost (tests/localslurm.py), for this module."""
+    from localslurm import LocalSlurm, missing
+
+    reason = missing()
+    if reason:
+        if os.environ.get("CI"):  # .ci/run installs Slurm: there the test must run
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_slurm_run_is_byte_identical_and_audits_clean(workdir, slurm, tmp_path_factory):
+    """The whole test config run again on a real Slurm (slurmctld, slurmd, slurmdbd on localhost) through
+    ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources but
+    the local cluster's account: every job an sbatch job (its own process, its own resources), and the
+    tables, the metrics, every method's erase and the provenance graph byte-identical to the local run;
+    the audit passes. (A table is a pure function of the metrics files, which tests/test_tables.py checks.)"""
     from qrerase.workflow.manifest import build_manifest
 
-    wd = tmp_path_factory.mktemp("cluster")
+    wd = tmp_path_factory.mktemp("slurm_run")
     cfg = run_config(wd)
-    targets = [
-        f"{EXP}/energy/energy.csv",
-        f"{EXP}/energy/selected_layers.json",
-        f"{EXP}/factors/k2/report.csv",
-        *[f"{EXP}/erase/k2/{m}/{o}" for m in METHODS for o in ("model", "adapter")],
-        f"{EXP}/eval/qr_erase_ll_k2",
-    ]
-    proc = snakemake(
-        wd, *targets, "--executor", "cluster-generic", "--jobs", "2", "--configfile", str(cfg),
-        "--cluster-generic-submit-cmd", str(REPO / "tests/cluster/submit.sh"),
-        "--cluster-generic-status-cmd", str(REPO / "tests/cluster/status.sh"),
-        "--latency-wait", "5", "--seconds-between-status-checks", "2",
-    )
-    scripts = sorted((wd / ".cluster-jobs").glob("*.sh"))
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    resources = {**profile["default-resources"], "slurm_account": slurm.account}
+    assert resources["slurm_partition"] == slurm.partition  # the profile's partition, unchanged
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(wd),
+           "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg), "--jobs", "2",
+           "--default-resources", *[f"{k}={v}" for k, v in resources.items()],
+           "--slurm-init-seconds-before-status-checks", "2", "--slurm-keep-successful-logs"]
+    proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
-    assert len(scripts) == jobs["total"] > 15 and {"pretrain", "finetune", "lora", "evaluate"} <= set(jobs)
-    assert all((wd / ".cluster-jobs" / f"{s.stem}.rc").read_text().strip() == "0" for s in scripts)
+    # every job ran on Slurm, under the account, and finished there: sacct (slurmdbd) has one record each
+    acct = slurm.run("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", "JobName,Account,State,ExitCode").stdout
+    records = [line.split("|") for line in acct.splitlines() if line]
+    assert len(records) == jobs["total"] > 40 and {"pretrain", "finetune", "lora", "evaluate"} <= set(jobs)
+    assert {(r[1], r[2], r[3]) for r in records} == {(slurm.account, "COMPLETED", "0:0")}
+    logs = list((wd / ".snakemake/slurm_logs").rglob("*.log"))
+    assert len(logs) == jobs["total"]
+    exp = wd / EXP
     files = [
-        *targets[:3],
+        "results/tables/tofu.csv", "results/tables/tofu_wide.csv", "results/tables/tofu.md",
+        f"{EXP}/energy/energy.csv", f"{EXP}/energy/selected_layers.json", f"{EXP}/factors/k2/report.csv",
         *[f"{EXP}/erase/k2/{m}/model/model.safetensors" for m in METHODS],
         *[f"{EXP}/erase/k2/{m}/adapter/adapter_model.safetensors" for m in METHODS],
-        *[f"{EXP}/eval/qr_erase_ll_k2/{f.name}" for f in sorted((workdir / EXP / "eval/qr_erase_ll_k2").iterdir())],
+        *[str(p.relative_to(wd)) for p in sorted(exp.glob("eval/*/*.json"))],
     ]
+    assert len(files) > 40
     differ = [p for p in files if _sha256(workdir / p) != _sha256(wd / p)]
-    assert not differ, f"not byte-identical across two clean runs: {differ}"
-    # The provenance graph behind the targets, sha256 of every artifact and input included, agrees.
+    assert not differ, f"not byte-identical across a local and a Slurm run: {differ}"
+    targets = [f"{EXP}/eval/qr_erase_ll_k2", f"{EXP}/eval/npo", f"{EXP}/factors/k2/report.csv"]
     second, first = build_manifest(targets, wd), build_manifest(targets, workdir)
     assert second == first and len(first["artifacts"]) > 30
-    assert qrerase_cli(wd, "audit", "results").returncode == 0
+    proc = qrerase_cli(wd, "audit", "results")
+    assert proc.returncode == 0 and "qrerase audit: OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------
