@@ -361,16 +361,17 @@ def slurm(tmp_path_factory):
     cluster.stop()
 
 
-def test_slurm_run_is_byte_identical_and_audits_clean(workdir, slurm, tmp_path_factory):
-    """The whole test config run again on a real Slurm (slurmctld, slurmd, slurmdbd on localhost) through
-    ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources but
-    the local cluster's account: every job an sbatch job (its own process, its own resources), and the
-    tables, the metrics, every method's erase and the provenance graph byte-identical to the local run;
-    the audit passes. (A table is a pure function of the metrics files, which tests/test_tables.py checks.)"""
+def test_slurm_run_matches_the_local_run_and_audits_clean(workdir, slurm, tmp_path_factory):
+    """The test config with one method (QR-Erase (LL) and its control row: 31 jobs, tables included) run
+    again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
+    ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and
+    the local cluster's account: every job an sbatch job in its own process, asking Slurm for the memory,
+    time and CPUs its rule declares; the table rows, evaluations, erased weights and the provenance graph
+    byte-identical to the local run's; the audit passes."""
     from qrerase.workflow.manifest import build_manifest
 
     wd = tmp_path_factory.mktemp("slurm_run")
-    cfg = run_config(wd)
+    cfg = run_config(wd, methods={"tofu": ["qr_erase_ll"]})
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     resources = {**profile["default-resources"], "slurm_account": slurm.account}
     assert resources["slurm_partition"] == slurm.partition  # the profile's partition, unchanged
@@ -381,27 +382,35 @@ def test_slurm_run_is_byte_identical_and_audits_clean(workdir, slurm, tmp_path_f
     proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
-    # every job ran on Slurm, under the account, and finished there: sacct (slurmdbd) has one record each
-    acct = slurm.run("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", "JobName,Account,State,ExitCode").stdout
-    records = [line.split("|") for line in acct.splitlines() if line]
-    assert len(records) == jobs["total"] > 40 and {"pretrain", "finetune", "lora", "evaluate"} <= set(jobs)
-    assert {(r[1], r[2], r[3]) for r in records} == {(slurm.account, "COMPLETED", "0:0")}
-    logs = list((wd / ".snakemake/slurm_logs").rglob("*.log"))
-    assert len(logs) == jobs["total"]
-    exp = wd / EXP
+    assert jobs["total"] == 31 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
+    # Slurm's accounting (slurmdbd) has every job, completed under the account, with the memory, time
+    # limit and CPUs of the resources Snakemake printed in that job's log
+    acct = slurm.run("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", "JobID,Account,State,ExitCode,ReqMem,Timelimit,ReqCPUS").stdout
+    records = {r[0]: r[1:] for r in (line.split("|") for line in acct.splitlines() if line)}
+    logs = {p.stem: p.read_text() for p in (wd / ".snakemake/slurm_logs").rglob("*.log")}
+    assert len(records) == len(logs) == jobs["total"] and set(records) == set(logs)
+    for jobid, (account, state, code, mem, limit, cpus) in records.items():
+        res = re.search(r"resources: .*", logs[jobid]).group(0)
+        mem_mb, runtime = (int(re.search(rf"\b{k}=(\d+)", res).group(1)) for k in ("mem_mb", "runtime"))
+        threads = int(m.group(1)) if (m := re.search(r"threads: (\d+)", logs[jobid])) else 1
+        assert (account, state, code) == (slurm.account, "COMPLETED", "0:0"), jobid
+        assert (mem, limit, cpus) == (f"{mem_mb}M", f"{runtime // 60:02d}:{runtime % 60:02d}:00", str(threads)), res
+    # the tables' rows, the evaluations and the erase equal the local run's, byte for byte
+    local = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
+    table = pd.read_csv(wd / "results/tables/tofu.csv").set_index("method")
+    assert list(table.index) == ["base", "retain", "llama2_7b_full", *CONTROLS, "qr_erase_ll"]
+    pd.testing.assert_frame_equal(table, local.loc[table.index], check_exact=True)
+    evals = sorted(p.relative_to(wd) for p in (wd / EXP).glob("eval/*/*.json"))
+    assert len({p.parent.name for p in evals}) == 4
     files = [
-        "results/tables/tofu.csv", "results/tables/tofu_wide.csv", "results/tables/tofu.md",
-        f"{EXP}/energy/energy.csv", f"{EXP}/energy/selected_layers.json", f"{EXP}/factors/k2/report.csv",
-        *[f"{EXP}/erase/k2/{m}/model/model.safetensors" for m in METHODS],
-        *[f"{EXP}/erase/k2/{m}/adapter/adapter_model.safetensors" for m in METHODS],
-        *[str(p.relative_to(wd)) for p in sorted(exp.glob("eval/*/*.json"))],
+        *map(str, evals), f"{EXP}/energy/energy.csv", f"{EXP}/energy/selected_layers.json",
+        f"{EXP}/erase/k2/qr_erase_ll/model/model.safetensors", f"{EXP}/erase/k2/qr_erase_ll/adapter/adapter_model.safetensors",
     ]
-    assert len(files) > 40
     differ = [p for p in files if _sha256(workdir / p) != _sha256(wd / p)]
     assert not differ, f"not byte-identical across a local and a Slurm run: {differ}"
-    targets = [f"{EXP}/eval/qr_erase_ll_k2", f"{EXP}/eval/npo", f"{EXP}/factors/k2/report.csv"]
+    targets = [f"{EXP}/eval/qr_erase_ll_k2", f"{EXP}/erase/k2/qr_erase_ll/adapter"]
     second, first = build_manifest(targets, wd), build_manifest(targets, workdir)
-    assert second == first and len(first["artifacts"]) > 30
+    assert second == first and len(first["artifacts"]) > 20
     proc = qrerase_cli(wd, "audit", "results")
     assert proc.returncode == 0 and "qrerase audit: OK" in proc.stdout, proc.stdout + proc.stderr
 
