@@ -4,6 +4,7 @@ job accounting, slurmdbd on a private MariaDB) started as daemons from a generat
 Needs the Debian packages slurm-wlm and munge (slurmdbd and mariadb-server for accounting) and root, as
 slurmd starts every job as its submitting user. `missing()` names what is absent, so a test can skip.
 Every daemon listens on 127.0.0.1 only, on free ports; `stop()` ends the daemons it started, by pid.
+For its lifetime /etc/slurm/slurm.conf links to the generated config (see DEFAULT_CONF).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -39,7 +39,7 @@ def missing(accounting: bool = True) -> str | None:
                 "(apt-get install slurm-wlm munge slurmdbd mariadb-server, as .ci/run does)")
     if os.geteuid() != 0:
         return "no local Slurm: slurmd must run as root to start jobs"
-    if DEFAULT_CONF.exists() or DEFAULT_CONF.is_symlink():
+    if DEFAULT_CONF.exists():  # (a dangling link, left by a killed test run, is replaced)
         return f"no local Slurm: {DEFAULT_CONF} exists (a configured Slurm here); the test cluster will not replace it"
     return None
 
@@ -60,7 +60,7 @@ def _mem_mb() -> int:
 @dataclass
 class LocalSlurm:
     root: Path
-    cpus: int = 2
+    cpus: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))  # not more than the machine has
     partition: str = "cpu"
     account: str | None = "qrerase_ci"  # None: no slurmdbd, no accounting
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
@@ -163,6 +163,8 @@ class LocalSlurm:
                      "AccountingStorageEnforce=associations"]
         (r / "slurm.conf").write_text("\n".join(conf) + "\n")
         DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
+        if DEFAULT_CONF.is_symlink() and not DEFAULT_CONF.exists():
+            DEFAULT_CONF.unlink()  # a killed test run's link into its deleted temp dir
         DEFAULT_CONF.symlink_to(r / "slurm.conf")  # fails if a config appeared since missing()
         self._linked = True
         if self.account is not None:
