@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sinfo", "scontrol", "sacct", "srun")
@@ -42,6 +45,30 @@ def missing(accounting: bool = True) -> str | None:
     if DEFAULT_CONF.exists():  # (a dangling link, left by a killed test run, is replaced)
         return f"no local Slurm: {DEFAULT_CONF} exists (a configured Slurm here); the test cluster will not replace it"
     return None
+
+
+def requested(job_log: str) -> dict[str, str]:
+    """What a job should have asked Slurm for, as sacct prints it, from the resources and threads
+    Snakemake wrote in the job's Slurm log: --mem <mem_mb>, -t <runtime minutes>, --cpus-per-task <threads>."""
+    res = re.search(r"resources: .*", job_log).group(0)
+    mem_mb, runtime = (int(re.search(rf"\b{k}=(\d+)", res).group(1)) for k in ("mem_mb", "runtime"))
+    threads = re.search(r"threads: (\d+)", job_log)
+    return {"ReqMem": f"{mem_mb}M", "Timelimit": f"{runtime // 60:02d}:{runtime % 60:02d}:00",
+            "ReqCPUS": threads.group(1) if threads else "1"}
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A LocalSlurm with job accounting for a test module; skipped where it cannot start, failed under CI
+    (.ci/run installs it, so there the tests must run)."""
+    reason = missing()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()
 
 
 def _free_port() -> int:
@@ -76,6 +103,12 @@ class LocalSlurm:
         if check and proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stdout}{proc.stderr}{self.logs()}")
         return proc
+
+    def accounting(self) -> dict[str, dict[str, str]]:
+        """Job id -> its sacct (slurmdbd) record: Account, State, ExitCode, ReqMem, Timelimit, ReqCPUS."""
+        fields = ["JobID", "Account", "State", "ExitCode", "ReqMem", "Timelimit", "ReqCPUS"]
+        out = self.run("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", ",".join(fields)).stdout
+        return {r[0]: dict(zip(fields[1:], r[1:])) for r in (line.split("|") for line in out.splitlines() if line)}
 
     def logs(self) -> str:
         return "".join(f"\n--- {p.name} ---\n{p.read_text(errors='replace')[-3000:]}" for p in sorted([*self.root.glob("*.log"), *self.root.glob("*.out")]))

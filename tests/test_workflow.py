@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from localslurm import requested, slurm  # noqa: F401 (slurm: a fixture)
 
 pytestmark = pytest.mark.workflow
 
@@ -346,21 +347,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """A single-node Slurm with job accounting on localhost (tests/localslurm.py), for this module."""
-    from localslurm import LocalSlurm, missing
-
-    reason = missing()
-    if reason:
-        if os.environ.get("CI"):  # .ci/run installs Slurm: there the test must run
-            pytest.fail(reason)
-        pytest.skip(reason)
-    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm")).start()
-    yield cluster
-    cluster.stop()
-
-
 def test_slurm_run_matches_the_local_run_and_audits_clean(workdir, slurm, tmp_path_factory):
     """The test config with one method (QR-Erase (LL) and its control row: 31 jobs, tables included) run
     again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
@@ -385,16 +371,11 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(workdir, slurm, tmp_pa
     assert jobs["total"] == 31 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
     # Slurm's accounting (slurmdbd) has every job, completed under the account, with the memory, time
     # limit and CPUs of the resources Snakemake printed in that job's log
-    acct = slurm.run("sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "-o", "JobID,Account,State,ExitCode,ReqMem,Timelimit,ReqCPUS").stdout
-    records = {r[0]: r[1:] for r in (line.split("|") for line in acct.splitlines() if line)}
     logs = {p.stem: p.read_text() for p in (wd / ".snakemake/slurm_logs").rglob("*.log")}
+    records = slurm.accounting()
     assert len(records) == len(logs) == jobs["total"] - jobs["all"] and set(records) == set(logs)  # `all` runs no code
-    for jobid, (account, state, code, mem, limit, cpus) in records.items():
-        res = re.search(r"resources: .*", logs[jobid]).group(0)
-        mem_mb, runtime = (int(re.search(rf"\b{k}=(\d+)", res).group(1)) for k in ("mem_mb", "runtime"))
-        threads = int(m.group(1)) if (m := re.search(r"threads: (\d+)", logs[jobid])) else 1
-        assert (account, state, code) == (slurm.account, "COMPLETED", "0:0"), jobid
-        assert (mem, limit, cpus) == (f"{mem_mb}M", f"{runtime // 60:02d}:{runtime % 60:02d}:00", str(threads)), res
+    for jobid, record in records.items():
+        assert record == {"Account": slurm.account, "State": "COMPLETED", "ExitCode": "0:0", **requested(logs[jobid])}, jobid
     # the table rows' values, the evaluations and the erase equal the local run's, byte for byte
     local = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
     table = pd.read_csv(wd / "results/tables/tofu.csv").set_index("method")
