@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from localslurm import requested, slurm  # noqa: F401 (slurm: a fixture)
 
 pytestmark = pytest.mark.workflow
 
@@ -348,45 +349,54 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_cluster_generic_run_is_byte_identical(workdir, tmp_path_factory):
-    """A second clean run of one table row's chain (pretraining, fine-tuning, both adapters, factors,
-    energy, every method's erase, the TOFU evaluation of QR-Erase (LL)), every job through the
-    cluster-generic executor's job scripts, each run in the background in its own process by
-    tests/cluster/submit.sh: same artifacts and provenance graph as the first run.
-    (A table is a pure function of the metrics files, which tests/test_tables.py checks byte for byte.)"""
+def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # skips before the run
+    """The test config with one method (QR-Erase (LL) and its control row: 31 jobs, tables included) run
+    again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
+    ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and
+    the local cluster's account: every job an sbatch job in its own process, asking Slurm for the memory,
+    time and CPUs its rule declares; the table rows, evaluations, erased weights and the provenance graph
+    byte-identical to the local run's; the audit passes."""
     from qrerase.workflow.manifest import build_manifest
 
-    wd = tmp_path_factory.mktemp("cluster")
-    cfg = run_config(wd)
-    targets = [
-        f"{EXP}/energy/energy.csv",
-        f"{EXP}/energy/selected_layers.json",
-        f"{EXP}/factors/k2/report.csv",
-        *[f"{EXP}/erase/k2/{m}/{o}" for m in METHODS for o in ("model", "adapter")],
-        f"{EXP}/eval/qr_erase_ll_k2",
-    ]
-    proc = snakemake(
-        wd, *targets, "--executor", "cluster-generic", "--jobs", "2", "--configfile", str(cfg),
-        "--cluster-generic-submit-cmd", str(REPO / "tests/cluster/submit.sh"),
-        "--cluster-generic-status-cmd", str(REPO / "tests/cluster/status.sh"),
-        "--latency-wait", "5", "--seconds-between-status-checks", "2",
-    )
-    scripts = sorted((wd / ".cluster-jobs").glob("*.sh"))
+    wd = tmp_path_factory.mktemp("slurm_run")
+    cfg = run_config(wd, methods={"tofu": ["qr_erase_ll"]})
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    resources = {**profile["default-resources"], "slurm_account": slurm.account}
+    assert resources["slurm_partition"] == slurm.partition  # the profile's partition, unchanged
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(wd),
+           "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg), "--jobs", "2",
+           "--default-resources", *[f"{k}={v}" for k, v in resources.items()],
+           "--slurm-init-seconds-before-status-checks", "2", "--slurm-keep-successful-logs"]
+    proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
-    assert len(scripts) == jobs["total"] > 15 and {"pretrain", "finetune", "lora", "evaluate"} <= set(jobs)
-    assert all((wd / ".cluster-jobs" / f"{s.stem}.rc").read_text().strip() == "0" for s in scripts)
+    assert jobs["total"] == 31 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
+    # Slurm's accounting (slurmdbd) has every job, completed under the account, with the memory, time
+    # limit and CPUs of the resources Snakemake printed in that job's log
+    logs = {p.stem: p.read_text() for p in (wd / ".snakemake/slurm_logs").rglob("*.log")}
+    records = slurm.accounting()
+    assert len(records) == len(logs) == jobs["total"] - jobs["all"] and set(records) == set(logs)  # `all` runs no code
+    for jobid, record in records.items():
+        assert record == {"Account": slurm.account, "State": "COMPLETED", "ExitCode": "0:0", **requested(logs[jobid])}, jobid
+    # the table rows' values, the evaluations and the erase equal the local run's, byte for byte
+    local = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
+    table = pd.read_csv(wd / "results/tables/tofu.csv").set_index("method")
+    assert list(table.index) == ["base", "retain", "llama2_7b_full", *CONTROLS, "qr_erase_ll"]
+    values = [c for c in table.columns if not c.endswith("_mark")]  # best / second depend on the rows present
+    pd.testing.assert_frame_equal(table[values], local.loc[table.index, values], check_exact=True)
+    evals = sorted(p.relative_to(wd) for p in (wd / EXP).glob("eval/*/*.json"))
+    assert len({p.parent.name for p in evals}) == 4
     files = [
-        *targets[:3],
-        *[f"{EXP}/erase/k2/{m}/model/model.safetensors" for m in METHODS],
-        *[f"{EXP}/erase/k2/{m}/adapter/adapter_model.safetensors" for m in METHODS],
-        *[f"{EXP}/eval/qr_erase_ll_k2/{f.name}" for f in sorted((workdir / EXP / "eval/qr_erase_ll_k2").iterdir())],
+        *map(str, evals), f"{EXP}/energy/energy.csv", f"{EXP}/energy/selected_layers.json",
+        f"{EXP}/erase/k2/qr_erase_ll/model/model.safetensors", f"{EXP}/erase/k2/qr_erase_ll/adapter/adapter_model.safetensors",
     ]
     differ = [p for p in files if _sha256(workdir / p) != _sha256(wd / p)]
-    assert not differ, f"not byte-identical across two clean runs: {differ}"
-    # The provenance graph behind the targets, sha256 of every artifact and input included, agrees.
+    assert not differ, f"not byte-identical across a local and a Slurm run: {differ}"
+    targets = [f"{EXP}/eval/qr_erase_ll_k2", f"{EXP}/erase/k2/qr_erase_ll/adapter"]
     second, first = build_manifest(targets, wd), build_manifest(targets, workdir)
-    assert second == first and len(first["artifacts"]) > 30
-    assert qrerase_cli(wd, "audit", "results").returncode == 0
+    assert second == first and len(first["artifacts"]) > 20
+    proc = qrerase_cli(wd, "audit", "results")
+    assert proc.returncode == 0 and "qrerase audit: OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------
