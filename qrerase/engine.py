@@ -167,7 +167,15 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
 
         kwargs["deepspeed_plugin"] = DeepSpeedPlugin(zero_stage=3, gradient_accumulation_steps=1,
                                                      zero3_save_16bit_model=False, zero3_init_flag=False)
-    return Accelerator(**kwargs)
+    accelerator = Accelerator(**kwargs)
+    if "fsdp_plugin" in kwargs and not accelerator.is_fsdp2:
+        # Accelerate turns FSDP on only for accelerator devices; FSDP2 itself (``fully_shard``) runs on
+        # CPU tensors over gloo, which is how this path is exercised without a GPU.
+        from accelerate.utils import DistributedType
+
+        accelerator.state.distributed_type = DistributedType.FSDP
+        accelerator.state.fsdp_plugin = kwargs["fsdp_plugin"]
+    return accelerator
 
 
 class LossModule(torch.nn.Module):

@@ -191,11 +191,11 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
         model.float()  # float32 master weights (and so float32 gradients and optimiser states)
     if cfg.gradient_checkpointing:
         _set_checkpointing(model, True)
-    wrapped = accelerator.prepare_model(engine.LossModule(model))
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    wrapped, opt = accelerator.prepare(engine.LossModule(model), opt)  # FSDP2: shards and remaps the optimiser
     params = [p for g in opt.param_groups for p in g["params"]]
-    opt = accelerator.prepare_optimizer(opt)
+    sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
     progress = _Progress()
     accelerator.register_for_checkpointing(scheduler, progress)
     resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
@@ -240,7 +240,7 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             shutil.rmtree(resume, ignore_errors=True)
-    _finish(accelerator, model, dtype, cfg)
+    _finish(accelerator, model, dtype, cfg, sharded)
     return rows
 
 
@@ -313,11 +313,11 @@ def _set_checkpointing(model, on: bool) -> None:
         base.gradient_checkpointing_disable()
 
 
-def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig) -> None:
+def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
     """Leave ``model`` plain: full tensors (FSDP2 gathered), checkpointing off, original dtype."""
     from .. import engine
 
-    if accelerator.is_fsdp2:
+    if sharded:
         engine.unshard(model)
     if cfg.gradient_checkpointing:
         _set_checkpointing(model, False)
