@@ -373,10 +373,11 @@ def answer_tokens(example) -> int:
     return sum(1 for t in example[1][1:] if t != -100)
 
 
-def token_mean_split(model, examples, pad_id: int):
+def token_mean_split(model, examples, pad_id: int, sign: float = 1.0):
     """Micro-batch split of the token-mean answer NLL ``Σ_{i∈B} Σ_t nll_it / Σ_{i∈B} n_i``: a piece
     ``P`` of batch ``B`` contributes ``Σ_{i∈P} Σ_t nll_it / Σ_{i∈B} n_i`` (0 for a padding piece),
-    so the pieces sum to the full-batch loss (see :func:`qrerase.engine.chunk`)."""
+    so the pieces sum to the full-batch loss (see :func:`qrerase.engine.chunk`); ``sign=-1``: of
+    ``−Σ nll / Σ n`` (gradient ascent)."""
     from .. import engine
 
     counts = [answer_tokens(e) for e in examples]
@@ -386,7 +387,7 @@ def token_mean_split(model, examples, pad_id: int):
 
         def piece(sub, live):
             nll, _ = answer_token_nll(model, collate([examples[i] for i in sub], pad_id))
-            return nll.sum() * ((1.0 if live else 0.0) / denom), {}
+            return nll.sum() * ((sign if live else 0.0) / denom), {}
 
         return [(lambda sub=sub, live=live: piece(sub, live)) for sub, live in engine.chunk(idx, parts)]
 
