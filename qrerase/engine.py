@@ -151,6 +151,10 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
     _reset_accelerate_state()
     kwargs: dict[str, Any] = {"mixed_precision": _mixed_precision(dtype, device), "cpu": device.type == "cpu",
                               "step_scheduler_with_optimizer": False}
+    if world_size() > 1 and backend == "ddp":  # a loss may leave parameters unused (e.g. HuBERT's masked_spec_embed)
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        kwargs["kwargs_handlers"] = [DistributedDataParallelKwargs(find_unused_parameters=True)]
     if world_size() > 1 and backend == "fsdp":
         from accelerate import FullyShardedDataParallelPlugin
 
@@ -160,7 +164,7 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
             cpu_ram_efficient_loading=False)
     elif world_size() > 1 and backend == "deepspeed":
         try:
-            import deepspeed  # noqa: F401
+            import deepspeed  # noqa: F401  (only checks that it is installed)
         except ImportError as err:
             raise ValueError("training config: backend 'deepspeed' needs the 'deepspeed' package (pip install deepspeed)") from err
         from accelerate import DeepSpeedPlugin

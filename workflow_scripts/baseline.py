@@ -6,11 +6,12 @@ from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_ref
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.checkpoints import save_model
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)

@@ -6,12 +6,13 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
 from qrerase.checkpoints import resolve_device, save_model
 from qrerase.text.training import TrainConfig, train_causal_lm
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 
 p = snakemake.params  # noqa: F821
 inp = snakemake.input  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     mcfg = p.model
     dtype, device = model_options(mcfg)
     if "tokenizer" in inp.keys():  # rule pretrain: a new tiny Llama on the run's tokenizer

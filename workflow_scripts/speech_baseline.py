@@ -4,10 +4,11 @@ from qrerase.io import write_csv
 from qrerase.speech.data import load_speech_data, train_mask
 from qrerase.speech.model import load_speech_model, save_speech_model
 from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
-from qrerase.workflow.job import job
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     method = snakemake.wildcards.method  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)

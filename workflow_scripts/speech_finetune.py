@@ -7,10 +7,11 @@ from qrerase.speech.model import load_pretrained, save_speech_model
 from qrerase.speech.data import load_speech_data
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
-from qrerase.workflow.job import job
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
     speakers = json.loads(open(inp.meta, encoding="utf-8").read())["speakers"]
     # the pretrained model (digit-pretrained here, or the hub checkpoint) with a new, seeded speaker head

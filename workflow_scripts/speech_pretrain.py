@@ -6,11 +6,12 @@ from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, save_speec
 from qrerase.speech.data import digit_task, load_speech_data
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
-from qrerase.workflow.job import job
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 from qrerase.config import model_options
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     arrays, index = load_speech_data(inp.audio, inp.index)
     digits, names = digit_task(arrays, index)
     model = build_tiny_hubert(TinyHubertConfig.from_dict(p.model["tiny"]), names, seed=p.seed)

@@ -7,12 +7,13 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
 from qrerase.checkpoints import save_model
 from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 method = snakemake.wildcards.method  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
     dtype, device = model_options(p.model)
     model, tokenizer = load_model(inp.model, dtype=dtype, device=device), load_tokenizer(inp.model)

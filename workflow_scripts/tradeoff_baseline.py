@@ -6,11 +6,12 @@ from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     epochs = int(wc.epochs)
     cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
     dtype, device = model_options(p.model)

@@ -4,12 +4,13 @@
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
-from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
-from qrerase.workflow.job import job, template_from
+from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter, train_lora
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 
 p = snakemake.params  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
     lcfg = p.lora
     inp = snakemake.input  # noqa: F821
     # A hub model's pretrained checkpoint is no workflow file: loaded by name.
@@ -19,7 +20,7 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     model = load_model(source, dtype=dtype, device=device, local_files_only=local)
     tokenizer = load_tokenizer(source, local_files_only=local)
     records = read_jsonl(snakemake.input.data)
-    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length")
+    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length", *ENGINE_KEYS)
     train = TrainConfig.from_dict(
         {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
     )

@@ -33,6 +33,7 @@ from ..io import atomic_dir
 from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_qa_many, pad_token_id, qa_pair
 
 __all__ = [
+    "ENGINE_KEYS",
     "TrainConfig",
     "LoraTrainConfig",
     "train_steps",
@@ -43,6 +44,10 @@ __all__ = [
     "train_lora",
     "save_adapter",
 ]
+
+
+#: The training-engine keys every training section accepts (schema ``definitions/engine_keys``).
+ENGINE_KEYS = ("micro_batch_size", "gradient_checkpointing", "checkpoint_every", "backend")
 
 
 @dataclass
