@@ -217,12 +217,27 @@ def full_state(model) -> dict[str, torch.Tensor]:
 @contextlib.contextmanager
 def resuming(directory: str | os.PathLike | None) -> Iterator[None]:
     """Within the block, training runs keep resumable checkpoints under ``directory/<desc>``
-    (``desc``: the run's name, so several runs of one job do not collide); ``None``: off."""
+    (``desc``: the run's name, so several runs of one job do not collide); ``None``: off. When the
+    block ends without an exception (the job's outputs are written), rank 0 removes ``directory``;
+    after an exception it is kept for the restarted job."""
     token = _RESUME.set(None if directory is None else str(directory))
     try:
         yield
     finally:
         _RESUME.reset(token)
+    if directory is not None and int(os.environ.get("RANK", "0")) == 0:  # the block succeeded: outputs written
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+        for parent in Path(directory).parents:  # empty <rule>/ and .resume/ too
+            if parent.name in ("", ".", "..") or parent.parent == parent:
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            if parent.name == ".resume":
+                break
 
 
 def current_resume_dir(desc: str) -> Path | None:

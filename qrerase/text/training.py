@@ -15,6 +15,7 @@ with the same seed, data and thread count give bit-identical weights.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shutil
@@ -306,6 +307,7 @@ def _load_latest(accelerator, resume: Path) -> None:
     done = sorted((int(p.name[5:]), p) for p in resume.glob("step-*") if p.name[5:].isdigit())
     if done:
         accelerator.load_state(str(done[-1][1]))
+        logging.getLogger("qrerase").info("resumed training from %s", done[-1][1])
 
 
 def _set_checkpointing(model, on: bool) -> None:
