@@ -148,13 +148,28 @@ def test_resumed_training_is_bit_identical(tok, records, tmp_path):
         assert torch.equal(model.state_dict()[k], v), k
 
 
+def _count_mlp_calls(model, calls, key):
+    mlp = model.model.layers[0].mlp
+    forward = mlp.forward
+
+    def counted(*args, **kwargs):
+        calls[key] += 1
+        return forward(*args, **kwargs)
+
+    mlp.forward = counted
+
+
 def test_gradient_checkpointing_gives_the_same_training(tok, records):
     cfg = TrainConfig(epochs=1, lr=3e-3, batch_size=8, seed=7, threads=1)
+    calls = {"a": 0, "b": 0}
     a = build_tiny_llama(TINY, tok, seed=7)
+    _count_mlp_calls(a, calls, "a")
     fa = train_causal_lm(a, tok, records, TPL, cfg, desc="t")
     b = build_tiny_llama(TINY, tok, seed=7)
+    _count_mlp_calls(b, calls, "b")
     fb = train_causal_lm(b, tok, records, TPL, dataclasses.replace(cfg, gradient_checkpointing=True), desc="t")
-    assert not b.is_gradient_checkpointing
+    assert calls == {"a": len(fa), "b": 2 * len(fb)}  # the layer's MLP is recomputed in the backward pass
+    assert not getattr(b, "is_activation_checkpointing", b.is_gradient_checkpointing)
     assert fa["loss"].to_numpy() == pytest.approx(fb["loss"].to_numpy(), rel=1e-5)
     for k, v in a.state_dict().items():
         torch.testing.assert_close(b.state_dict()[k], v, rtol=1e-4, atol=1e-6)

@@ -312,12 +312,16 @@ def _load_latest(accelerator, resume: Path) -> None:
 
 def _set_checkpointing(model, on: bool) -> None:
     base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    if not hasattr(base, "gradient_checkpointing_enable"):
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old names are deprecated)
+        enable, disable, key = base.activation_checkpointing_enable, base.activation_checkpointing_disable, "activation_checkpointing_kwargs"
+    elif hasattr(base, "gradient_checkpointing_enable"):
+        enable, disable, key = base.gradient_checkpointing_enable, base.gradient_checkpointing_disable, "gradient_checkpointing_kwargs"
+    else:
         raise ValueError(f"training config: 'gradient_checkpointing' is not supported by {type(base).__name__}")
     if on:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable(**{key: {"use_reentrant": False}})
     else:
-        base.gradient_checkpointing_disable()
+        disable()
 
 
 def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
