@@ -188,11 +188,14 @@ class LossModule(torch.nn.Module):
     A loss thunk (a zero-argument callable returning ``(loss, terms)``) calls ``model`` (or parts
     of it) directly; running it inside this module's forward lets DDP prepare its gradient
     all-reduce and FSDP2 gather the root's parameters, and puts the whole loss under autocast.
+    ``frozen``: models the loss also evaluates (a reference model, KGA's auxiliaries), held as
+    sub-modules so that FSDP2 shards them like the trained model (DDP leaves frozen parameters alone).
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, frozen: Sequence[torch.nn.Module] = ()):
         super().__init__()
         self.model = model
+        self.frozen = torch.nn.ModuleList(frozen)  # frozen references: sharded with the model under FSDP2
 
     def forward(self, thunk: Callable[[], tuple[torch.Tensor, Any]]):  # noqa: D102
         loss, terms = thunk()

@@ -1,7 +1,7 @@
 """A training job for tests/test_engine_multiprocess.py: run by ``accelerate launch`` / ``torchrun``
 with several gloo workers on the CPU, or by plain ``python`` as the one-process reference.
 
-usage: dist_worker.py KIND BACKEND TOKENIZER_DIR OUT.safetensors   (KIND: finetune | lora | npo | speech)
+usage: dist_worker.py KIND BACKEND TOKENIZER_DIR OUT.safetensors   (KIND: finetune | lora | npo | kl)
 Rank 0 writes the trained weights (safetensors) and the loss curve (OUT + ".csv").
 """
 
@@ -35,14 +35,14 @@ def main(kind: str, backend: str, tok_dir: str, out: str) -> None:
     elif kind == "lora":
         model, frame = train_lora(model, tok, records, PromptTemplate(), LoraTrainConfig(r=4, train=cfg))
         model = model.merge_and_unload()
-    elif kind == "npo":
+    elif kind in ("npo", "kl"):
         import copy
 
         import pandas as pd
 
         from qrerase.baselines.text import TextBaselineConfig, train_baseline
 
-        bcfg = TextBaselineConfig(method="npo", epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1,
+        bcfg = TextBaselineConfig(method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1,
                                   backend=backend)
         model, curve = train_baseline(model, copy.deepcopy(model), tok, records[:20], records[20:], PromptTemplate(), bcfg)
         frame = pd.DataFrame(curve)

@@ -55,7 +55,7 @@ def _relative_update_difference(a, b, start):
     return num / den
 
 
-@pytest.mark.parametrize("kind,backend", [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("npo", "ddp")])
+@pytest.mark.parametrize("kind,backend", [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("npo", "ddp"), ("kl", "fsdp")])
 def test_two_processes_equal_one(kind, backend, tok_dir, tmp_path):
     from qrerase.text.models import load_tokenizer
 

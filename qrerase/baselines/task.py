@@ -289,7 +289,8 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
 
         return [(lambda f=f, fl=fl, r=r, rl=rl: piece(f, fl, r, rl)) for (f, fl), (r, rl) in pieces]
 
-    rows = train_steps(model, cfg.train_config(), steps, loss_fn, desc=desc, split=split)
+    rows = train_steps(model, cfg.train_config(), steps, loss_fn, desc=desc, split=split,
+                       frozen=[ref, aux["forget"], aux["new"]])
     model.eval()
     return model, rows
 

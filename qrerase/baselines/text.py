@@ -361,7 +361,8 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
     from .objective import TextObjective
 
     losses = TextObjective(method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal)
-    rows = train_steps(model, cfg.train_config(), steps, losses.full, desc=desc, split=losses.split)
+    rows = train_steps(model, cfg.train_config(), steps, losses.full, desc=desc, split=losses.split,
+                       frozen=[ref_model] if method == "kl" else [])
     if cfg.mode == "lora":
         model = model.merge_and_unload()
     model.eval()

@@ -137,7 +137,7 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
 def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
                 loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]], desc: str = "train",
                 stop: Callable[[int], bool] | None = None, split: Callable[[Any, int], list] | None = None,
-                optimizer: str = "adamw", schedule: str = "linear") -> list[dict]:
+                optimizer: str = "adamw", schedule: str = "linear", frozen: Sequence[Any] = ()) -> list[dict]:
     """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines, on HF Accelerate.
 
     ``steps`` lists one ``(epoch, payload)`` per optimiser step (epoch 1-based); ``loss_fn(payload)``
@@ -163,7 +163,8 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     ``cfg.checkpoint_every`` > 0 saves a resumable Accelerate state every that many steps under
     :func:`qrerase.engine.current_resume_dir` (``desc``), from which a restarted run continues;
     the state is removed when the loop ends. On return every rank's ``model`` holds the full trained
-    weights as plain tensors in its original dtype. The logged ``loss`` is the sum of the parts'
+    weights as plain tensors in its original dtype. ``frozen``: frozen models the loss evaluates (a
+    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss`` is the sum of the parts'
     losses over all ranks; the terms are the mean of the live parts' terms.
     """
     from .. import engine
@@ -199,7 +200,7 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
         _set_checkpointing(model, True)
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-    wrapped, opt = accelerator.prepare(engine.LossModule(model), opt)  # FSDP2: shards and remaps the optimiser
+    wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
     params = [p for g in opt.param_groups for p in g["params"]]
     sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
     progress = _Progress()
@@ -247,6 +248,9 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
         if accelerator.is_main_process:
             shutil.rmtree(resume, ignore_errors=True)
     _finish(accelerator, model, dtype, cfg, sharded)
+    if sharded:
+        for m in frozen:
+            engine.unshard(m)
     return rows
 
 
