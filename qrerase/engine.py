@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -46,6 +48,9 @@ __all__ = [
     "current_resume_dir",
     "full_state",
     "example_mean_split",
+    "Progress",
+    "save_state",
+    "load_latest",
 ]
 
 #: Multi-process engines: ``ddp`` (Accelerate's DDP; the only one with one process), ``fsdp``
@@ -229,8 +234,6 @@ def resuming(directory: str | os.PathLike | None) -> Iterator[None]:
     finally:
         _RESUME.reset(token)
     if directory is not None and int(os.environ.get("RANK", "0")) == 0:  # the block succeeded: outputs written
-        import shutil
-
         shutil.rmtree(directory, ignore_errors=True)
         for parent in Path(directory).parents:  # empty <rule>/ and .resume/ too
             if parent.name in ("", ".", "..") or parent.parent == parent:
@@ -275,3 +278,43 @@ def unshard(model) -> None:
             mod._parameters[leaf] = torch.nn.Parameter(value.detach().clone(), requires_grad=old.requires_grad)
         elif leaf in mod._buffers:
             mod._buffers[leaf] = value.detach().clone()
+
+
+class Progress:
+    """The loop's own resumable state: steps done and the loss-curve rows so far."""
+
+    def __init__(self):
+        self.step, self.rows = 0, []
+
+    def state_dict(self):
+        return {"step": self.step, "rows": list(self.rows)}
+
+    def load_state_dict(self, state):
+        self.step, self.rows = int(state["step"]), list(state["rows"])
+
+
+def save_state(accelerator, resume: Path, step: int) -> None:
+    """Accelerate ``save_state`` into ``resume/step-N`` (written under a temporary name, then renamed;
+    older states removed)."""
+    tmp = resume / f".tmp-step-{step}"
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp), safe_serialization=True)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        os.replace(tmp, resume / f"step-{step}")
+        for old in resume.glob("step-*"):
+            if old.name != f"step-{step}":
+                shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def load_latest(accelerator, resume: Path) -> None:
+    """Accelerate ``load_state`` of the newest complete ``resume/step-N`` (nothing when there is none)."""
+    done = sorted((int(p.name[5:]), p) for p in resume.glob("step-*") if p.name[5:].isdigit())
+    if done:
+        accelerator.load_state(str(done[-1][1]))
+        logging.getLogger("qrerase").info("resumed training from %s", done[-1][1])

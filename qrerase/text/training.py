@@ -15,7 +15,6 @@ with the same seed, data and thread count give bit-identical weights.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import shutil
@@ -203,11 +202,11 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
     params = [p for g in opt.param_groups for p in g["params"]]
     sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
-    progress = _Progress()
+    progress = engine.Progress()
     accelerator.register_for_checkpointing(scheduler, progress)
     resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
     if resume is not None:
-        _load_latest(accelerator, resume)
+        engine.load_latest(accelerator, resume)
     rows = progress.rows
     model.train()
     bar = tqdm(total=total, initial=progress.step, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True,
@@ -239,7 +238,7 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
             if stop is not None and stop(step):
                 break
             if resume is not None and step % cfg.checkpoint_every == 0 and step < total:
-                _save(accelerator, resume, step)
+                engine.save_state(accelerator, resume, step)
     finally:
         bar.close()
         model.eval()
@@ -252,19 +251,6 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
         for m in frozen:
             engine.unshard(m)
     return rows
-
-
-class _Progress:
-    """The loop's own resumable state: steps done and the loss-curve rows so far."""
-
-    def __init__(self):
-        self.step, self.rows = 0, []
-
-    def state_dict(self):
-        return {"step": self.step, "rows": list(self.rows)}
-
-    def load_state_dict(self, state):
-        self.step, self.rows = int(state["step"]), list(state["rows"])
 
 
 def _accumulate(accelerator, wrapped, thunks, world: int):
@@ -286,32 +272,6 @@ def _accumulate(accelerator, wrapped, thunks, world: int):
         vec = accelerator.reduce(vec.to(accelerator.device), reduction="sum").cpu()
         vec[1:] /= world
     return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}
-
-
-def _save(accelerator, resume: Path, step: int) -> None:
-    """Accelerate ``save_state`` into ``resume/step-N`` (written under a temporary name, then renamed;
-    older states removed)."""
-    tmp = resume / f".tmp-step-{step}"
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp), safe_serialization=True)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        os.replace(tmp, resume / f"step-{step}")
-        for old in resume.glob("step-*"):
-            if old.name != f"step-{step}":
-                shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
-
-
-def _load_latest(accelerator, resume: Path) -> None:
-    done = sorted((int(p.name[5:]), p) for p in resume.glob("step-*") if p.name[5:].isdigit())
-    if done:
-        accelerator.load_state(str(done[-1][1]))
-        logging.getLogger("qrerase").info("resumed training from %s", done[-1][1])
 
 
 def _set_checkpointing(model, on: bool) -> None:
