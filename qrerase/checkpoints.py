@@ -14,9 +14,11 @@ from typing import Sequence
 
 import torch
 
+from .checkpoint_files import check_dir, looks_like_hub_id
 from .io import atomic_dir
 
-__all__ = ["DTYPES", "model_device", "resolve_device", "resolve_checkpoint", "first_line", "save_model"]
+__all__ = ["DTYPES", "model_device", "resolve_device", "gpu_memory", "inference_placement", "resolve_checkpoint",
+           "first_line", "save_model"]
 
 #: Config ``dtype`` names → torch dtypes.
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -37,6 +39,33 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def gpu_memory() -> list[int]:
+    """Total memory (bytes) of each GPU visible to this job (``CUDA_VISIBLE_DEVICES``); [] without CUDA."""
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())]
+
+
+def inference_placement(device: str, gpu_bytes: Sequence[int] | None = None, fraction: float = 0.9) -> dict:
+    """``from_pretrained`` keyword arguments that spread an inference model over the job's GPUs.
+
+    With ``device`` ``auto`` or ``cuda`` (no index) and more than one visible GPU:
+    ``{"device_map": "auto", "max_memory": {i: floor(fraction * total_i)}}`` (Accelerate's balanced
+    placement, bytes per GPU; ``1 - fraction`` is left for activations and the KV cache; no CPU entry,
+    so a model that does not fit the GPUs fails instead of silently offloading). Otherwise ``{}``: the
+    model is loaded whole and moved to :func:`resolve_device` (the CPU, one GPU, or an explicit
+    ``cuda:N``). ``gpu_bytes`` defaults to :func:`gpu_memory`.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if device not in ("auto", "cuda"):
+        return {}
+    totals = gpu_memory() if gpu_bytes is None else list(gpu_bytes)
+    if len(totals) < 2:
+        return {}
+    return {"device_map": "auto", "max_memory": {i: int(fraction * t) for i, t in enumerate(totals)}}
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type name when empty), for one-line errors."""
     text = str(exc).strip() or type(exc).__name__
@@ -50,15 +79,14 @@ def resolve_checkpoint(name_or_path, local_files_only: bool, markers: Sequence[s
     ``from_pretrained`` on a bare id may still probe the network for optional files.
     """
     p = Path(name_or_path).expanduser()
-    if p.is_dir():
+    if p.exists():
+        check_dir(p, what)  # a file, or an empty directory: the message of the planning-time check
         if not any((p / m).is_file() for m in markers):
             raise ValueError(f"{name_or_path}: not a {what} directory (none of {', '.join(markers)} found)")
         return str(p)
-    if p.exists():
-        raise ValueError(f"{name_or_path}: is a file, expected a {what} directory")
     if not local_files_only:
         return str(name_or_path)
-    if not _looks_like_hub_id(str(name_or_path)):
+    if not looks_like_hub_id(str(name_or_path)):
         raise ValueError(f"{name_or_path}: no such {what} directory")
     try:
         from huggingface_hub import snapshot_download
@@ -68,11 +96,6 @@ def resolve_checkpoint(name_or_path, local_files_only: bool, markers: Sequence[s
         raise ValueError(
             f"{name_or_path}: no such {what} directory, and not in the local Hugging Face cache ({first_line(exc)})"
         ) from exc
-
-
-def _looks_like_hub_id(s: str) -> bool:
-    parts = s.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not s.startswith((".", "/", "~"))
 
 
 def save_model(model, tokenizer, out_dir: str | os.PathLike) -> None:

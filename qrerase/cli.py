@@ -9,8 +9,13 @@
   :func:`qrerase.method.diagnostics.factor_report` (energy, rank-k errors, CPQR-vs-SVD angles) as CSV.
 - ``qrerase audit results/``: re-hash every artifact with a provenance record and check every record,
   every input → output link and the manifest (:func:`qrerase.workflow.manifest.audit`); exit status 0 when
-  all hold, 1 with one line per broken artifact (path: why) otherwise.
-- ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON.
+  all hold, 1 with one line per broken artifact (path: why) otherwise. ``results/`` may be a symlink
+  (results on scratch); record paths are relative to the working directory, the folder holding
+  ``results/`` as written (:func:`qrerase.workflow.manifest.workdir_of`), or ``--workdir DIR``.
+- ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON
+  (``--workdir`` as for the audit).
+- ``qrerase plan --configfile X``: per job kind, GPUs, micro-batch, peak memory per GPU and host
+  (:mod:`qrerase.workflow.plan_config`), as a Markdown table.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from .workflow.manifest import audit
 
-    problems, counts = audit(args.results)
+    problems, counts = audit(args.results, args.workdir)
     for problem in problems:
         print(f"BROKEN {problem}")
     summary = (
@@ -90,10 +95,22 @@ def _manifest(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .workflow.manifest import build_manifest
+    from .workflow.manifest import build_manifest, workdir_of
 
-    manifest = build_manifest(args.targets, root=Path(args.results).resolve().parent)
+    if not Path(args.results).is_dir():
+        raise FileNotFoundError(f"{args.results}: not a directory")
+    root = Path(args.workdir) if args.workdir else workdir_of(args.results)
+    manifest = build_manifest(args.targets, root=root)
     print(json.dumps(manifest, indent=2, sort_keys=True))
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .workflow.plan_config import format_table, load_config
+
+    cfg = load_config(*args.configfile)  # a bad config: ConfigError (a ValueError), one line
+    print(f"# qrerase plan --configfile {' '.join(map(str, args.configfile))}")
+    print(format_table(cfg))
     return 0
 
 
@@ -126,13 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_bench)
 
     p = sub.add_parser("audit", help="re-hash artifacts and check every provenance record and link")
-    p.add_argument("results", help="the workflow's results/ directory")
+    p.add_argument("results", help="the workflow's results/ directory (a symlink to scratch is fine)")
+    p.add_argument("--workdir", help="the Snakemake working directory (default: the parent of RESULTS as written)")
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("manifest", help="the artifact graph behind targets (JSON on stdout)")
-    p.add_argument("results", help="the workflow's results/ directory")
+    p.add_argument("results", help="the workflow's results/ directory (a symlink to scratch is fine)")
+    p.add_argument("--workdir", help="the Snakemake working directory (default: the parent of RESULTS as written)")
     p.add_argument("targets", nargs="+", help="artifact paths relative to the working directory")
     p.set_defaults(func=_manifest)
+
+    p = sub.add_parser("plan", help="memory / GPU plan of a config's jobs (nothing is downloaded)")
+    p.add_argument("--configfile", nargs="+", required=True, help="config file(s) over the embedded config.yaml")
+    p.set_defaults(func=_plan)
 
     args = parser.parse_args(argv)
     try:

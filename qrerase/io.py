@@ -2,6 +2,10 @@
 
 A crashed or interrupted job therefore never leaves a half-written artifact that a later rule (or a
 user) could mistake for a complete one. Weights are read and written with safetensors only.
+
+Modes: ``mkstemp`` / ``mkdtemp`` create their temporaries private (0600 / 0700); before the rename
+the temporary gets the mode a plain ``open`` / ``mkdir`` would have given under the process umask
+(``0666 & ~umask`` / ``0777 & ~umask``), so a project group shares results as with any other file.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -25,8 +30,19 @@ __all__ = [
     "save_arrays",
     "load_arrays",
     "read_jsonl",
+    "read_jsonl_numbered",
+    "read_text",
+    "decode_utf8",
     "write_jsonl",
+    "current_umask",
 ]
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it: POSIX has no read-only call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -39,23 +55,44 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
+        if tmp.is_file():  # a writer may have replaced the file: set the mode just before the rename
+            os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
 
 
+def _plain_modes(root: Path, umask: int) -> None:
+    """Give ``root`` and everything under it the mode a plain ``mkdir`` / ``open`` would have given.
+
+    Libraries writing into the temporary folder may use private temporaries of their own
+    (transformers writes ``model.safetensors`` 0600); executable files keep their x bits.
+    """
+    os.chmod(root, 0o777 & ~umask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            full = 0o777 if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else 0o666
+            os.chmod(p, full & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory next to ``path``; move it onto ``path`` only if the block succeeds.
 
-    An existing ``path`` is replaced as a whole (never merged), so stale files cannot survive.
+    An existing ``path`` is replaced as a whole (never merged), so stale files cannot survive. Its
+    folders and files get the modes of a plain ``mkdir`` / ``open`` under the umask.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _plain_modes(tmp, current_umask())
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             if old.exists():
@@ -132,22 +169,59 @@ def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSON Lines file; a clear error naming the file and line on bad input."""
+def decode_utf8(raw: bytes, path: str | os.PathLike) -> str:
+    """``raw`` decoded as UTF-8; a ValueError naming the file, line and column of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}: {exc.reason})"
+        ) from None
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content; FileNotFoundError, or a ValueError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    return decode_utf8(path.read_bytes(), path)
+
+
+def read_jsonl_numbered(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """``(line number, record)`` of every non-blank line of a JSON Lines file.
+
+    Every decoding or shape error is a ValueError naming the file and line: bytes that are not UTF-8,
+    a line that is not JSON, a JSON value that is not an object (an array row, a bare string).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from exc
+    for i, raw in enumerate(path.read_bytes().split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{path}:{i}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}: {exc.reason})"
+            ) from None
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object per line, got {type(row).__name__} {line[:40]!r}")
+        rows.append((i, row))
     return rows
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON Lines file of objects; a clear error naming the file and line on bad input
+    (:func:`read_jsonl_numbered`)."""
+    return [row for _, row in read_jsonl_numbered(path)]
 
 
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:

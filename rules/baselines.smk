@@ -18,8 +18,11 @@ rule baseline:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        baseline=baseline_params,
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/baseline.py"
+        **launch_params(
+            "baseline",
+            model=config["model"],
+            baseline=baseline_params,
+            seed=config["seed"],
+        ),
+    shell:
+        launch("baseline.py")

@@ -17,12 +17,13 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.workflow.config import ConfigError, validate
+from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
+from qrerase.workflow.plan_config import rule_resources
 from qrerase.workflow.naming import (
     TASK_EXP,
     XLING_EXP,
     exp_pattern,
     model_exp,
-    model_kind,
     parse_exp,
     speech_exp,
     tofu_exp,
@@ -171,27 +172,89 @@ wildcard_constraints:
 # ---------------------------------------------------------------------------------------------
 # Resources.
 # ---------------------------------------------------------------------------------------------
-def model_size_b():
-    """Parameter count of the model in billions (config model.size_b); 0 for the embedded tiny model."""
-    return config["model"].get("size_b") or 0
-
-
 def resources_for(kind):
-    """Snakemake resources of a rule kind (train/evaluate/linalg/light), scaled by the model size.
+    """Snakemake resources of a rule kind (train / evaluate / linalg / light), from the memory plan.
 
-    mem_mb = mem_mb + mem_mb_per_b * size_b and runtime = runtime + runtime_per_b * size_b (minutes);
-    gpu (the slurm plugin's --gpus), slurm_partition and slurm_extra are passed on when set.
+    qrerase.workflow.plan_config.rule_resources: mem_mb (host), runtime (min), gpu (= processes on a
+    GPU device; linalg and light jobs ask for none), nodes, cpus_per_task, as the slurm executor
+    plugin reads them; config `resources.<kind>.<key>` overrides each (`qrerase plan` prints the plan).
     """
-    res = config["resources"][kind]
-    size = model_size_b()
-    out = {
-        "mem_mb": int(round(res["mem_mb"] + res.get("mem_mb_per_b", 0) * size)),
-        "runtime": int(round(res["runtime"] + res.get("runtime_per_b", 0) * size)),
+    return _RESOURCES[kind]
+
+
+try:
+    _RESOURCES = {
+        kind: rule_resources(config, kind, threads=config["threads"])
+        for kind in ("train", "evaluate", "linalg", "light")
     }
-    for key in ("gpu", "slurm_partition", "slurm_extra"):
-        if res.get(key):
-            out[key] = res[key]
-    return out
+except ValueError as exc:
+    raise WorkflowError(f"resources (the memory plan): {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Launching training jobs (qrerase.workflow.launch): a `shell:` command, so `snakemake -n -p` shows
+# it; `accelerate launch --num_processes N` when resources.<kind>.processes N > 1.
+# ---------------------------------------------------------------------------------------------
+def _conda_deployment():
+    from snakemake.settings.types import DeploymentMethod
+
+    return DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+
+
+def _executables():
+    """(python, accelerate): the environment's own under --sdm conda, else this interpreter's."""
+    if _conda_deployment():
+        return "python", "accelerate"
+    accelerate = Path(sys.executable).parent / "accelerate"
+    return sys.executable, str(accelerate) if accelerate.exists() else "accelerate"
+
+
+def launch(script, kind="train"):
+    """The shell command of a training rule: its workflow script with the rule's job spec
+    (`params.job`, from launch_params), through `accelerate launch` when the kind has processes > 1.
+    """
+    python, accelerate = _executables()
+    prefix = launcher(
+        config["resources"][kind].get("processes", 1),
+        config["model"].get("device", "cpu"),
+        python,
+        accelerate,
+        str(Path(workflow.basedir) / LAUNCH_CONFIG),
+    )
+    script_path = Path(workflow.basedir) / "workflow_scripts" / script
+    return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"
+
+
+def _param_value(value, wildcards, input, output):
+    """A param as Snakemake evaluates it, a function of (some of) wildcards, input, output."""
+    if not callable(value):
+        return value
+    import inspect
+
+    given = {"wildcards": wildcards, "input": input, "output": output}
+    names = list(inspect.signature(value).parameters)
+    kwargs = {n: given[n] for n in names[1:] if n in given}
+    return value(wildcards, **kwargs)
+
+
+def launch_params(rule_name, **params):
+    """A training rule's params plus `job`, the JSON job spec (of rule `rule_name`) its shell
+    command passes on."""
+
+    def job_json(wildcards, input, output):
+        values = {
+            k: _param_value(v, wildcards, input, output) for k, v in params.items()
+        }
+        return job_spec(
+            rule_name,
+            input=input,
+            output=output,
+            wildcards=wildcards,
+            params=values,
+            config=config,
+        )
+
+    return {**params, "job": job_json}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +281,17 @@ def exp_section(section, exp):
     if exp == TASK_EXP:  # the task-level track's overrides (task.<section>)
         base.update(config.get("task", {}).get(section) or {})
     return base
+
+
+def finetune_adapter(exp):
+    """The LoRA shape of `finetune.mode: lora` (finetune.lora, else the `lora` section's r, alpha,
+    dropout, target_modules); None for a full fine-tune."""
+    section = exp_section("finetune", exp)
+    if section.get("mode", "full") != "lora":
+        return None
+    keys = ("r", "alpha", "dropout", "target_modules")
+    shape = section.get("lora") or {k: v for k, v in config["lora"].items() if k in keys}
+    return {"dropout": 0.0, **shape}
 
 
 def erase_scale(exp):

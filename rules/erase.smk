@@ -20,7 +20,8 @@ rule erase_adapter:
 
 
 rule erase_merged:
-    # Eq. 6 / 16 merged: W' = W - lambda T~_f on every (or only the selected) layer(s).
+    # Eq. 6 / 16 merged: W' = W - lambda T~_f on every (or only the selected) layer(s), streamed shard
+    # by shard on the CPU (a linalg job: no GPU).
     input:
         unpack(erase_inputs),
         model=base_model,
@@ -34,9 +35,6 @@ rule erase_merged:
         "../envs/train.yaml"
     threads: config["threads"]
     resources:
-        **resources_for("train"),
-    params:
-        model=config["model"],
-        kind=lambda wc: model_kind(wc.exp),
+        **resources_for("linalg"),
     script:
         "../workflow_scripts/erase_merged.py"

@@ -17,8 +17,11 @@ rule lora:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        lora=lambda wc: exp_section("lora", wc.exp),
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/train_lora.py"
+        **launch_params(
+            "lora",
+            model=config["model"],
+            lora=lambda wc: exp_section("lora", wc.exp),
+            seed=config["seed"],
+        ),
+    shell:
+        launch("train_lora.py")

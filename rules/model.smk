@@ -41,11 +41,14 @@ rule pretrain:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        train=lambda wc: exp_section("pretrain", wc.exp),
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/finetune.py"
+        **launch_params(
+            "pretrain",
+            model=config["model"],
+            train=lambda wc: exp_section("pretrain", wc.exp),
+            seed=config["seed"],
+        ),
+    shell:
+        launch("finetune.py")
 
 
 rule finetune:
@@ -72,8 +75,12 @@ rule finetune:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        train=lambda wc: exp_section("finetune", wc.exp),
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/finetune.py"
+        **launch_params(
+            "finetune",
+            model=config["model"],
+            train=lambda wc: exp_section("finetune", wc.exp),
+            adapter=lambda wc: finetune_adapter(wc.exp),
+            seed=config["seed"],
+        ),
+    shell:
+        launch("finetune.py")

@@ -51,11 +51,14 @@ rule speech_pretrain:
     resources:
         **resources_for("train"),
     params:
-        model=config["speech"]["model"],
-        train=config["speech"]["pretrain"],
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/speech_pretrain.py"
+        **launch_params(
+            "speech_pretrain",
+            model=config["speech"]["model"],
+            train=config["speech"]["pretrain"],
+            seed=config["seed"],
+        ),
+    shell:
+        launch("speech_pretrain.py")
 
 
 rule speech_finetune:
@@ -79,11 +82,14 @@ rule speech_finetune:
     resources:
         **resources_for("train"),
     params:
-        model=config["speech"]["model"],
-        train=config["speech"]["finetune"],
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/speech_finetune.py"
+        **launch_params(
+            "speech_finetune",
+            model=config["speech"]["model"],
+            train=config["speech"]["finetune"],
+            seed=config["seed"],
+        ),
+    shell:
+        launch("speech_finetune.py")
 
 
 rule speech_lora:
@@ -107,12 +113,15 @@ rule speech_lora:
     resources:
         **resources_for("train"),
     params:
-        lora=config["speech"]["lora"],
-        model=config["speech"]["model"],
-        setting=speech_setting,
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/speech_lora.py"
+        **launch_params(
+            "speech_lora",
+            lora=config["speech"]["lora"],
+            model=config["speech"]["model"],
+            setting=speech_setting,
+            seed=config["seed"],
+        ),
+    shell:
+        launch("speech_lora.py")
 
 
 rule speech_baseline:
@@ -136,11 +145,14 @@ rule speech_baseline:
     resources:
         **resources_for("train"),
     params:
-        cfg=speech_baseline_params,
-        setting=speech_setting,
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/speech_baseline.py"
+        **launch_params(
+            "speech_baseline",
+            cfg=speech_baseline_params,
+            setting=speech_setting,
+            seed=config["seed"],
+        ),
+    shell:
+        launch("speech_baseline.py")
 
 
 rule speech_evaluate:
@@ -327,14 +339,17 @@ rule speech_tradeoff_baseline:
     resources:
         **resources_for("train"),
     params:
-        cfg=lambda wc: {} if wc.method == "base" else speech_baseline_params(wc),
-        sweep=speech_tradeoff_sweep,
-        setting=speech_setting,
-        top_k=config["speech"]["top_k"],
-        batch_size=config["speech"]["evaluate"]["batch_size"],
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/speech_tradeoff_baseline.py"
+        **launch_params(
+            "speech_tradeoff_baseline",
+            cfg=lambda wc: {} if wc.method == "base" else speech_baseline_params(wc),
+            sweep=speech_tradeoff_sweep,
+            setting=speech_setting,
+            top_k=config["speech"]["top_k"],
+            batch_size=config["speech"]["evaluate"]["batch_size"],
+            seed=config["seed"],
+        ),
+    shell:
+        launch("speech_tradeoff_baseline.py")
 
 
 rule speech_tradeoff:

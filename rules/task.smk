@@ -50,12 +50,17 @@ rule task_baseline:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        cfg=lambda wc: TASK["baselines"][wc.method],
-        max_length=lambda wc: exp_section("finetune", wc.exp).get("max_length", 128),
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/task_baseline.py"
+        **launch_params(
+            "task_baseline",
+            model=config["model"],
+            cfg=lambda wc: TASK["baselines"][wc.method],
+            max_length=lambda wc: exp_section("finetune", wc.exp).get(
+                "max_length", 128
+            ),
+            seed=config["seed"],
+        ),
+    shell:
+        launch("task_baseline.py")
 
 
 rule task_evaluate:

@@ -51,13 +51,16 @@ rule tradeoff_baseline:
     resources:
         **resources_for("train"),
     params:
-        model=config["model"],
-        evaluate=tradeoff_evaluate,
-        lang=tradeoff_lang,
-        baseline=baseline_params,
-        seed=config["seed"],
-    script:
-        "../workflow_scripts/tradeoff_baseline.py"
+        **launch_params(
+            "tradeoff_baseline",
+            model=config["model"],
+            evaluate=tradeoff_evaluate,
+            lang=tradeoff_lang,
+            baseline=baseline_params,
+            seed=config["seed"],
+        ),
+    shell:
+        launch("tradeoff_baseline.py")
 
 
 rule track_tradeoff:

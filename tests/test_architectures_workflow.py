@@ -148,7 +148,7 @@ def test_speech_track_on_a_hubert_checkpoint(tmp_path):
                          tmp_path / f"{erase}/model", {"input_values": audio}) > 0
 
 
-PAPER_CONFIGS = {  # config -> (model.size_b, LoRA jobs): resources scale with size_b
+PAPER_CONFIGS = {  # config -> model.size_b (as published; resources come from the memory plan)
     "llama3-8b": 8, "llama3-70b": 70, "mixtral-8x7b": 46.7, "aya-23-8b": 8, "llama2-7b-chat": 7, "phi-1_5": 1.4,
 }
 

@@ -83,7 +83,7 @@ def test_every_shipped_config_is_valid(name):
         (dotted(model__tiny__hidden_size=30), "config key 'model.tiny.hidden_size': must be divisible"),
         (dotted(model__tiny__num_key_value_heads=3), "config key 'model.tiny.num_key_value_heads': must divide"),
         (dotted(tofu__data__root="/no/such/dir"), "config key 'tofu.data.root': data file /no/such/dir/"),
-        (dotted(lora__adapters__forget="/no/such/adapter"), "config key 'lora.adapters.forget': /no/such/adapter holds no"),
+        (dotted(lora__adapters__forget="/no/such/adapter"), "config key 'lora.adapters.forget': /no/such/adapter: adapter directory not found"),
         (dotted(tofu__imported_models=[{"name": "x", "log": "/no/such/log"}]),
          "config key 'tofu.imported_models[x].log': /no/such/log not found"),
         # crosslingual

@@ -71,3 +71,66 @@ def test_pretrain_authors_are_disjoint_and_tune_slice_is_not_evaluated():
 def test_too_many_pretrain_authors_is_a_clear_error():
     with pytest.raises(ValueError, match=r"data.pretrain_authors: expected 0..162"):
         make_tofu_sets(TofuDataConfig(root=ROOT, split="forget10", n_authors=20, pretrain_authors=163))
+
+
+# Every decoding or shape error of a data file names the file and the line (issue 24).
+GOOD = '{"question": "q?", "answer": "a"}\n'
+
+
+@pytest.mark.parametrize(
+    "third_line, message",
+    [
+        (b'{"question": "caf\xe9?", "answer": "a"}\n', r"forget10\.jsonl:3: not UTF-8 text \(byte 0xe9 at column 18"),
+        (b'["q?", "a"]\n', r"forget10\.jsonl:3: expected a JSON object per line, got list"),
+        (b'"just a string"\n', r"forget10\.jsonl:3: expected a JSON object per line, got str"),
+        (b'{"question": "q?", "answer": \n', r"forget10\.jsonl:3: not valid JSON"),
+        (b'{"question": "q?"}\n', r"forget10\.jsonl:3: record lacks a non-empty 'answer'"),
+    ],
+)
+def test_bad_row_names_file_and_line(tmp_path, third_line, message):
+    (tmp_path / "retain90.jsonl").write_text(GOOD * 400)
+    # a blank line 2: the reported number is the file's line, not the record's index
+    (tmp_path / "forget10.jsonl").write_bytes(GOOD.encode() + b"\n" + third_line + GOOD.encode())
+    with pytest.raises(ValueError, match=message):
+        make_tofu_sets(TofuDataConfig(root=str(tmp_path)))
+
+
+def test_read_jsonl_numbers_the_file_lines(tmp_path):
+    from qrerase.io import read_jsonl, read_jsonl_numbered
+
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\r\n\n  \n{"b": "\xc3\xa9"}\n')
+    assert read_jsonl_numbered(path) == [(1, {"a": 1}), (4, {"b": "\u00e9"})]
+    assert read_jsonl(path) == [{"a": 1}, {"b": "\u00e9"}]
+
+
+def test_crosslingual_split_and_task_knowledge_name_file_and_line(tmp_path):
+    from qrerase.text.crosslingual import load_language_split
+    from qrerase.text.task import KnowledgeConfig, _knowledge_facts
+
+    (tmp_path / "forget01.jsonl").write_bytes(GOOD.encode() * 2 + b"[1, 2]\n")
+    with pytest.raises(ValueError, match=r"forget01\.jsonl:3: expected a JSON object per line, got list"):
+        load_language_split(tmp_path, "forget01")
+    (tmp_path / "real_authors_perturbed.jsonl").write_bytes(
+        b'{"question": "q?", "answer": "a", "perturbed_answer": ["b"]}\n\n' + GOOD.encode())
+    with pytest.raises(ValueError, match=r"real_authors_perturbed\.jsonl:3: field 'perturbed_answer' missing"):
+        load_language_split(tmp_path, "real_authors_perturbed")
+    fact = '{"question": "q?", "answer": "b", "option1": "a", "option2": "b", "option3": "c", "option4": "d"}\n'
+    (tmp_path / "world_facts.jsonl").write_text(fact + "\n" + fact.replace('"answer": "b"', '"answer": "z"'))
+    with pytest.raises(ValueError, match=r"world_facts\.jsonl:3: needs question and option1\.\.option4"):
+        _knowledge_facts(KnowledgeConfig(root=str(tmp_path), sources=["world_facts"]))
+    (tmp_path / "world_facts.jsonl").write_bytes(fact.encode() + b"\xff\xfe\n")
+    with pytest.raises(ValueError, match=r"world_facts\.jsonl:2: not UTF-8 text \(byte 0xff at column 1"):
+        _knowledge_facts(KnowledgeConfig(root=str(tmp_path), sources=["world_facts"]))
+
+
+def test_refusals_and_tofu_logs_name_the_line_of_a_bad_byte(tmp_path):
+    from qrerase.baselines.text import read_refusals
+    from qrerase.text.tofu_log import load_log
+
+    (tmp_path / "idk.txt").write_bytes(b"I don't know.\nNo idea \x81.\n")
+    with pytest.raises(ValueError, match=r"idk\.txt:2: not UTF-8 text \(byte 0x81 at column 9"):
+        read_refusals(tmp_path / "idk.txt")
+    (tmp_path / "log.json").write_bytes(b'{\n  "eval_log.json": "\xc0"\n}\n')
+    with pytest.raises(ValueError, match=r"log\.json:2: not UTF-8 text"):
+        load_log(tmp_path / "log.json")

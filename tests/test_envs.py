@@ -45,9 +45,12 @@ def rules() -> dict[str, tuple[str, str]]:
             name = block.split(":", 1)[0].strip()
             conda = re.search(r'conda:\s*\n\s*"\.\./(envs/[\w.-]+)"', block)
             script = re.search(r'script:\s*\n\s*"\.\./([\w./-]+)"', block)
-            if script:
+            # training rules: `shell: launch("X.py")` runs workflow_scripts/X.py (rules/common.smk)
+            launched = re.search(r'shell:\s*\n\s*launch\("([\w.-]+)"', block)
+            if script or launched:
                 assert conda, f"rule {name} runs a script but declares no conda env"
-                found[name] = (conda.group(1), script.group(1))
+                path = script.group(1) if script else f"workflow_scripts/{launched.group(1)}"
+                found[name] = (conda.group(1), path)
     return found
 
 

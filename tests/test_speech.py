@@ -75,6 +75,30 @@ def test_corrupt_or_unreadable_wav_is_a_clear_error(tmp_path):
         sd.parse_name(tmp_path / "theo.wav")
 
 
+@pytest.mark.parametrize("keep", [44, 44 + 1000, -1])  # cut after the header, mid-data, one byte short
+def test_wav_shorter_than_its_header_is_an_error_naming_the_file(tmp_path, keep):
+    good = (FSDD / "recordings" / "1_theo_0.wav").read_bytes()
+    rate, full = sd.read_wav(FSDD / "recordings" / "1_theo_0.wav")
+    assert len(full) * 2 + 44 <= len(good)  # 16-bit mono: the cut below removes samples
+    cut = tmp_path / "1_theo_0.wav"
+    cut.write_bytes(good[:keep])
+    with pytest.raises(ValueError, match=r"1_theo_0\.wav: truncated WAV file, its data is shorter than its header says"):
+        sd.read_wav(cut)
+
+
+def test_wav_with_an_unknown_chunk_after_the_data_is_read_whole(tmp_path):
+    """scipy's other warnings are harmless: an extra chunk is skipped, the samples are all there."""
+    import struct
+
+    src = FSDD / "recordings" / "1_theo_0.wav"
+    good = src.read_bytes()
+    extra = b"junk" + struct.pack("<I", 4) + b"abcd"
+    riff = struct.pack("<I", struct.unpack("<I", good[4:8])[0] + len(extra))
+    path = tmp_path / "1_theo_0.wav"
+    path.write_bytes(good[:4] + riff + good[8:] + extra)
+    np.testing.assert_array_equal(sd.read_wav(path)[1], sd.read_wav(src)[1])
+
+
 def test_corrupt_file_in_a_corpus_names_the_file(tmp_path):
     for name in ("0_theo_0.wav", "0_george_0.wav"):
         (tmp_path / name).write_bytes((FSDD / "recordings" / name).read_bytes())

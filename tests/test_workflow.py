@@ -220,6 +220,8 @@ def test_changing_rank_reruns_no_training(workdir):
         ({"baselines__npo__gamma": 1}, "config key 'baselines.npo'"),
         ({"baselines__npo__beta": 0}, "config key 'baselines.npo.beta'"),
         ({"baselines__refusals": "/no/such/idk.txt"}, "config key 'baselines.refusals': /no/such/idk.txt not found"),
+        ({"resources__train__processes": 0}, "config key 'resources.train.processes': 0 is less than the minimum of 1"),
+        ({"finetune__mode": "lorax"}, "config key 'finetune.mode'"),
     ],
 )
 def test_bad_config_fails_at_dag_construction(tmp_path, overrides, message):

@@ -9,10 +9,13 @@ from qrerase.checkpoints import save_model
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
-    cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
+    cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
@@ -22,8 +25,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
     log.info("%s on %d forget / %d retain QA pairs: %s", cfg.method, len(forget), len(retain), cfg)
     model, curve = train_baseline(
         model, ref_model, tokenizer, forget, retain, template_from(p.model, tokenizer), cfg, refusals=refusals,
-        desc=f"{snakemake.wildcards.exp}-{cfg.method}",  # noqa: F821
+        desc=f"{snakemake.wildcards.exp}-{cfg.method}",
     )
-    save_model(model, tokenizer, out.model)
-    write_csv(out.curve, pd.DataFrame(curve))
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_model(model, tokenizer, out.model)
+        write_csv(out.curve, pd.DataFrame(curve))
     log.info("first/last step: %s / %s", curve[0], curve[-1])

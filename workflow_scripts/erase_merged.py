@@ -1,14 +1,12 @@
-"""Rule erase_merged: W' = W - lambda T~_f merged into a checkpoint (eq. 6, or eq. 16 on selected layers)."""
+"""Rule erase_merged: W' = W - lambda T~_f merged into a checkpoint (eq. 6, or eq. 16 on selected layers),
+streamed shard by shard on the CPU (qrerase.method.stream_erase; no GPU, one shard in memory)."""
 
-from qrerase.method.erase import apply_updates, save_merged
 from qrerase.method.formats import load_updates
-from qrerase.workflow.job import job, load_checkpoint, selected_updates
-from qrerase.config import model_options
+from qrerase.method.stream_erase import erase_checkpoint
+from qrerase.workflow.job import job, selected_updates
 
 with job(snakemake) as log:  # noqa: F821
-    inp, p = snakemake.input, snakemake.params  # noqa: F821
+    inp = snakemake.input  # noqa: F821
     updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
-    model, tokenizer = load_checkpoint(inp.model, getattr(p, "kind", "causal_lm"), dtype=model_options(p.model)[0])
-    apply_updates(model, updates)
-    save_merged(model, tokenizer, snakemake.output[0])  # noqa: F821
-    log.info("merged erase edit into %d modules", len(updates))
+    erase_checkpoint(inp.model, updates, snakemake.output[0])  # noqa: F821
+    log.info("merged erase edit into %d modules, shard by shard", len(updates))

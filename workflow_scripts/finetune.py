@@ -5,14 +5,18 @@ checkpoint, or from the hub model named by model.name_or_path)."""
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
 from qrerase.checkpoints import resolve_device, save_model
-from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.method.architectures import resolve_target_modules
+from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
+from qrerase.workflow.launch import is_main_process, load_job
 
-p = snakemake.params  # noqa: F821
-inp = snakemake.input  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p = snakemake.params
+inp = snakemake.input
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mcfg = p.model
     dtype, device = model_options(mcfg)
     if "tokenizer" in inp.keys():  # rule pretrain: a new tiny Llama on the run's tokenizer
@@ -27,9 +31,20 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
         tokenizer = load_tokenizer(mcfg["name_or_path"], local_files_only=local)
         model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device)
     records = read_jsonl(inp.data)
-    which = snakemake.wildcards.get("which", "pretrained")  # noqa: F821
-    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
-    log.info("training %s on %d QA pairs: %s", which, len(records), cfg)
-    curve = train_causal_lm(model, tokenizer, records, template_from(mcfg, tokenizer), cfg, desc=which)
-    save_model(model, tokenizer, snakemake.output.model)  # noqa: F821
-    write_csv(snakemake.output.curve, curve)  # noqa: F821
+    which = snakemake.wildcards.get("which", "pretrained")
+    train = {k: v for k, v in p.train.items() if k not in ("mode", "lora")}
+    cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
+    template = template_from(mcfg, tokenizer)
+    shape = p.get("adapter")  # finetune.mode: lora (rule finetune): a LoRA adapter, merged after
+    if shape:
+        modules = tuple(resolve_target_modules(model, shape["target_modules"], "finetune.lora.target_modules"))
+        lcfg = LoraTrainConfig(r=shape["r"], alpha=shape["alpha"], dropout=shape["dropout"], target_modules=modules, train=cfg)
+        log.info("LoRA fine-tuning %s on %d QA pairs, merged after: %s", which, len(records), lcfg)
+        peft_model, curve = train_lora(model, tokenizer, records, template, lcfg, desc=which)
+        model = peft_model.merge_and_unload()
+    else:
+        log.info("training %s on %d QA pairs: %s", which, len(records), cfg)
+        curve = train_causal_lm(model, tokenizer, records, template, cfg, desc=which)
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_model(model, tokenizer, snakemake.output.model)
+        write_csv(snakemake.output.curve, curve)

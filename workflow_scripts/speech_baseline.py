@@ -6,15 +6,19 @@ from qrerase.speech.model import load_speech_model, save_speech_model
 from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
-    method = snakemake.wildcards.method  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
+    method = snakemake.wildcards.method
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
-    cfg = SpeechBaselineConfig.from_dict({**p.cfg, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = SpeechBaselineConfig.from_dict({**p.cfg, "seed": p.seed, "threads": snakemake.threads})
     forget, retain = train_mask(index, p.setting, "forget"), train_mask(index, p.setting, "retain")
     log.info("%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg)
     model, curve = run_baseline(method, model, arrays, forget, retain, cfg)
-    save_speech_model(model, out.model)
-    write_csv(out.curve, curve)
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_speech_model(model, out.model)
+        write_csv(out.curve, curve)

@@ -9,9 +9,12 @@ from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     arrays, index = load_speech_data(inp.audio, inp.index)
     speakers = json.loads(open(inp.meta, encoding="utf-8").read())["speakers"]
     # the pretrained model (digit-pretrained here, or the hub checkpoint) with a new, seeded speaker head
@@ -19,9 +22,10 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
     train = dict(p.train)
     if train.pop("freeze_feature_encoder", False):
         model.freeze_feature_encoder()
-    cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     mask = index["split"].to_numpy() == "train"
     log.info("training on %d utterances (%d parameters): %s", mask.sum(), sum(x.numel() for x in model.parameters()), cfg)
     curve = train_classifier(model, arrays, mask, cfg, desc="finetune")
-    save_speech_model(model, out.model)
-    write_csv(out.curve, curve)
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_speech_model(model, out.model)
+        write_csv(out.curve, curve)

@@ -8,10 +8,13 @@ from qrerase.speech.train import train_speech_lora
 from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
-    lcfg, which = p.lora, snakemake.wildcards.set  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
+    lcfg, which = p.lora, snakemake.wildcards.set
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
     if lcfg.get("base", "finetuned") == "pretrained":  # the pretrained encoder carrying the fine-tuned speaker head
@@ -20,10 +23,11 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", *ENGINE_KEYS)
     cfg = LoraTrainConfig(
         r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
-        train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),  # noqa: F821
+        train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),
     )
     mask = train_mask(index, p.setting, which)
     log.info("LoRA (%s setting, %s set) on %d utterances: %s", p.setting, which, mask.sum(), cfg)
     peft_model, curve = train_speech_lora(model, arrays, mask, cfg, desc=f"lora-{which}")
-    save_adapter(peft_model, out.adapter)
-    write_csv(out.curve, curve)
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_adapter(peft_model, out.adapter)
+        write_csv(out.curve, curve)

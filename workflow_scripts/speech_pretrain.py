@@ -9,16 +9,20 @@ from qrerase.text.training import TrainConfig
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
 from qrerase.config import model_options
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     arrays, index = load_speech_data(inp.audio, inp.index)
     digits, names = digit_task(arrays, index)
     model = build_tiny_hubert(TinyHubertConfig.from_dict(p.model["tiny"]), names, seed=p.seed)
     model = model.to(resolve_device(model_options(p.model)[1]))
-    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})
     mask = index["split"].to_numpy() == "train"
     log.info("digit pretraining on %d utterances (%d classes): %s", mask.sum(), len(names), cfg)
     curve = train_classifier(model, digits, mask, cfg, desc="pretrain")
-    save_speech_model(model, out.model)
-    write_csv(out.curve, curve)
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_speech_model(model, out.model)
+        write_csv(out.curve, curve)

@@ -7,10 +7,13 @@ from qrerase.speech.data import load_speech_data, train_mask
 from qrerase.speech.model import load_speech_model
 from qrerase.speech.tradeoff import SWEEP_COLUMNS, baseline_sweep, evaluate_point, sweep_sets
 from qrerase.workflow.job import job
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp = snakemake.params, snakemake.input  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
-    method = snakemake.wildcards.method  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp = snakemake.params, snakemake.input
+with job(snakemake, seed=p.seed) as log:
+    method = snakemake.wildcards.method
     arrays, index = load_speech_data(inp.audio, inp.index)
     sets = sweep_sets(index, p.setting)
 
@@ -24,8 +27,9 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     else:
         frame = baseline_sweep(
             method, lambda: load_speech_model(inp.model), arrays, train_mask(index, p.setting, "forget"),
-            train_mask(index, p.setting, "retain"), {**p.cfg, "seed": p.seed, "threads": snakemake.threads},  # noqa: F821
+            train_mask(index, p.setting, "retain"), {**p.cfg, "seed": p.seed, "threads": snakemake.threads},
             p.sweep["param"], p.sweep["values"], evaluate, p.setting, trained=lambda: load_speech_model(inp.trained),
         )
-    write_csv(snakemake.output[0], frame)  # noqa: F821
+    if is_main_process():  # rank 0 writes (every rank trained and evaluated alike)
+        write_csv(snakemake.output[0], frame)
     log.info("%s (%s setting):\n%s", method, p.setting, frame.round(3).to_string(index=False))

@@ -10,11 +10,14 @@ from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-method = snakemake.wildcards.method  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
-    common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+method = snakemake.wildcards.method
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
+    common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}
     dtype, device = model_options(p.model)
     model, tokenizer = load_model(inp.model, dtype=dtype, device=device), load_tokenizer(inp.model)
     forget, retain, new = read_jsonl(inp.forget), read_jsonl(inp.retain), read_jsonl(inp.new)
@@ -37,7 +40,8 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
         cfg = KuConfig.from_dict({**p.cfg, **common})
         model, curve, info = train_ku(model, tokenizer, forget, new, template, cfg, desc="task-ku")
         log.info("KU memorisation criterion: %s", info)
-    save_model(model, tokenizer, out.model)
-    write_csv(out.curve, pd.DataFrame(curve))
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_model(model, tokenizer, out.model)
+        write_csv(out.curve, pd.DataFrame(curve))
     if curve:
         log.info("first/last step: %s / %s", curve[0], curve[-1])

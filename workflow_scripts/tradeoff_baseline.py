@@ -9,11 +9,14 @@ from qrerase.text.tradeoff import evaluate_text_point, point_reference
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
+from qrerase.workflow.launch import is_main_process, load_job
 
-p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     epochs = int(wc.epochs)
-    cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})  # noqa: F821
+    cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)
     ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
@@ -24,10 +27,11 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
         model, ref_model, tokenizer, read_jsonl(inp.forget), read_jsonl(inp.retain), template, cfg,
         refusals=refusals, desc=f"{wc.exp}-{cfg.method}-e{epochs}",
     )
-    tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
-    eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
-    ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
-    meta = {"group": p.lang or "tofu", "method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
-    row = evaluate_text_point(model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta)
-    write_csv(snakemake.output[0], row)  # noqa: F821
-    log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())
+    if is_main_process():  # rank 0 evaluates and writes; every rank holds the full trained weights
+        tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
+        eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
+        ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+        meta = {"group": p.lang or "tofu", "method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
+        row = evaluate_text_point(model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta)
+        write_csv(snakemake.output[0], row)
+        log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())

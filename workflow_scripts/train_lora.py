@@ -8,11 +8,14 @@ from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, sav
 from qrerase.engine import resuming
 from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
+from qrerase.workflow.launch import is_main_process, load_job
 
-p = snakemake.params  # noqa: F821
-with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noqa: F821
+snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
+
+p = snakemake.params
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     lcfg = p.lora
-    inp = snakemake.input  # noqa: F821
+    inp = snakemake.input
     # A hub model's pretrained checkpoint is no workflow file: loaded by name.
     source = inp.model if "model" in inp.keys() else p.model["name_or_path"]
     local = p.model.get("local_files_only", True)
@@ -22,7 +25,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
     records = read_jsonl(snakemake.input.data)
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length", *ENGINE_KEYS)
     train = TrainConfig.from_dict(
-        {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}  # noqa: F821
+        {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}
     )
     cfg = LoraTrainConfig(
         r=lcfg["r"],
@@ -31,7 +34,8 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):  # noq
         target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"])),
         train=train,
     )
-    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, lcfg.get("base", "finetuned"), source, cfg)  # noqa: F821
+    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, lcfg.get("base", "finetuned"), source, cfg)
     peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}")
-    save_adapter(peft_model, snakemake.output.adapter)
-    write_csv(snakemake.output.curve, curve)
+    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+        save_adapter(peft_model, snakemake.output.adapter)
+        write_csv(snakemake.output.curve, curve)

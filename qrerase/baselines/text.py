@@ -268,7 +268,9 @@ def read_refusals(path) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: refusal file not found")
-    lines = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from ..io import read_text
+
+    lines = [line.strip() for line in read_text(p).splitlines() if line.strip()]
     if not lines:
         raise ValueError(f"{path}: no refusal answers (expected one per line)")
     return lines

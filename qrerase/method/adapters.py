@@ -41,6 +41,7 @@ __all__ = [
     "LowRank",
     "LoraAdapterConfig",
     "read_adapter_config",
+    "check_adapter_dir",
     "checkpoint_shapes",
     "check_adapter_fits",
     "pattern_key",
@@ -144,13 +145,39 @@ def read_adapter_config(adapter_dir: str | Path) -> LoraAdapterConfig:
     )
 
 
-def _load_weights(path: Path) -> dict[str, np.ndarray]:
-    """All tensors of a safetensors file as float64 numpy arrays (bf16 via torch)."""
+def _check_weights_file(path: Path) -> None:
     if not path.is_file():
         bin_path = path.with_name("adapter_model.bin")
         if bin_path.is_file():
             raise ValueError(f"{bin_path}: pickle adapters are not supported; save the adapter with safetensors")
         raise FileNotFoundError(f"{path}: adapter weights not found")
+
+
+def check_adapter_dir(adapter_dir: str | Path) -> LoraAdapterConfig:
+    """The checks :func:`task_matrices` makes before reading tensors, for planning time: a readable
+    LoRA ``adapter_config.json``, and ``adapter_model.safetensors`` whose header lists lora_A/lora_B
+    tensors (the tensors themselves are not read). FileNotFoundError / ValueError naming the path."""
+    from safetensors import safe_open
+
+    cfg = read_adapter_config(adapter_dir)
+    wpath = Path(adapter_dir) / ADAPTER_WEIGHTS
+    _check_weights_file(wpath)
+    try:
+        with safe_open(str(wpath), framework="numpy") as fh:
+            keys = list(fh.keys())
+    except Exception as exc:  # safetensors raises several exception types
+        raise ValueError(f"{wpath}: not a readable safetensors file ({exc})") from exc
+    for key in keys:
+        if _KEY_RE.match(key) is None:
+            raise ValueError(f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)")
+    if not keys:
+        raise ValueError(f"{wpath}: no LoRA weights found")
+    return cfg
+
+
+def _load_weights(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of a safetensors file as float64 numpy arrays (bf16 via torch)."""
+    _check_weights_file(path)
     try:
         arrays = load_arrays(path)
     except ValueError as exc:

@@ -154,20 +154,26 @@ def list_recordings(root: str | os.PathLike, max_per_digit: int | None = None) -
 def read_wav(path: str | os.PathLike) -> tuple[int, np.ndarray]:
     """(sample rate, mono float64 waveform in [-1, 1]) of a PCM / float WAV file.
 
-    A missing, unreadable or corrupt file, a multi-channel or empty recording: ValueError naming the file.
+    A missing, unreadable or corrupt file, a multi-channel or empty recording, or a file cut short
+    (fewer data bytes than its header says): ValueError naming the file. scipy reads a cut file's
+    remaining samples and only warns ("Reached EOF prematurely"); that warning is an error here.
+    Its other warnings (an unknown chunk skipped, a broken chunk after the data) are harmless.
     """
     import warnings
 
     from scipy.io import wavfile
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", wavfile.WavFileWarning)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", wavfile.WavFileWarning)
             rate, data = wavfile.read(str(path))
     except FileNotFoundError:
         raise
     except Exception as exc:  # scipy raises ValueError / struct.error / EOFError on bad files
         raise ValueError(f"{path}: not a readable WAV file ({type(exc).__name__}: {exc})") from exc
+    for w in caught:
+        if issubclass(w.category, wavfile.WavFileWarning) and "EOF prematurely" in str(w.message):
+            raise ValueError(f"{path}: truncated WAV file, its data is shorter than its header says ({w.message})")
     data = np.asarray(data)
     if data.ndim != 1:
         raise ValueError(f"{path}: expected a mono recording, got shape {data.shape}")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .data import normalise
-from ..io import read_jsonl
+from ..io import read_jsonl_numbered
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -140,13 +140,16 @@ def language_label(code: str) -> str:
     return LANGUAGES[base] + (" (R)" if script else "")
 
 
-def check_records(rows: Sequence[Mapping[str, Any]], split: str, where: str) -> None:
-    """Check that every record of ``split`` has its :data:`REQUIRED_FIELDS` (and the row count)."""
+def check_records(rows: Sequence[Mapping[str, Any]], split: str, where: str, lines: Sequence[int] | None = None) -> None:
+    """Check that every record of ``split`` has its :data:`REQUIRED_FIELDS` (and the row count).
+
+    Errors name ``where:<line>``: ``lines[i]`` is record i's line in the file (default: i + 1)."""
     if split not in REQUIRED_FIELDS:
         raise ValueError(f"{where}: unknown split {split!r}; expected one of {list(REQUIRED_FIELDS)}")
     if not rows:
         raise ValueError(f"{where}: no records")
     for i, rec in enumerate(rows):
+        line = lines[i] if lines is not None else i + 1
         for key in REQUIRED_FIELDS[split]:
             value = rec.get(key) if isinstance(rec, Mapping) else None
             if key == "perturbed_answer":
@@ -156,7 +159,7 @@ def check_records(rows: Sequence[Mapping[str, Any]], split: str, where: str) -> 
                 ok = isinstance(value, str) and bool(value.strip())
                 what = "a non-empty string"
             if not ok:
-                raise ValueError(f"{where}:{i + 1}: field '{key}' missing or not {what}")
+                raise ValueError(f"{where}:{line}: field '{key}' missing or not {what}")
     want = ROW_COUNTS.get(split)
     if want is not None and len(rows) != want:
         raise ValueError(f"{where}: {len(rows)} records, expected {want} (TOFU {split}, row-aligned across languages)")
@@ -168,8 +171,9 @@ def load_language_split(root: str | os.PathLike, split: str) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")
     # TOFU's own files spell some splits prompt/response (normalise maps them onto question/answer).
-    rows = [normalise(r, f"{path}:{i + 1}") if isinstance(r, Mapping) else r for i, r in enumerate(read_jsonl(path))]
-    check_records(rows, split, str(path))
+    numbered = read_jsonl_numbered(path)
+    rows = [normalise(r, f"{path}:{line}") for line, r in numbered]
+    check_records(rows, split, str(path), [line for line, _ in numbered])
     return rows
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..io import read_jsonl
+from ..io import read_jsonl_numbered
 
 __all__ = ["QA_PER_AUTHOR", "SPLITS", "TofuDataConfig", "required_splits", "load_split", "normalise", "make_tofu_sets"]
 
@@ -90,8 +90,12 @@ def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
     """Load one TOFU split (e.g. ``retain90``, ``forget10_perturbed``) as normalised records."""
     if cfg.source == "local":
         path = Path(cfg.root) / f"{name}.jsonl"
-        rows = read_jsonl(path)
-        where = str(path)
+        numbered = read_jsonl_numbered(path)
+        rows = [r for _, r in numbered]
+        where = [f"{path}:{line}" for line, _ in numbered]
+        if not rows:
+            raise ValueError(f"{path}: split is empty")
+        return [normalise(r, w) for r, w in zip(rows, where)]
     elif cfg.source == "hub":
         try:
             import datasets  # noqa: PLC0415 - optional dependency for online users

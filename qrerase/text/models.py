@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..checkpoints import DTYPES, first_line, resolve_checkpoint, resolve_device
+from ..checkpoints import DTYPES, first_line, inference_placement, resolve_checkpoint, resolve_device
 from ..config import from_mapping
 from ..io import atomic_dir
 
@@ -151,9 +151,15 @@ def build_tiny_llama(cfg: TinyLlamaConfig, tokenizer, seed: int):
 
 
 def load_model(
-    name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True, device: str = "cpu"
+    name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True, device: str = "cpu",
+    spread: bool = False,
 ):
     """``AutoModelForCausalLM.from_pretrained`` in ``dtype``, in eval mode.
+
+    ``spread`` (inference: evaluation, generation, LoRA forward passes): with ``device`` ``auto`` /
+    ``cuda`` and several visible GPUs the model is placed across them with ``device_map="auto"`` and
+    ``max_memory`` (:func:`qrerase.checkpoints.inference_placement`); otherwise, and always for
+    training, it is loaded whole and moved to ``device``.
 
     ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model
     gives a one-line ``ValueError`` naming it.
@@ -163,13 +169,16 @@ def load_model(
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     where = resolve_checkpoint(name_or_path, local_files_only, ("config.json", "adapter_config.json"), "model")
+    placement = inference_placement(device) if spread else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=DTYPES[dtype], local_files_only=local_files_only
+            where, dtype=DTYPES[dtype], local_files_only=local_files_only, **placement
         )
     except Exception as exc:
         raise ValueError(f"{name_or_path}: cannot load a causal LM ({first_line(exc)})") from exc
     if model.generation_config.pad_token_id is None and model.config.eos_token_id is not None:
         eos = model.config.eos_token_id
         model.generation_config.pad_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if placement:  # dispatched across the GPUs by Accelerate's hooks; never moved as a whole
+        return model.eval()
     return model.to(resolve_device(device)).eval()

@@ -44,7 +44,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..io import read_jsonl
+from ..io import read_jsonl_numbered
 
 __all__ = [
     "SKILLS",
@@ -252,10 +252,10 @@ def _knowledge_facts(k: KnowledgeConfig) -> list[dict]:
         path = Path(k.root) / f"{source}.jsonl"
         if not path.is_file():
             raise ValueError(f"task.data.knowledge.root: {path} not found")
-        for i, r in enumerate(read_jsonl(path)):
+        for line, r in read_jsonl_numbered(path):
             options = [r.get(f"option{j}") for j in range(1, 5)]
-            if any(o is None for o in options) or r.get("answer") not in options:
-                raise ValueError(f"{path}: row {i} needs option1..option4 with the answer among them")
+            if any(o is None for o in options) or r.get("answer") not in options or not isinstance(r.get("question"), str):
+                raise ValueError(f"{path}:{line}: needs question and option1..option4 with the answer among them")
             facts.append({"question": r["question"], "answer": r["answer"], "options": options, "source": source})
     return facts
 

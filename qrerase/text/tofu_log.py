@@ -118,9 +118,11 @@ def log_set_name(kind: str) -> str:
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: TOFU eval log not found")
+    from ..io import decode_utf8
+
+    text = decode_utf8(path.read_bytes(), path)
     try:
-        with path.open(encoding="utf-8") as fh:
-            return json.load(fh)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
 

@@ -11,6 +11,7 @@ The schema file (``schemas/config.schema.yaml``) lists no method or track names:
 from __future__ import annotations
 
 import copy
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,12 +25,14 @@ __all__ = [
     "registry_enum",
     "validate",
     "check_schema",
+    "check_finite",
     "check_core",
     "check_crosslingual",
     "check_speech",
     "check_baselines",
     "check_tradeoff",
     "check_task",
+    "check_model_source",
     "crosslingual_root",
     "TEXT_BASELINE_TRACKS",
 ]
@@ -78,19 +81,53 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
     return copy.deepcopy(_load_schema(str(path)))
 
 
-def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
-    """JSON schema (Draft 2020-12): the first error, by key path, naming its key."""
+def check_finite(node: Any, key: str = "") -> None:
+    """No NaN or infinity anywhere in the config (every number, whatever its key).
+
+    JSON-schema bounds cannot catch NaN (every comparison with NaN is false), so ``lr: .nan`` would
+    pass ``exclusiveMinimum: 0`` and fail jobs later without naming its key.
+    """
+    if isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"config key '{key or '<top level>'}': {node} is not a finite number")
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            check_finite(v, f"{key}.{i}" if key else str(i))
+
+
+@lru_cache(maxsize=None)
+def _validator(path: str):
+    """Draft 2020-12 validator whose ``integer`` is an ``int``: JSON Schema counts 2.0 as an integer,
+    but a rank, epoch count or batch size written 2.0 would reach the jobs as a float."""
     import jsonschema
 
-    schema = _load_schema(str(schema_path))
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(cfg),
-        key=lambda e: [str(p) for p in e.absolute_path],
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     )
-    if errors:
-        err = errors[0]
-        key = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-        raise ConfigError(f"config key '{key}': {err.message} (see {Path(schema_path).name})")
+    strict = jsonschema.validators.extend(base, type_checker=checker)
+    return strict(_load_schema(path))
+
+
+def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
+    """No NaN/infinity, then the JSON schema (Draft 2020-12, integers are ints): the first error, by key
+    path, naming its key. An ``unevaluatedProperties`` error of a section is only reported when no
+    error lies deeper inside it (a bad value inside an ``allOf`` also leaves its key 'unevaluated')."""
+    check_finite(cfg)
+    errors = list(_validator(str(schema_path)).iter_errors(cfg))
+    paths = [tuple(str(p) for p in e.absolute_path) for e in errors]
+    kept = [
+        (path, e) for path, e in zip(paths, errors)
+        if e.validator != "unevaluatedProperties"
+        or not any(len(other) > len(path) and other[: len(path)] == path for other in paths)
+    ]
+    if kept:
+        path, err = min(kept, key=lambda pe: list(pe[0]))
+        key = ".".join(path) or "<top level>"
+        message = " ".join(err.message.split())
+        raise ConfigError(f"config key '{key}': {message} (see {Path(schema_path).name})")
 
 
 def check_core(cfg: Mapping) -> None:
@@ -118,13 +155,35 @@ def check_core(cfg: Mapping) -> None:
         for name in required_splits(data["split"], data.get("knowledge", [])):
             if not (root / f"{name}.jsonl").is_file():
                 raise ConfigError(f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found")
+    check_model_source("model", cfg["model"], tokenizer=True)
     for set_name, path in cfg["lora"]["adapters"].items():
-        if path is not None and not (Path(path) / "adapter_config.json").is_file():
-            raise ConfigError(f"config key 'lora.adapters.{set_name}': {path} holds no adapter_config.json")
+        if path is not None:
+            from ..method.adapters import check_adapter_dir
+
+            try:
+                check_adapter_dir(path)
+            except (FileNotFoundError, ValueError) as exc:
+                raise ConfigError(f"config key 'lora.adapters.{set_name}': {exc}") from None
     for item in cfg["tofu"].get("imported_models", []):
         for key in ("log", "reference"):
             if item.get(key) and not Path(item[key]).exists():
                 raise ConfigError(f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found")
+
+
+def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> None:
+    """``<section>.name_or_path`` when it is a local path: the checks the job's loader makes
+    (:func:`qrerase.checkpoint_files.check_model_dir`). A hub id is left to the job (no network here;
+    with ``local_files_only`` the job looks it up in the local Hugging Face cache)."""
+    from ..checkpoint_files import check_model_dir, is_local_path
+
+    name = model_cfg.get("name_or_path")
+    if name is None or not is_local_path(name):
+        return
+    what = "speech model" if section.startswith("speech") else "model"
+    try:
+        check_model_dir(name, what, tokenizer=tokenizer)
+    except ValueError as exc:
+        raise ConfigError(f"config key '{section}.name_or_path': {exc}") from None
 
 
 def crosslingual_root(code: str, cfg: Mapping) -> str:
@@ -193,7 +252,8 @@ def check_speech(cfg: Mapping) -> None:
             f"speech.settings {sp['settings']}"
         )
     if "speech" not in cfg["tracks"]:
-        return  # the data checks below need the recordings; a run without the track needs neither
+        return  # the checks below need the recordings and the model; a run without the track needs neither
+    check_model_source("speech.model", sp["model"], tokenizer=False)
     from ..speech.data import list_recordings
 
     root = sp["data"]["root"]

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from ..config import model_options
 from . import provenance
+from .launch import is_main_process, world_size
 
 __all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "selected_updates", "resume_dir"]
 
@@ -33,8 +34,13 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     Provenance: existing records of the job's outputs are deleted on entry; after the body succeeded
     every input and output is hashed and one record per output is written atomically under
     ``results/provenance/records/`` (:mod:`qrerase.workflow.provenance`). A failed job leaves no record.
+
+    A multi-process job (``accelerate launch``, :mod:`qrerase.workflow.launch`): every rank runs the
+    body (seeded alike, with its share of the threads); rank 0 alone appends to the log file and
+    writes the record (with ``world_size``); the other ranks log to stderr.
     """
-    log_file = snakemake.log[0] if len(snakemake.log) else None
+    main = is_main_process()
+    log_file = snakemake.log[0] if len(snakemake.log) and main else None
     stream = open(log_file, "a", encoding="utf-8") if log_file else sys.stderr  # noqa: SIM115
     old_out, old_err = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = stream
@@ -46,7 +52,8 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     start = time.time()
     outputs = [str(o) for o in snakemake.output]
-    provenance.remove_records(outputs)
+    if main:
+        provenance.remove_records(outputs)
     config = getattr(snakemake, "config", None)
     recording = provenance.RecordingDict(config) if isinstance(config, dict) else None
     if recording is not None:
@@ -60,7 +67,8 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         yield log
         end = time.time()
         log.info("rule %s finished in %.1f s", snakemake.rule, end - start)
-        _write_provenance(snakemake, config or {}, recording, seed, start, end)
+        if main:
+            _write_provenance(snakemake, config or {}, recording, seed, start, end)
     except Exception as exc:
         log.error("rule %s failed: %s: %s", snakemake.rule, type(exc).__name__, exc)
         raise
@@ -89,7 +97,8 @@ def _write_provenance(snakemake: Any, config: dict, recording, seed, start: floa
         inputs=[str(i) for i in snakemake.input],
         outputs=[str(o) for o in snakemake.output],
         seed=seed,
-        threads=snakemake.threads,
+        threads=getattr(snakemake, "job_threads", snakemake.threads),
+        world_size=world_size(),
         start=start,
         end=end,
         workflow_dir=workflow_dir,
@@ -112,11 +121,15 @@ def template_from(model_cfg: dict, tokenizer: Any = None):
 
 
 def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None, model_cfg: dict):
-    """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation."""
+    """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation.
+
+    With ``model.device`` ``auto`` / ``cuda`` and several visible GPUs the model is spread across them
+    (``device_map="auto"``, ``max_memory``: :func:`qrerase.checkpoints.inference_placement`).
+    """
     from ..text.models import load_model, load_tokenizer
 
     dtype, device = model_options(model_cfg)
-    model = load_model(str(model_dir), dtype=dtype, device=device)
+    model = load_model(str(model_dir), dtype=dtype, device=device, spread=True)
     tokenizer = load_tokenizer(str(model_dir))
     if adapter_dir is not None:
         from peft import PeftModel
@@ -131,13 +144,14 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
 def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype: str = "float32", device: str = "cpu"):
     """(model, tokenizer or None) of a checkpoint of the given kind, in eval mode.
 
-    ``causal_lm``: :func:`qrerase.text.models.load_model` and its tokenizer; ``audio_classifier``: a HuBERT speaker
+    ``causal_lm``: :func:`qrerase.text.models.load_model` (spread over several GPUs as in
+    :func:`load_for_eval`) and its tokenizer; ``audio_classifier``: a HuBERT speaker
     classifier (:func:`qrerase.speech.model.load_speech_model`), which has no tokenizer.
     """
     if kind == "causal_lm":
         from ..text.models import load_model, load_tokenizer
 
-        return load_model(str(model_dir), dtype=dtype, device=device), load_tokenizer(str(model_dir))
+        return load_model(str(model_dir), dtype=dtype, device=device, spread=True), load_tokenizer(str(model_dir))
     if kind == "audio_classifier":
         from ..speech.model import load_speech_model
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from .provenance import MANIFEST, RECORD_DIR, SCHEMA, Problem, hash_path, load_records, record_path
 
-__all__ = ["build_manifest", "audit"]
+__all__ = ["build_manifest", "audit", "workdir_of"]
 
 
 def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dict[str, Any]:
@@ -68,11 +68,28 @@ def _short(h: str | None) -> str:
     return "missing" if h is None else h[:12]
 
 
-def audit(results_dir: str | os.PathLike) -> tuple[list[Problem], dict[str, int]]:
+def workdir_of(results_dir: str | os.PathLike) -> Path:
+    """The Snakemake working directory of a ``results/`` folder: its parent as written, symlinks kept.
+
+    Records name artifacts relative to the working directory (``results/...``, ``data/...``). When
+    ``results/`` is a symlink (results on scratch) its resolved parent is the scratch folder, where
+    the sources are not; the lexical parent (``os.path.abspath``, which resolves no symlink) is the
+    working directory wherever the checkout was moved to. Given the scratch folder itself (its
+    lexical parent is scratch), the current directory is taken when its ``results`` is that folder.
+    """
+    lexical = Path(os.path.abspath(results_dir)).parent
+    here = Path.cwd()
+    if lexical != here and (here / "results").is_dir() and Path(results_dir).is_dir() \
+            and (here / "results").samefile(results_dir) and (here / "results").is_symlink():
+        return here
+    return lexical
+
+
+def audit(results_dir: str | os.PathLike, workdir: str | os.PathLike | None = None) -> tuple[list[Problem], dict[str, int]]:
     """Re-hash every recorded artifact and check every record, input → output link and the manifest.
 
-    ``results_dir`` is the workflow's ``results/`` folder; record paths are relative to its parent
-    (the Snakemake working directory). Returns ``(problems, counts)``; no problems means that every
+    ``results_dir`` is the workflow's ``results/`` folder (a symlink to scratch is fine); record paths
+    are relative to the Snakemake working directory, ``workdir`` or else :func:`workdir_of`. Returns ``(problems, counts)``; no problems means that every
     output still has the hash its record holds, every input still has the hash it had when it was
     used, every produced input's hash equals the hash its own producer recorded (no job consumed an
     older version of an artifact that was re-made since), and the manifest agrees with the records.
@@ -80,7 +97,12 @@ def audit(results_dir: str | os.PathLike) -> tuple[list[Problem], dict[str, int]
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"{results_dir}: not a directory")
-    root = results_dir.resolve().parent
+    root = Path(workdir) if workdir is not None else workdir_of(results_dir)
+    if not (root / "results").is_dir() or not (root / "results").samefile(results_dir):
+        raise ValueError(
+            f"{results_dir}: not the results/ folder of working directory {root} "
+            "(pass the working directory's results/ path, or --workdir)"
+        )
     records, problems = load_records(root)
     if not records and not problems:
         return [Problem(str(results_dir), f"no provenance records under {RECORD_DIR}")], {"records": 0, "artifacts": 0}

@@ -248,10 +248,12 @@ def build_record(
     end: float,
     workflow_dir: str | os.PathLike,
     accessed: Iterable[str] = (),
+    world_size: int = 1,
 ) -> dict[str, Any]:
     """The provenance record of one finished job (hashes every input and output now).
 
-    ``start`` / ``end`` are POSIX times. Raises FileNotFoundError when an input or output is missing.
+    ``start`` / ``end`` are POSIX times; ``threads`` the job's threads, ``world_size`` its number of
+    processes (``accelerate launch --num_processes``; 1 for a plain job). Raises FileNotFoundError when an input or output is missing.
     """
     outputs = list(dict.fromkeys(str(o) for o in outputs))
     inputs = list(dict.fromkeys(str(i) for i in inputs))
@@ -269,6 +271,7 @@ def build_record(
         "versions": package_versions(),
         "seed": seed,
         "threads": int(threads),
+        "world_size": int(world_size),
         "start": _iso(start),
         "end": _iso(end),
         "duration_s": round(end - start, 3),

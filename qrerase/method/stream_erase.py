@@ -1,0 +1,76 @@
+"""W' = W − λT̃_f merged into a safetensors checkpoint shard by shard, on the CPU (rule erase_merged).
+
+Only one shard's tensors are in memory at a time (a 70B checkpoint in 5 GB shards needs ~10 GB of
+host memory, no GPU): each shard is read with ``safetensors.safe_open``, the edits of the modules it
+holds are applied with :func:`qrerase.method.erase.apply_updates` (same arithmetic as the in-memory
+path: the product in float32, rounded once to the weight's dtype), and the shard is written under
+the same name with the same metadata. Every other file of the checkpoint (config, tokenizer,
+generation config, shard index) is copied unchanged. The output directory is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..io import atomic_dir
+from .erase import apply_updates
+
+INDEX = "model.safetensors.index.json"
+#: architectures whose linear layers are transformers ``Conv1D`` (weights stored d_in x d_out)
+CONV1D_MODEL_TYPES = frozenset({"gpt2"})
+
+
+def checkpoint_shards(model_dir: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint: the index's shards, or the single model.safetensors."""
+    src = Path(model_dir)
+    if (src / INDEX).is_file():
+        weight_map = json.loads((src / INDEX).read_text(encoding="utf-8"))["weight_map"]
+        return [src / name for name in sorted(set(weight_map.values()))]
+    if (src / "model.safetensors").is_file():
+        return [src / "model.safetensors"]
+    raise FileNotFoundError(f"{src}: no model.safetensors or {INDEX} (erase_merged reads safetensors checkpoints)")
+
+
+def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir: str | Path) -> Path:
+    """Write ``model_dir`` with W' = W − U @ V for every module in ``updates`` into ``out_dir``.
+
+    updates: module name → (U (d_out×k), V (k×d_in)), as for :func:`apply_updates`; the weight of
+    module ``m`` is the tensor ``m + ".weight"`` of whichever shard holds it. Every module must be
+    found (checked from the shard headers before anything is written). Returns ``out_dir``.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    src = Path(model_dir)
+    shards = checkpoint_shards(src)
+    where: dict[str, Path] = {}
+    for shard in shards:
+        with safe_open(str(shard), framework="pt") as f:
+            for key in f.keys():
+                where[key] = shard
+    missing = [m for m in updates if f"{m}.weight" not in where]
+    if missing:
+        raise ValueError(f"{src}: no weight for modules {missing[:3]} in the checkpoint's safetensors files")
+    config = json.loads((src / "config.json").read_text(encoding="utf-8")) if (src / "config.json").is_file() else {}
+    transposed = set(updates) if config.get("model_type") in CONV1D_MODEL_TYPES else set()
+    umask = os.umask(0)
+    os.umask(umask)
+    with atomic_dir(out_dir) as tmp:
+        for item in sorted(src.iterdir()):
+            if item.is_file() and item.suffix != ".safetensors":
+                shutil.copyfile(item, tmp / item.name)  # a new file: the umask applies
+        for shard in shards:
+            with safe_open(str(shard), framework="pt") as f:
+                metadata = f.metadata() or {"format": "pt"}
+                tensors = {key: f.get_tensor(key) for key in f.keys()}
+            mine = {m: u for m, u in updates.items() if where[f"{m}.weight"] == shard}
+            if mine:
+                apply_updates(tensors, mine, transposed=transposed & set(mine))
+            save_file(tensors, str(tmp / shard.name), metadata=metadata)
+            os.chmod(tmp / shard.name, 0o666 & ~umask)  # safetensors writes 0600
+            del tensors
+    return Path(out_dir)

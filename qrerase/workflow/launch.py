@@ -1,0 +1,200 @@
+"""How a training rule starts its job, and how the started script gets its job back.
+
+A training rule runs its script through a ``shell:`` command (so ``snakemake -n -p`` shows it):
+
+- one process: ``<python> <script> --threads T --log L --job '<json>'``;
+- ``resources.<kind>.processes`` N > 1: HF Accelerate's launcher, ``accelerate launch --num_processes N
+  --main_process_port 0 --config_file envs/accelerate/multi_process.yaml <script> ...``, which starts N
+  workers through ``torch.distributed.run`` and sets ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` /
+  ``MASTER_ADDR`` / ``MASTER_PORT`` for each (port 0: a free port, so jobs on one node never collide).
+  With ``model.device: cpu`` the command is prefixed by ``ACCELERATE_USE_CPU=true``: the workers'
+  ``Accelerator`` then joins a gloo process group on the CPU. (``accelerate launch --cpu`` is not used:
+  it selects Accelerate's single-process launcher, which starts one process whatever ``--num_processes``.)
+
+The job spec (``--job``) is one JSON object built at planning time by ``rules/common.smk``
+(:func:`job_spec`): the job's inputs, outputs, params, wildcards and the config entries its params come
+from. :func:`load_job` turns it and the command line back into an object with the attributes of
+Snakemake's ``snakemake`` script object (``input``, ``output``, ``params``, ``wildcards``, ``log``,
+``threads``, ``rule``, ``config``, ``scriptdir``), so scripts and :func:`qrerase.workflow.job.job` treat
+both alike. Nothing here imports torch or Snakemake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .provenance import config_subset
+
+__all__ = [
+    "LAUNCH_CONFIG",
+    "NamedList",
+    "LaunchedJob",
+    "launcher",
+    "job_spec",
+    "load_job",
+    "rank",
+    "world_size",
+    "is_main_process",
+]
+
+#: The Accelerate launcher config shipped in the repository (relative to the workflow directory).
+LAUNCH_CONFIG = "envs/accelerate/multi_process.yaml"
+
+
+# ---------------------------------------------------------------------------------------------
+# The process's place in the job (set by the launcher; a plain `python` run is rank 0 of 1).
+# ---------------------------------------------------------------------------------------------
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ValueError(f"environment variable {name}: expected an integer, got {value!r}") from None
+
+
+def rank() -> int:
+    """This process's global rank (``RANK``, set by ``accelerate launch`` / ``torchrun``); 0 when unset."""
+    return _env_int("RANK", 0)
+
+
+def world_size() -> int:
+    """The job's number of processes (``WORLD_SIZE``); 1 when unset."""
+    return _env_int("WORLD_SIZE", 1)
+
+
+def is_main_process() -> bool:
+    """True on rank 0, the one process that writes the job's outputs, log and provenance record."""
+    return rank() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch command (rules/common.smk).
+# ---------------------------------------------------------------------------------------------
+def launcher(processes: int, device: str, python: str, accelerate: str, config_file: str) -> str:
+    """The command prefix that runs a training script with ``processes`` processes.
+
+    ``processes == 1``: the Python interpreter itself. Above 1: ``accelerate launch`` with the shipped
+    launcher config and a free rendezvous port; ``device == "cpu"`` adds ``ACCELERATE_USE_CPU=true``
+    (gloo workers on the CPU). Raises ValueError for ``processes < 1``.
+    """
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"resources.<kind>.processes: expected an integer >= 1, got {processes!r}")
+    if processes == 1:
+        return shlex.quote(python)
+    parts = [accelerate, "launch", "--num_processes", str(processes), "--main_process_port", "0",
+             "--config_file", config_file]
+    prefix = "ACCELERATE_USE_CPU=true " if device == "cpu" else ""
+    return prefix + " ".join(shlex.quote(p) for p in parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The job spec: built at planning time, read back by the launched script.
+# ---------------------------------------------------------------------------------------------
+def _named(items: Iterable[Any], named: Mapping[str, Any]) -> dict[str, Any]:
+    def plain(v):
+        return [str(x) for x in v] if isinstance(v, (list, tuple)) else str(v)
+
+    return {"values": [str(v) for v in items], "names": {k: plain(v) for k, v in named.items()}}
+
+
+def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1, "c": 2}`` -> ``{"a": {"b": 1}, "c": 2}``."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def job_spec(rule: str, *, input: Any, output: Any, wildcards: Any, params: Mapping[str, Any], config: Mapping) -> str:
+    """The JSON job spec of one job (compact, keys sorted).
+
+    ``input`` / ``output`` are Snakemake's named lists (iterable, with ``.items()`` for the named
+    entries); ``params`` the job's evaluated params. ``config`` is reduced to the entries the params
+    come from (:func:`qrerase.workflow.provenance.config_subset`), nested again, so the provenance record
+    the job writes holds the same config subset as a ``script:`` job's.
+    """
+    params = json.loads(json.dumps(dict(params), default=str))
+    spec = {
+        "rule": rule,
+        "input": _named(input, dict(input.items())),
+        "output": _named(output, dict(output.items())),
+        "wildcards": {k: str(v) for k, v in dict(wildcards.items()).items()},
+        "params": params,
+        "config": _nested(json.loads(json.dumps(config_subset(config, params), default=str))),
+    }
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+class NamedList(list):
+    """A list of values whose named entries are also attributes, like Snakemake's ``Namedlist``.
+
+    Names are instance attributes, so a name that is also a list method (``index``, ``count``) gives
+    the entry, as in Snakemake.
+    """
+
+    def __init__(self, values: Sequence[Any] = (), names: Mapping[str, Any] | None = None):
+        super().__init__(values)
+        self._names = dict(names or {})
+        for name, value in self._names.items():
+            setattr(self, name, value)
+
+    def __getitem__(self, key):
+        return self._names[key] if isinstance(key, str) else super().__getitem__(key)
+
+    def keys(self):
+        return self._names.keys()
+
+    def items(self):
+        return self._names.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._names.get(key, default)
+
+
+class LaunchedJob:
+    """The job of a shell-launched script: the attributes of Snakemake's ``snakemake`` object.
+
+    ``threads`` is this process's share, ``max(1, job_threads // world_size)``; ``job_threads`` the
+    rule's threads (what the provenance record holds); ``world_size`` the launcher's process count.
+    """
+
+    def __init__(self, spec: Mapping[str, Any], *, threads: int, log: Sequence[str], scriptdir: str):
+        self.rule = spec["rule"]
+        self.input = NamedList(spec["input"]["values"], spec["input"]["names"])
+        self.output = NamedList(spec["output"]["values"], spec["output"]["names"])
+        self.params = NamedList(list(spec["params"].values()), spec["params"])
+        self.wildcards = NamedList(list(spec["wildcards"].values()), spec["wildcards"])
+        self.log = NamedList(list(log))
+        self.config = dict(spec["config"])
+        self.scriptdir = scriptdir
+        self.world_size = world_size()
+        self.job_threads = int(threads)
+        self.threads = max(1, self.job_threads // self.world_size)
+
+
+def load_job(argv: Sequence[str] | None = None) -> LaunchedJob:
+    """The job of this script from its command line (``--threads --log --job``)."""
+    parser = argparse.ArgumentParser(description="a qr-erase workflow job (started by its Snakemake rule)")
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--log", action="append", default=[])
+    parser.add_argument("--job", required=True, help="the job spec (JSON), built by rules/common.smk")
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        spec = json.loads(args.job)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--job: not a JSON job spec ({exc})") from None
+    missing = [k for k in ("rule", "input", "output", "wildcards", "params", "config") if k not in spec]
+    if missing:
+        raise ValueError(f"--job: the job spec lacks {', '.join(missing)}")
+    scriptdir = str(Path(sys.argv[0]).resolve().parent)
+    return LaunchedJob(spec, threads=args.threads, log=args.log, scriptdir=scriptdir)

@@ -1,0 +1,265 @@
+"""A workflow config -> the jobs it runs (:class:`qrerase.workflow.plan.JobSpec`), their plan, the
+Snakemake ``resources`` of each rule kind, and the table ``qrerase plan`` prints.
+
+Rule kinds (rules/common.smk ``resources_for``): ``train`` (pretrain, finetune, lora, every baseline),
+``evaluate``, ``linalg`` (factors, erase_merged: CPU only), ``light``. A rule kind's resources are the
+largest over its jobs in the configured tracks; ``resources.<kind>.<key>`` in the config overrides
+any of them (mem_mb, runtime, gpu, cpus_per_task), and ``resources.<kind>.processes`` (default 1) is
+the processes per job, one GPU each on a GPU device.
+
+Runtime (minutes) is a FLOP count at an assumed throughput, x3 for safety, never below a floor:
+6 x active params per trained token (8 with checkpointing, 4 for LoRA), 2 per token of each frozen
+reference, every example at ``max_length`` tokens, at 1e14 FLOP/s per GPU (~35 % of an A100/H100's
+bf16 peak) or 5e10 per CPU thread; generation adds one weight read per new token at 2 TB/s.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, ModelShape, Node, plan_job, resolve_shape
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
+KINDS = ("train", "evaluate", "linalg", "light")
+#: sequences per example and frozen reference copies of each baseline (qrerase.baselines.*)
+BASELINE_SHAPE = {
+    "ga": (1, 0), "graddiff": (2, 0), "kl": (2, 1), "npo": (1, 1), "dpo": (2, 1), "flat": (2, 0),
+    "kga": (2, 3), "ku": (1, 0), "scrub": (2, 1), "bad_teaching": (2, 2),
+}
+FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
+GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12
+LIGHT_MB = 1000
+
+
+def deep_update(base: dict, over: Mapping) -> dict:
+    """Snakemake's --configfile merge: mappings merge key by key, anything else replaces."""
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            deep_update(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def _processes(cfg: Mapping, kind: str) -> int:
+    n = (cfg.get("resources", {}).get(kind) or {}).get("processes", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"resources.{kind}.processes: expected an integer >= 1, got {n!r}")
+    return n
+
+
+def node_of(cfg: Mapping, device: str) -> Node:
+    res = cfg.get("resources", {})
+    gpus = 0 if device == "cpu" else int(res.get("gpus_per_node", 8))
+    return Node(gpus, float(res.get("gpu_mem_gb", 80)), float(res.get("node_mem_gb", 1000)))
+
+
+def _train_job(name: str, section: Mapping, kind: str, procs: int, seqs: int = 1, refs: int = 0,
+               max_length: int = 512, lora_rank: int = 0, ckpt: bool | None = None) -> JobSpec:
+    return JobSpec(name, kind, batch_size=int(section["batch_size"]),
+                   max_length=int(section.get("max_length", max_length)), sequences=seqs, references=refs,
+                   lora_rank=lora_rank, checkpointing=bool(section.get("gradient_checkpointing", ckpt or False)),
+                   micro_batch_size=section.get("micro_batch_size"), processes=procs)
+
+
+def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
+    """(rule kind, job, examples per epoch) of a text track (tofu, crosslingual, task)."""
+    train_p, eval_p = _processes(cfg, "train"), _processes(cfg, "evaluate")
+    tiny = cfg["model"].get("name_or_path") is None
+    ft = dict(cfg["finetune"])
+    if track == "task":
+        ft.update(cfg.get("task", {}).get("finetune") or {})
+    ckpt = bool(ft.get("gradient_checkpointing", False))
+    n = _examples(cfg, track)
+    jobs = []
+    if tiny and track != "task":
+        jobs.append(("train", _train_job(f"{track}:pretrain", cfg["pretrain"], "train", train_p), n))
+    lora_cfg = dict(cfg["lora"])
+    if track == "task":
+        lora_cfg.update(cfg.get("task", {}).get("lora") or {})
+    ft_kind, ft_rank = ("lora", int(lora_cfg["r"])) if cfg["finetune"].get("mode") == "lora" else ("train", 0)
+    jobs.append(("train", _train_job(f"{track}:finetune", ft, ft_kind, train_p, lora_rank=ft_rank), n))
+    jobs.append(("train", _train_job(f"{track}:lora", lora_cfg, "lora", train_p, lora_rank=int(lora_cfg["r"]),
+                                     ckpt=ckpt), n))
+    if track == "task":
+        baselines, bl = cfg.get("task", {}).get("baselines") or {}, {"mode": "full"}
+    else:
+        bl = cfg.get("baselines") or {}
+        baselines = {m: bl.get(m) for m in BASELINE_SHAPE if bl.get(m)}
+    mode_kind = "lora" if bl.get("mode") == "lora" else "train"
+    rank = int((bl.get("lora") or {}).get("r", 0)) if mode_kind == "lora" else 0
+    for method in cfg.get("methods", {}).get(track, []):
+        if method in BASELINE_SHAPE and baselines.get(method):
+            seqs, refs = BASELINE_SHAPE[method]
+            job = _train_job(f"{track}:{method}", baselines[method], mode_kind, train_p, seqs, refs,
+                             max_length=int(bl.get("max_length", ft.get("max_length", 512))), lora_rank=rank,
+                             ckpt=ckpt)
+            jobs.append(("train", job, n))
+    ev = (cfg.get("tofu", {}) if track != "task" else cfg.get("task", {})).get("evaluate") or {}
+    if track == "crosslingual":
+        ev = cfg.get("crosslingual", {}).get("evaluate") or ev
+    evaluate = JobSpec(f"{track}:evaluate", "infer", batch_size=int(ev.get("batch_size", 32)),
+                       max_length=int(ev.get("max_length", ft.get("max_length", 512))),
+                       new_tokens=int(ev.get("max_new_tokens", 200)), processes=eval_p)
+    jobs.append(("evaluate", evaluate, 4 * int(ev.get("max_questions", 300))))
+    jobs.append(("linalg", JobSpec(f"{track}:factors", "linalg", lora_rank=int(lora_cfg["r"])), 0))
+    jobs.append(("linalg", JobSpec(f"{track}:erase_merged", "linalg"), 0))
+    return jobs
+
+
+def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
+    sp = cfg["speech"]
+    train_p, eval_p = _processes(cfg, "train"), _processes(cfg, "evaluate")
+    frames = max(1, int(round(float(sp["data"]["max_seconds"]) * 50)))
+    n, jobs = 3000, []
+    if sp["model"].get("name_or_path") is None:
+        jobs.append(("train", _train_job("speech:pretrain", sp["pretrain"], "train", train_p, max_length=frames), n))
+    jobs.append(("train", _train_job("speech:finetune", sp["finetune"], "train", train_p, max_length=frames), n))
+    jobs.append(("train", _train_job("speech:lora", sp["lora"], "lora", train_p, max_length=frames,
+                                     lora_rank=int(sp["lora"]["r"])), n))
+    common = (sp.get("baselines") or {}).get("common") or {}
+    for method in cfg.get("methods", {}).get("speech", []):
+        if method in BASELINE_SHAPE and method in (sp.get("baselines") or {}):
+            section = {**common, **(sp["baselines"][method] or {})}
+            kind = "lora" if section.get("mode") == "lora" else "train"
+            seqs, refs = BASELINE_SHAPE[method]
+            jobs.append(("train", _train_job(f"speech:{method}", section, kind, train_p, seqs, refs, frames,
+                                             int(section.get("lora_r", 8)) if kind == "lora" else 0), n))
+    ev = sp.get("evaluate") or {}
+    jobs.append(("evaluate", JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames,
+                                     processes=eval_p), n))
+    jobs.append(("linalg", JobSpec("speech:factors", "linalg", lora_rank=int(sp["lora"]["r"]), lora_modules=4), 0))
+    jobs.append(("linalg", JobSpec("speech:erase_merged", "linalg"), 0))
+    return jobs
+
+
+def speech_shape(cfg: Mapping) -> ModelShape:
+    m = cfg["speech"]["model"]
+    if m.get("name_or_path") is None and not m.get("shape"):
+        t = m.get("tiny") or {}
+        return ModelShape("tiny-hubert", t.get("num_hidden_layers", 4), t.get("hidden_size", 64),
+                          t.get("intermediate_size", 128), 0, t.get("num_attention_heads", 4),
+                          t.get("num_attention_heads", 4), gated_mlp=False, frames_per_second=50)
+    return resolve_shape(m)
+
+
+def _examples(cfg: Mapping, track: str) -> int:
+    if track == "task":
+        sizes = ((cfg.get("task") or {}).get("data") or {}).get("sizes") or {}
+        return sum(int(s.get("train", 0)) for s in sizes.values()) or 1000
+    data = (cfg.get("crosslingual" if track == "crosslingual" else "tofu") or {}).get("data") or {}
+    langs = len((cfg.get("crosslingual") or {}).get("languages", [1])) if track == "crosslingual" else 1
+    return 20 * int(data.get("n_authors") or 200) * max(1, langs)
+
+
+def runtime_min(shape: ModelShape, job: JobSpec, rule_kind: str, examples: int, epochs: int, dtype: str,
+                gpus: int, threads: int) -> int:
+    """Wall minutes (module docstring): FLOPs / throughput x 3, at least the kind's floor."""
+    floor = FLOOR_MIN[rule_kind][1 if gpus else 0]
+    if job.kind == "linalg":
+        return floor
+    P = shape.count_params()
+    active = P - (shape.experts - shape.experts_per_token) * 3 * shape.hidden * shape.intermediate * shape.layers
+    per_token = {"train": 8 if job.checkpointing else 6, "lora": 4, "infer": 2}[job.kind] * active
+    per_token += 2 * active * job.references
+    seconds = per_token * examples * job.sequences * job.max_length * max(1, epochs)
+    seconds /= GPU_FLOPS * gpus if gpus else CPU_FLOPS * max(1, threads)
+    if job.kind == "infer" and job.new_tokens:
+        reads = math.ceil(examples / job.batch_size) * job.new_tokens
+        seconds += reads * DTYPE_BYTES[dtype] * P / (GPU_BANDWIDTH * max(1, gpus) if gpus else CPU_FLOPS)
+    return max(floor, math.ceil(3 * seconds / 60))
+
+
+def plan_config(cfg: Mapping) -> list[JobPlan]:
+    """Every job kind of the config's tracks, planned."""
+    return [row[1] for row in _planned(cfg)]
+
+
+def _planned(cfg: Mapping) -> Iterable[tuple[str, JobPlan, int]]:
+    threads = int(cfg.get("threads", 1))
+    for track in cfg.get("tracks", []):
+        if track == "speech":
+            shape, dtype, device, jobs = speech_shape(cfg), cfg["speech"]["model"].get("dtype", "float32"), \
+                cfg["speech"]["model"].get("device", "cpu"), speech_jobs(cfg)
+            epochs_of = lambda j: _epochs(cfg["speech"], j)  # noqa: E731
+        else:
+            vocab = (cfg["model"].get("tokenizer") or {}).get("vocab_size")
+            shape, dtype, device = resolve_shape(cfg["model"], vocab), cfg["model"].get("dtype", "float32"), \
+                cfg["model"].get("device", "cpu")
+            jobs = text_jobs(cfg, track)
+            epochs_of = lambda j: _epochs(cfg, j)  # noqa: E731
+        node = node_of(cfg, device)
+        for rule_kind, job, examples in jobs:
+            plan = plan_job(shape, job, dtype, node)
+            minutes = runtime_min(shape, job, rule_kind, examples, epochs_of(job), dtype, plan.gpus, threads)
+            yield rule_kind, plan, minutes
+
+
+def _epochs(sections: Mapping, job: JobSpec) -> int:
+    _, _, name = job.name.partition(":")
+    for where in (sections.get(name), (sections.get("baselines") or {}).get(name)):
+        if isinstance(where, Mapping) and "epochs" in where:
+            return int(where["epochs"])
+    return 1
+
+
+def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
+    """Snakemake resources of a rule kind: the plan's largest job of that kind, then the config's
+    ``resources.<kind>`` overrides. Keys as snakemake-executor-plugin-slurm reads them: mem_mb,
+    runtime (min), gpu (--gpus; only when > 0), nodes (1 for GPU / multi-process jobs),
+    cpus_per_task (threads x processes for a multi-process job), slurm_partition, slurm_extra."""
+    if kind not in KINDS:
+        raise ValueError(f"resources_for: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    over = (cfg.get("resources") or {}).get(kind) or {}
+    rows = [(p, m) for k, p, m in _planned(cfg) if k == kind]
+    procs = _processes(cfg, kind)
+    if rows:
+        mem_mb = max(math.ceil(p.host_bytes / 2**20) for p, _ in rows)
+        runtime, gpu = max(m for _, m in rows), max(p.gpus for p, _ in rows)
+    else:
+        mem_mb, runtime, gpu = LIGHT_MB, FLOOR_MIN[kind][0], 0
+    out: dict[str, Any] = {"mem_mb": int(over.get("mem_mb", mem_mb)), "runtime": int(over.get("runtime", runtime))}
+    gpu = int(over.get("gpu", gpu))
+    if gpu:
+        out["gpu"] = gpu
+    if gpu or procs > 1:
+        out["nodes"] = 1
+    if procs > 1 or "cpus_per_task" in over:
+        out["cpus_per_task"] = int(over.get("cpus_per_task", threads * procs))
+    for key in ("slurm_partition", "slurm_extra"):
+        if over.get(key):
+            out[key] = over[key]
+    return out
+
+
+def format_table(cfg: Mapping) -> str:
+    """The plan as a Markdown table (``qrerase plan``)."""
+    lines = ["| job | rule kind | processes | GPUs | GPUs needed | micro-batch x accum. | GiB per GPU | "
+             "host GiB | runtime min | fits | note |", "|" + "---|" * 11]
+    for kind, p, minutes in _planned(cfg):
+        mb = f"{p.micro_batch} x {p.accumulation}" if p.micro_batch else "-"
+        dev = f"{p.device_bytes / GIB:.1f}" if p.gpus else "-"
+        lines.append(f"| {p.name} | {kind} | {p.processes} | {p.gpus} | {p.gpus_needed or '-'} | {mb} | {dev} | "
+                     f"{p.host_bytes / GIB:.1f} | {minutes} | "
+                     f"{'yes' if p.fits else 'NO'} | {p.note} |")
+    return "\n".join(lines)
+
+
+def load_config(*configfiles: str | Path) -> dict:
+    """The workflow's config as Snakemake builds it: the embedded default (config.yaml next to the
+    Snakefile) updated by each ``--configfile`` in turn, then validated (one line naming the key)."""
+    import yaml
+
+    from .config import validate
+
+    cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for path in configfiles:
+        over = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(over, Mapping):
+            raise ValueError(f"{path}: expected a mapping of config keys")
+        deep_update(cfg, over)
+    validate(cfg)
+    return cfg
