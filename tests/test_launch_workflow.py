@@ -84,9 +84,16 @@ def text_runs(tmp_path_factory):
     return run_pair(tmp_path_factory, "text", tofu_config, TEXT)
 
 
+def speech_config_without_dropout(workdir: Path, **overrides) -> Path:
+    """Dropout draws its masks per forward pass, so a batch split over 2 processes gets other masks
+    than the whole batch in 1 (measured: 0.28 relative difference of the update at the test config's
+    hidden_dropout 0.1); the comparison of the engine's data parallelism needs a deterministic forward."""
+    return write_speech_config(workdir, **{"speech__model__tiny__hidden_dropout": 0.0, **overrides})
+
+
 @pytest.fixture(scope="module")
 def speech_runs(tmp_path_factory):
-    return run_pair(tmp_path_factory, "speech", write_speech_config, SPEECH)
+    return run_pair(tmp_path_factory, "speech", speech_config_without_dropout, SPEECH)
 
 
 def assert_same_training(one: Path, two: Path, targets: dict) -> None:

@@ -6,14 +6,15 @@ from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_ref
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.checkpoints import save_model
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)

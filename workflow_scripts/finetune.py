@@ -7,7 +7,8 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, l
 from qrerase.checkpoints import resolve_device, save_model
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
@@ -15,7 +16,7 @@ snakemake = load_job()  # the job spec of the rule's shell command (rules/common
 
 p = snakemake.params
 inp = snakemake.input
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mcfg = p.model
     dtype, device = model_options(mcfg)
     if "tokenizer" in inp.keys():  # rule pretrain: a new tiny Llama on the run's tokenizer

@@ -4,13 +4,14 @@ from qrerase.io import write_csv
 from qrerase.speech.data import load_speech_data, train_mask
 from qrerase.speech.model import load_speech_model, save_speech_model
 from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
-from qrerase.workflow.job import job
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     method = snakemake.wildcards.method
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)

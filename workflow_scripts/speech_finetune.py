@@ -7,13 +7,14 @@ from qrerase.speech.model import load_pretrained, save_speech_model
 from qrerase.speech.data import load_speech_data
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
-from qrerase.workflow.job import job
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     arrays, index = load_speech_data(inp.audio, inp.index)
     speakers = json.loads(open(inp.meta, encoding="utf-8").read())["speakers"]
     # the pretrained model (digit-pretrained here, or the hub checkpoint) with a new, seeded speaker head

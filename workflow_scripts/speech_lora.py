@@ -5,21 +5,22 @@ from qrerase.io import write_csv
 from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
 from qrerase.speech.data import load_speech_data, train_mask
 from qrerase.speech.train import train_speech_lora
-from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
-from qrerase.workflow.job import job
+from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     lcfg, which = p.lora, snakemake.wildcards.set
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
     if lcfg.get("base", "finetuned") == "pretrained":  # the pretrained encoder carrying the fine-tuned speaker head
         graft_encoder(model, load_pretrained(p.model, inp.get("pretrained")))
         log.info("LoRA base: the pretrained encoder with the fine-tuned speaker head")
-    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio")
+    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", *ENGINE_KEYS)
     cfg = LoraTrainConfig(
         r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
         train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),

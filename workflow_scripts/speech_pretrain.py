@@ -6,14 +6,15 @@ from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, save_speec
 from qrerase.speech.data import digit_task, load_speech_data
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
-from qrerase.workflow.job import job
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, resume_dir
 from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     arrays, index = load_speech_data(inp.audio, inp.index)
     digits, names = digit_task(arrays, index)
     model = build_tiny_hubert(TinyHubertConfig.from_dict(p.model["tiny"]), names, seed=p.seed)

@@ -7,7 +7,8 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
 from qrerase.checkpoints import save_model
 from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
@@ -15,7 +16,7 @@ snakemake = load_job()  # the job spec of the rule's shell command (rules/common
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 method = snakemake.wildcards.method
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}
     dtype, device = model_options(p.model)
     model, tokenizer = load_model(inp.model, dtype=dtype, device=device), load_tokenizer(inp.model)

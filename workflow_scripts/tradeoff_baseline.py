@@ -6,14 +6,15 @@ from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
-from qrerase.workflow.job import job, template_from
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     epochs = int(wc.epochs)
     cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)

@@ -4,15 +4,16 @@
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
-from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_lora
-from qrerase.workflow.job import job, template_from
+from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter, train_lora
+from qrerase.engine import resuming
+from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
 
 p = snakemake.params
-with job(snakemake, seed=p.seed) as log:
+with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     lcfg = p.lora
     inp = snakemake.input
     # A hub model's pretrained checkpoint is no workflow file: loaded by name.
@@ -22,7 +23,7 @@ with job(snakemake, seed=p.seed) as log:
     model = load_model(source, dtype=dtype, device=device, local_files_only=local)
     tokenizer = load_tokenizer(source, local_files_only=local)
     records = read_jsonl(snakemake.input.data)
-    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length")
+    train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_length", *ENGINE_KEYS)
     train = TrainConfig.from_dict(
         {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}
     )

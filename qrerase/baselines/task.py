@@ -39,7 +39,8 @@ from ..config import from_mapping
 from ..determinism import set_determinism
 from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 from ..text.lm import PromptTemplate, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
-from ..text.training import TrainConfig, epoch_steps, train_causal_lm, train_steps
+from .. import engine
+from ..text.training import TrainConfig, answer_tokens, epoch_steps, token_mean_split, train_causal_lm, train_steps
 from ..text.lm import pad_token_id
 
 __all__ = [
@@ -61,7 +62,8 @@ TASK_BASELINES = ("ga", "kga", "ku")
 @dataclass
 class KgaConfig:
     """KGA: ``epochs`` over D_f, ``lr``, ``batch_size`` (per set), ``alpha`` (retain KL weight),
-    ``aux_epochs`` / ``aux_lr`` / ``aux_batch_size`` (training A_f and A_n from the initial checkpoint)."""
+    ``aux_epochs`` / ``aux_lr`` / ``aux_batch_size`` (training A_f and A_n from the initial checkpoint);
+    engine keys as :class:`qrerase.text.training.TrainConfig` (``micro_batch_size`` applies to all three runs)."""
 
     epochs: int = 1
     lr: float = 3e-4
@@ -76,6 +78,10 @@ class KgaConfig:
     max_length: int = 128
     seed: int = 0
     threads: int = 2
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = 0
+    backend: str = "ddp"
 
     def __post_init__(self):
         for key in ("epochs", "batch_size", "aux_epochs", "aux_batch_size"):
@@ -96,13 +102,16 @@ class KgaConfig:
                            batch_size=self.aux_batch_size if aux else self.batch_size,
                            weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio,
                            max_grad_norm=self.max_grad_norm, max_length=self.max_length, seed=self.seed,
-                           threads=self.threads)
+                           threads=self.threads, micro_batch_size=self.micro_batch_size,
+                           gradient_checkpointing=self.gradient_checkpointing, checkpoint_every=self.checkpoint_every,
+                           backend=self.backend)
 
 
 @dataclass
 class KuConfig:
     """KU: at most ``epochs`` over D_f, ``lr``, ``batch_size``; the memorisation criterion is checked
-    every ``check_every`` steps; ``ma_threshold`` (``None``: the fine-tuned model's mean MA on D_n)."""
+    every ``check_every`` steps; ``ma_threshold`` (``None``: the fine-tuned model's mean MA on D_n);
+    engine keys as :class:`qrerase.text.training.TrainConfig`."""
 
     epochs: int = 1
     lr: float = 3e-4
@@ -115,6 +124,10 @@ class KuConfig:
     max_length: int = 128
     seed: int = 0
     threads: int = 2
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = 0
+    backend: str = "ddp"
 
     def __post_init__(self):
         for key in ("epochs", "batch_size", "check_every"):
@@ -132,7 +145,9 @@ class KuConfig:
     def train_config(self) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, weight_decay=self.weight_decay,
                            warmup_ratio=self.warmup_ratio, max_grad_norm=self.max_grad_norm,
-                           max_length=self.max_length, seed=self.seed, threads=self.threads)
+                           max_length=self.max_length, seed=self.seed, threads=self.threads,
+                           micro_batch_size=self.micro_batch_size, gradient_checkpointing=self.gradient_checkpointing,
+                           checkpoint_every=self.checkpoint_every, backend=self.backend)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,12 +233,15 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
            for k, v in (("forget", forget), ("retain", retain), ("new", new))}
     new_batches = retain_stream([len(x[0]) for x in enc["new"]], cfg.batch_size, cfg.seed + 1)
     retain_batches = retain_stream([len(x[0]) for x in enc["retain"]], cfg.batch_size, cfg.seed)
+    # payload of a step: (forget, new, retain) batches, drawn up front so a resumed run sees the same
+    steps = [(epoch, (idx, next(new_batches), next(retain_batches)))
+             for epoch, idx in _steps(enc["forget"], cfg.batch_size, cfg.epochs, cfg.seed)]
 
     def logits(m, examples, idx):
         return answer_token_logits(m, collate([examples[i] for i in idx], pad_id))[0]
 
-    def loss_fn(idx):
-        nidx, ridx = next(new_batches), next(retain_batches)
+    def loss_fn(payload):
+        idx, nidx, ridx = payload
         with torch.no_grad():
             gap_new = kl_divergence(logits(ref, enc["new"], nidx), logits(aux["new"], enc["new"], nidx))
             aux_f = logits(aux["forget"], enc["forget"], idx)
@@ -235,8 +253,44 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
         return loss, {"gap_new": float(gap_new), "gap_forget": float(kl_divergence(theta_f.detach(), aux_f)),
                       "retain_kl": float(kl_divergence(ref_r, theta_r.detach())), "forget_nll": float(nll)}
 
-    rows = train_steps(model, cfg.train_config(), _steps(enc["forget"], cfg.batch_size, cfg.epochs, cfg.seed),
-                       loss_fn, desc=desc)
+    def kl_sum(p_logits, q_logits):  # Σ over tokens of KL(p ‖ q): kl_divergence's mean times the count
+        return kl_divergence(p_logits, q_logits) * p_logits.shape[0]
+
+    def split(payload, parts):
+        """Exact micro-batches of ``|g_n − KL̄_f| + α KL̄_r``: with ``s = sign(g_n − KL̄_f)`` from a
+        no-grad pass over the whole step batch, a piece contributes ``s·g_n/parts − s·ΣKL_f/N_f +
+        α·ΣKL_r/N_r`` (sums over its tokens, N over the whole batch's): same sum, same gradient."""
+        idx, nidx, ridx = payload
+        pieces = list(zip(engine.chunk(idx, parts), engine.chunk(ridx, parts)))
+        n_f = max(1, sum(answer_tokens(enc["forget"][i]) for i in idx))
+        n_r = max(1, sum(answer_tokens(enc["retain"][i]) for i in ridx))
+        whole: dict = {}
+
+        def prepass():
+            with torch.no_grad():
+                gap_sum = sum(float(kl_sum(logits(ref, enc["new"], p), logits(aux["new"], enc["new"], p)))
+                              for p, live in engine.chunk(nidx, parts) if live)
+                gap_new = gap_sum / max(1, sum(answer_tokens(enc["new"][i]) for i in nidx))
+                kl_f = sum(float(kl_sum(logits(model, enc["forget"], p), logits(aux["forget"], enc["forget"], p)))
+                           for (p, live), _ in pieces if live) / n_f
+            whole.update(gap_new=gap_new, sign=1.0 if gap_new - kl_f >= 0 else -1.0)
+
+        def piece(f, f_live, r, r_live):
+            if not whole:
+                prepass()
+            s, wf, wr = whole["sign"], float(f_live), float(r_live)
+            with torch.no_grad():
+                aux_f, ref_r = logits(aux["forget"], enc["forget"], f), logits(ref, enc["retain"], r)
+            theta_f, theta_r = logits(model, enc["forget"], f), logits(model, enc["retain"], r)
+            loss = (s * whole["gap_new"] / parts - s * wf * kl_sum(theta_f, aux_f) / n_f
+                    + cfg.alpha * wr * kl_sum(ref_r, theta_r) / n_r)
+            return loss, {"gap_new": whole["gap_new"], "gap_forget": float(kl_divergence(theta_f.detach(), aux_f)),
+                          "retain_kl": float(kl_divergence(ref_r, theta_r.detach()))}
+
+        return [(lambda f=f, fl=fl, r=r, rl=rl: piece(f, fl, r, rl)) for (f, fl), (r, rl) in pieces]
+
+    rows = train_steps(model, cfg.train_config(), steps, loss_fn, desc=desc, split=split,
+                       frozen=[ref, aux["forget"], aux["new"]])
     model.eval()
     return model, rows
 
@@ -284,7 +338,8 @@ def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: KuCon
         return state["stopped"]
 
     rows = [] if state["stopped"] else train_steps(
-        model, cfg.train_config(), _steps(forget_ex, cfg.batch_size, cfg.epochs, cfg.seed), loss_fn, desc=desc, stop=stop)
+        model, cfg.train_config(), _steps(forget_ex, cfg.batch_size, cfg.epochs, cfg.seed), loss_fn, desc=desc, stop=stop,
+        split=token_mean_split(model, forget_ex, pad_id, sign=-1.0))
     if rows and len(rows) not in state["checked"]:
         state["ma"] = float(memorization_accuracy(model, forget_ex, pad_id).mean())
         state["stopped"] = state["ma"] <= threshold

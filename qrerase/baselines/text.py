@@ -44,11 +44,8 @@ from ..config import from_mapping
 from ..determinism import set_determinism
 from ..text.lm import (
     PromptTemplate,
-    answer_token_logits,
-    answer_token_nll,
     collate,
     encode_qa_many,
-    per_sequence,
     qa_pair,
     sequence_nll,
 )
@@ -97,7 +94,8 @@ class TextBaselineConfig:
     batches have the same size), ``weight_decay``, ``warmup_ratio``, ``max_grad_norm``,
     ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
     inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl, >= 0), ``divergence`` (FLAT's
-    f-divergence, one of :data:`DIVERGENCES`). ``mode``: ``full`` (all weights) or ``lora``
+    f-divergence, one of :data:`DIVERGENCES`). Engine: ``micro_batch_size``,
+    ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
     (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end).
     """
 
@@ -119,6 +117,10 @@ class TextBaselineConfig:
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     seed: int = 0
     threads: int = 2
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = 0
+    backend: str = "ddp"
 
     def __post_init__(self):
         self.lora_target_modules = tuple(self.lora_target_modules)
@@ -347,6 +349,8 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
         freeze(ref_model)
     ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if method in ("npo", "dpo") else None
     ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if method == "dpo" else None
+    if method in ("npo", "dpo"):
+        ref_model.to("meta")  # only its NLLs are needed: free the reference's memory now
 
     if cfg.mode == "lora":
         model = add_lora(model, cfg.lora_config())
@@ -354,57 +358,15 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
     lengths = [len(x[0]) for x in forget_ex]
     steps = epoch_steps(lengths, cfg.batch_size, cfg.epochs, cfg.seed)
     retain_batches = retain_stream([len(x[0]) for x in retain_ex], cfg.batch_size, cfg.seed) if retain_ex else None
+    # payload of a step: (forget batch, retain batch or None), drawn up front so a resumed run sees the same
+    steps = [(epoch, (idx, next(retain_batches) if retain_batches is not None else None)) for epoch, idx in steps]
+    from .objective import TextObjective
 
-    def forward(examples, idx):
-        return sequence_nll(model, collate([examples[i] for i in idx], pad_id))
-
-    def loss_fn(idx):
-        terms: dict[str, float] = {}
-        if method == "dpo":
-            both = [refusal_ex[i] for i in idx] + [forget_ex[i] for i in idx]
-            nll, n = sequence_nll(model, collate(both, pad_id))
-            k = len(idx)
-            chosen, rejected = nll[:k], nll[k:]
-            loss = dpo_loss(chosen, rejected, ref_refusal[idx].to(nll.device), ref_forget[idx].to(nll.device), cfg.beta)
-            terms["forget_nll"] = float(token_mean_nll(rejected, n[k:]).detach())
-            terms["refusal_nll"] = float(token_mean_nll(chosen, n[:k]).detach())
-            return loss, terms
-        if method == "flat":
-            both = [refusal_ex[i] for i in idx] + [forget_ex[i] for i in idx]
-            tok_nll, mask = answer_token_nll(model, collate(both, pad_id))
-            mask = mask.to(tok_nll.device)
-            nll, n = per_sequence(tok_nll, mask)
-            prob_sum, _ = per_sequence(torch.exp(-tok_nll), mask)
-            prob = prob_sum / n.clamp_min(1)
-            k = len(idx)
-            loss = flat_loss(prob[:k], prob[k:], cfg.divergence)
-            terms["forget_nll"] = float(token_mean_nll(nll[k:], n[k:]).detach())
-            terms["forget_prob"] = float(prob[k:].mean().detach())
-            terms["refusal_prob"] = float(prob[:k].mean().detach())
-            return loss, terms
-        nll, n = forward(forget_ex, idx)
-        terms["forget_nll"] = float(token_mean_nll(nll, n).detach())
-        if method == "ga":
-            return ga_loss(nll, n), terms
-        if method == "npo":
-            return npo_loss(nll, ref_forget[idx].to(nll.device), cfg.beta), terms
-        ridx = next(retain_batches)
-        if method == "graddiff":
-            r_nll, r_n = forward(retain_ex, ridx)
-            terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-            return graddiff_loss(nll, n, r_nll, r_n, cfg.retain_weight), terms
-        # kl
-        batch = collate([retain_ex[i] for i in ridx], pad_id)
-        with torch.no_grad():
-            ref_logits, _, _ = answer_token_logits(ref_model, batch)
-        logits, _, _ = answer_token_logits(model, batch)
-        ref_logits = ref_logits.to(logits.device)
-        loss = kl_loss(nll, n, ref_logits, logits, cfg.retain_weight)
-        terms["retain_kl"] = float(kl_divergence(ref_logits, logits.detach()))
-        return loss, terms
-
-    rows = train_steps(model, cfg.train_config(), steps, loss_fn, desc=desc)
+    losses = TextObjective(method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal)
+    rows = train_steps(model, cfg.train_config(), steps, losses.full, desc=desc, split=losses.split,
+                       frozen=[ref_model] if method == "kl" else [])
     if cfg.mode == "lora":
         model = model.merge_and_unload()
     model.eval()
     return model, rows
+

@@ -21,8 +21,6 @@ Every trainer returns (unlearned model — a plain, merged ``transformers`` mode
 from __future__ import annotations
 
 import copy
-import math
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -51,7 +49,10 @@ class SpeechBaselineConfig:
     mode: ``full`` (all weights) or ``lora`` (LoRA r / alpha on ``target_modules``, merged at the end).
     epochs, lr, batch_size, max_grad_norm: the optimisation. SCRUB: ``max_epochs`` (epochs with
     max-steps), ``alpha``, ``gamma``, ``temperature``. Bad Teaching: ``temperature``,
-    ``retain_fraction`` (share of retain utterances used).
+    ``retain_fraction`` (share of retain utterances used). Engine (as
+    :class:`qrerase.text.training.TrainConfig`): ``micro_batch_size``, ``gradient_checkpointing``,
+    ``checkpoint_every``, ``backend``; every update runs on :func:`qrerase.text.training.train_steps`
+    (Adam at a constant rate).
     """
 
     mode: str = "full"
@@ -69,6 +70,10 @@ class SpeechBaselineConfig:
     retain_fraction: float = 1.0
     seed: int = 0
     threads: int = 2
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = 0
+    backend: str = "ddp"
 
     def __post_init__(self):
         self.target_modules = tuple(self.target_modules)
@@ -173,40 +178,37 @@ def _unwrap(student):
     return student.merge_and_unload() if hasattr(student, "merge_and_unload") else student
 
 
-def _adam(student, lr: float):
-    import torch
+def _train_config(cfg: SpeechBaselineConfig):
+    from ..text.training import TrainConfig
 
-    params = [p for p in student.parameters() if p.requires_grad]
-    if not params:
+    return TrainConfig(epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size, max_grad_norm=cfg.max_grad_norm,
+                       seed=cfg.seed, threads=cfg.threads, micro_batch_size=cfg.micro_batch_size,
+                       gradient_checkpointing=cfg.gradient_checkpointing, checkpoint_every=cfg.checkpoint_every,
+                       backend=cfg.backend)
+
+
+def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Callable], desc: str) -> pd.DataFrame:
+    """Adam at the constant rate ``cfg.lr`` with clipping, on the engine's loop
+    (:func:`qrerase.text.training.train_steps`). ``steps``: ``(epoch, (phase, idx))`` per update;
+    ``losses[phase](idx)``: that phase's batch-mean loss. Returns the curve ``step, epoch, phase, loss``."""
+    from .. import engine
+    from ..text.training import train_steps
+
+    if not any(p.requires_grad for p in student.parameters()):
         raise ValueError("baseline: the student has no trainable parameters")
-    return torch.optim.Adam(params, lr=lr), params
 
+    def loss_fn(payload):
+        phase, idx = payload
+        return losses[phase](idx), {}
 
-class _Loop:
-    """Shared update loop: one Adam optimiser, clipping, a tqdm bar and the loss curve rows."""
+    def split(payload, parts):
+        phase, idx = payload
+        return engine.example_mean_split(lambda sub: (losses[phase](sub), {}))(idx, parts)
 
-    def __init__(self, student, cfg: SpeechBaselineConfig, total: int, desc: str):
-        from tqdm.auto import tqdm
-
-        self.student, self.cfg = student, cfg
-        self.optimizer, self.params = _adam(student, cfg.lr)
-        self.rows: list[tuple[int, int, str, float]] = []
-        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, leave=False)
-
-    def step(self, loss, epoch: int, phase: str) -> None:
-        import torch
-
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.cfg.max_grad_norm and self.cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        self.optimizer.step()
-        self.rows.append((len(self.rows) + 1, epoch, phase, float(loss.detach())))
-        self.bar.update(1)
-
-    def curve(self) -> pd.DataFrame:
-        self.bar.close()
-        return pd.DataFrame(self.rows, columns=["step", "epoch", "phase", "loss"])
+    rows = train_steps(student, _train_config(cfg), steps, loss_fn, desc=desc, split=split, optimizer="adam",
+                       schedule="constant")
+    return pd.DataFrame([(r["step"], r["epoch"], steps[r["step"] - 1][1][0], r["loss"]) for r in rows],
+                        columns=["step", "epoch", "phase", "loss"])
 
 
 def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
@@ -223,14 +225,14 @@ def _run_ga(model, data, cfg):
 
     x, m, y = data["forget"]
     student = _student(model, cfg)
-    loop = _Loop(student, cfg, cfg.epochs * math.ceil(len(y) / cfg.batch_size), "ga")
-    student.train()
-    for epoch in range(cfg.epochs):
-        for idx in _batches(len(y), cfg, epoch):
-            b = torch.from_numpy(idx)
-            loop.step(ga_classifier_loss(classifier_logits(student, x[b], m[b]), y[b]), epoch + 1, "ascent")
-    student.eval()
-    return _unwrap(student), loop.curve()
+    steps = [(epoch + 1, ("ascent", idx)) for epoch in range(cfg.epochs) for idx in _batches(len(y), cfg, epoch)]
+
+    def ascent(idx):
+        b = torch.from_numpy(idx)
+        return ga_classifier_loss(classifier_logits(student, x[b], m[b]), y[b])
+
+    curve = _train(student, cfg, steps, {"ascent": ascent}, "ga")
+    return _unwrap(student), curve
 
 
 def _run_scrub(model, data, cfg):
@@ -241,24 +243,27 @@ def _run_scrub(model, data, cfg):
     (xf, mf, yf), (xr, mr, yr) = data["forget"], data["retain"]
     teacher = _frozen_copy(model)
     student = _student(model, cfg)
-    n_max = min(cfg.max_epochs, cfg.epochs) * math.ceil(len(yf) / cfg.batch_size)
-    loop = _Loop(student, cfg, n_max + cfg.epochs * math.ceil(len(yr) / cfg.batch_size), "scrub")
-    student.train()
+    steps = []
     for epoch in range(cfg.epochs):
         if epoch < cfg.max_epochs:
-            for idx in _batches(len(yf), cfg, 2 * epoch):
-                b = torch.from_numpy(idx)
-                with torch.no_grad():
-                    t = classifier_logits(teacher, xf[b], mf[b])
-                loop.step(scrub_max_loss(classifier_logits(student, xf[b], mf[b]), t, cfg.temperature), epoch + 1, "max")
-        for idx in _batches(len(yr), cfg, 2 * epoch + 1):
-            b = torch.from_numpy(idx)
-            with torch.no_grad():
-                t = classifier_logits(teacher, xr[b], mr[b])
-            s = classifier_logits(student, xr[b], mr[b])
-            loop.step(scrub_min_loss(s, t, yr[b], cfg.alpha, cfg.gamma, cfg.temperature), epoch + 1, "min")
-    student.eval()
-    return _unwrap(student), loop.curve()
+            steps += [(epoch + 1, ("max", idx)) for idx in _batches(len(yf), cfg, 2 * epoch)]
+        steps += [(epoch + 1, ("min", idx)) for idx in _batches(len(yr), cfg, 2 * epoch + 1)]
+
+    def max_step(idx):
+        b = torch.from_numpy(idx)
+        with torch.no_grad():
+            t = classifier_logits(teacher, xf[b], mf[b])
+        return scrub_max_loss(classifier_logits(student, xf[b], mf[b]), t, cfg.temperature)
+
+    def min_step(idx):
+        b = torch.from_numpy(idx)
+        with torch.no_grad():
+            t = classifier_logits(teacher, xr[b], mr[b])
+        s = classifier_logits(student, xr[b], mr[b])
+        return scrub_min_loss(s, t, yr[b], cfg.alpha, cfg.gamma, cfg.temperature)
+
+    curve = _train(student, cfg, steps, {"max": max_step, "min": min_step}, "scrub")
+    return _unwrap(student), curve
 
 
 def _run_bad_teaching(model, data, cfg):
@@ -275,18 +280,18 @@ def _run_bad_teaching(model, data, cfg):
     competent = _frozen_copy(model)
     incompetent = random_like(model, cfg.seed + 1)
     student = _student(model, cfg)
-    loop = _Loop(student, cfg, cfg.epochs * math.ceil(len(x) / cfg.batch_size), "bad_teaching")
-    student.train()
-    for epoch in range(cfg.epochs):
-        for idx in _batches(len(x), cfg, epoch):
-            b = torch.from_numpy(idx)
-            with torch.no_grad():
-                tc = classifier_logits(competent, x[b], m[b])
-                ti = classifier_logits(incompetent, x[b], m[b])
-            s = classifier_logits(student, x[b], m[b])
-            loop.step(bad_teaching_loss(s, tc, ti, is_forget[b], cfg.temperature), epoch + 1, "distil")
-    student.eval()
-    return _unwrap(student), loop.curve()
+    steps = [(epoch + 1, ("distil", idx)) for epoch in range(cfg.epochs) for idx in _batches(len(x), cfg, epoch)]
+
+    def distil(idx):
+        b = torch.from_numpy(idx)
+        with torch.no_grad():
+            tc = classifier_logits(competent, x[b], m[b])
+            ti = classifier_logits(incompetent, x[b], m[b])
+        s = classifier_logits(student, x[b], m[b])
+        return bad_teaching_loss(s, tc, ti, is_forget[b], cfg.temperature)
+
+    curve = _train(student, cfg, steps, {"distil": distil}, "bad_teaching")
+    return _unwrap(student), curve
 
 
 _RUNNERS: dict[str, Callable] = {"ga": _run_ga, "scrub": _run_scrub, "bad_teaching": _run_bad_teaching}

@@ -58,7 +58,8 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
     warmup_ratio, max_grad_norm, seed, threads): AdamW, linear warmup then linear decay to 0, gradient
     clipping (the loop of :func:`qrerase.text.training.train_steps`), batches drawn by a generator seeded
     with (seed, epoch). ``loss_fn(model, x, m, y)``
-    defaults to the cross-entropy of the speaker labels. Returns the loss curve (``step, epoch, loss,
+    defaults to the cross-entropy of the speaker labels; it must be a mean over the batch's utterances
+    (micro-batches are weighted by their share of the batch, :func:`qrerase.engine.example_mean_split`). Returns the loss curve (``step, epoch, loss,
     lr``, one row per update); the model is left in eval mode.
     """
     import torch
@@ -66,6 +67,7 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
 
     from ..checkpoints import model_device
     from ..determinism import epoch_seed, set_determinism
+    from ..engine import example_mean_split
     from ..text.training import train_steps
 
     set_determinism(cfg.seed, cfg.threads)
@@ -83,7 +85,7 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
         b = torch.from_numpy(idx)
         return loss_fn(model, x[b], m[b], y[b]), {}
 
-    rows = train_steps(model, cfg, steps, step_loss, desc=desc)
+    rows = train_steps(model, cfg, steps, step_loss, desc=desc, split=example_mean_split(lambda idx: step_loss(idx)))
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
 
 

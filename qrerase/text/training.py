@@ -14,8 +14,10 @@ with the same seed, data and thread count give bit-identical weights.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from ..io import atomic_dir
 from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_qa_many, pad_token_id, qa_pair
 
 __all__ = [
+    "ENGINE_KEYS",
     "TrainConfig",
     "LoraTrainConfig",
     "train_steps",
@@ -43,6 +46,10 @@ __all__ = [
 ]
 
 
+#: The training-engine keys every training section accepts (schema ``definitions/engine_keys``).
+ENGINE_KEYS = ("micro_batch_size", "gradient_checkpointing", "checkpoint_every", "backend")
+
+
 @dataclass
 class TrainConfig:
     """Optimisation settings of one training run.
@@ -51,6 +58,11 @@ class TrainConfig:
     linearly to 0); ``weight_decay`` applies to matrices only (not to norms/biases), as in HF
     ``Trainer``; ``max_grad_norm <= 0`` disables clipping; ``max_length`` caps the tokens per
     example (answers are truncated); ``threads`` is passed to ``torch.set_num_threads``.
+    Engine (:func:`train_steps`): ``batch_size`` is the global batch of one optimiser step, reached
+    with per-process micro-batches of ``micro_batch_size`` (None: ``batch_size / processes``) and
+    gradient accumulation; ``gradient_checkpointing`` recomputes activations in the backward pass;
+    ``checkpoint_every`` (steps, 0 = off) saves resumable state; ``backend`` (``ddp`` | ``fsdp`` |
+    ``deepspeed``) is the multi-process engine.
     """
 
     epochs: int
@@ -62,10 +74,20 @@ class TrainConfig:
     max_length: int = 128
     seed: int = 0
     threads: int = 2
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = 0
+    backend: str = "ddp"
 
     def __post_init__(self):
         if self.epochs < 0 or self.batch_size < 1 or self.lr < 0 or not 0 <= self.warmup_ratio <= 1:
             raise ValueError(f"invalid training config: {self}")
+        if self.micro_batch_size is not None and not (isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1):
+            raise ValueError(f"training config: 'micro_batch_size' must be an integer >= 1 or null, got {self.micro_batch_size!r}")
+        if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0):
+            raise ValueError(f"training config: 'checkpoint_every' must be an integer >= 0, got {self.checkpoint_every!r}")
+        if self.backend not in ("ddp", "fsdp", "deepspeed"):
+            raise ValueError(f"training config: 'backend' must be one of ['ddp', 'fsdp', 'deepspeed'], got {self.backend!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
@@ -113,56 +135,175 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
                 loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]], desc: str = "train",
-                stop: Callable[[int], bool] | None = None) -> list[dict]:
-    """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines.
+                stop: Callable[[int], bool] | None = None, split: Callable[[Any, int], list] | None = None,
+                optimizer: str = "adamw", schedule: str = "linear", frozen: Sequence[Any] = ()) -> list[dict]:
+    """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines, on HF Accelerate.
 
     ``steps`` lists one ``(epoch, payload)`` per optimiser step (epoch 1-based); ``loss_fn(payload)``
     returns ``(loss, terms)``: the scalar to minimise and extra floats to log. Each step: AdamW
-    (:func:`_optimizer`; weight decay on matrices only) with linear warmup over ``cfg.warmup_ratio``
-    of the steps then linear decay to 0, gradient clipping at ``cfg.max_grad_norm`` (``<= 0``: off).
-    Only parameters with ``requires_grad`` are trained. Returns one dict per step: ``step``
-    (1-based), ``epoch``, ``loss`` (before the update), ``lr`` (used for that update), then the
-    terms. The model is left in eval mode; a tqdm bar on stderr shows progress. ``stop(step)``,
+    (:func:`_optimizer`; weight decay on matrices only; ``optimizer="adam"``: plain Adam, no decay)
+    with linear warmup over ``cfg.warmup_ratio`` of the steps then linear decay to 0
+    (``schedule="constant"``: the peak rate throughout), gradient clipping at ``cfg.max_grad_norm``
+    (``<= 0``: off). Only parameters with ``requires_grad`` are trained. Returns one dict per step:
+    ``step`` (1-based), ``epoch``, ``loss`` (before the update), ``lr`` (used for that update), then
+    the terms. The model is left in eval mode; a tqdm bar on stderr shows progress. ``stop(step)``,
     when given, is called after each update (model in train mode on return) and ends training
     early when it returns ``True`` (the learning-rate schedule still spans all of ``steps``).
+
+    Engine (:mod:`qrerase.engine`): the step's global batch is split into ``world_size ×
+    accumulation`` micro-batches (:func:`qrerase.engine.micro_plan` from ``cfg.batch_size`` and
+    ``cfg.micro_batch_size``) by ``split(payload, parts)``, which returns ``parts`` zero-argument
+    thunks whose ``(loss, terms)`` losses *sum* to ``loss_fn(payload)``'s; rank ``r`` runs thunks
+    ``r·acc … (r+1)·acc − 1`` with gradient accumulation, the gradients are averaged over ranks by
+    the engine (losses scaled by ``world_size``). With one part (one process, micro-batch = batch)
+    ``loss_fn(payload)`` is used as is and the numbers are those of a plain PyTorch loop. A bf16 /
+    fp16 model trains with float32 master weights and optimiser states under autocast and is cast
+    back at the end; ``cfg.gradient_checkpointing`` turns on the model's activation checkpointing;
+    ``cfg.checkpoint_every`` > 0 saves a resumable Accelerate state every that many steps under
+    :func:`qrerase.engine.current_resume_dir` (``desc``), from which a restarted run continues;
+    the state is removed when the loop ends. On return every rank's ``model`` holds the full trained
+    weights as plain tensors in its original dtype. ``frozen``: frozen models the loss evaluates (a
+    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss`` is the sum of the parts'
+    losses over all ranks; the terms are the mean of the live parts' terms.
     """
+    from .. import engine
+    from ..checkpoints import model_device
+
     total = len(steps)
     warmup = int(round(cfg.warmup_ratio * total))
+    if schedule not in ("linear", "constant") or optimizer not in ("adamw", "adam"):
+        raise ValueError(f"{desc}: unknown schedule {schedule!r} or optimizer {optimizer!r}")
 
     def lr_factor(step: int) -> float:  # step = number of updates done so far
+        if schedule == "constant":
+            return 1.0
         if step < warmup:
             return (step + 1) / (warmup + 1)
         return max(0.0, (total - step) / max(1, total - warmup))
 
-    optimizer = _optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    rows: list[dict] = []
+    world = engine.world_size()
+    _, acc = engine.micro_plan(cfg.batch_size, cfg.micro_batch_size, world)
+    parts = world * acc
+    if parts > 1 and split is None:
+        raise ValueError(f"{desc}: this loss cannot be split into micro-batches; set micro_batch_size to batch_size "
+                         f"({cfg.batch_size}) and run one process")
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if not trained:
+        raise ValueError("model has no trainable parameters")
+    dtype = trained[0].dtype
+    accelerator = engine.make_accelerator(cfg.backend, dtype, model_device(model), engine.layer_classes(model))
+    rank = accelerator.process_index
+    if dtype != torch.float32:
+        model.float()  # float32 master weights (and so float32 gradients and optimiser states)
+    if cfg.gradient_checkpointing:
+        _set_checkpointing(model, True)
+    opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
+    params = [p for g in opt.param_groups for p in g["params"]]
+    sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
+    progress = engine.Progress()
+    accelerator.register_for_checkpointing(scheduler, progress)
+    resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
+    if resume is not None:
+        engine.load_latest(accelerator, resume)
+    rows = progress.rows
     model.train()
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True, leave=False)
+    bar = tqdm(total=total, initial=progress.step, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True,
+               leave=False, disable=not accelerator.is_main_process)
     try:
         for step, (epoch, payload) in enumerate(steps, start=1):
-            loss, terms = loss_fn(payload)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if step <= progress.step:
+                continue
+            if parts == 1:
+                loss, terms = wrapped(lambda: loss_fn(payload))
+                opt.zero_grad(set_to_none=True)
+                accelerator.backward(loss)
+                value = float(loss.detach())
+            else:
+                opt.zero_grad(set_to_none=True)
+                value, terms = _accumulate(accelerator, wrapped, split(payload, parts)[rank * acc:(rank + 1) * acc], world)
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
+                accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+            lr = opt.param_groups[0]["lr"]
+            opt.step()
             scheduler.step()
-            value = float(loss.detach())
             if not math.isfinite(value):
                 raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
             rows.append({"step": step, "epoch": int(epoch), "loss": value, "lr": float(lr), **{k: float(v) for k, v in terms.items()}})
+            progress.step = step
             bar.update(1)
             if step % 10 == 0 or step == total:
                 bar.set_postfix(epoch=epoch, loss=f"{value:.3f}", refresh=False)
             if stop is not None and stop(step):
                 break
+            if resume is not None and step % cfg.checkpoint_every == 0 and step < total:
+                engine.save_state(accelerator, resume, step)
     finally:
         bar.close()
         model.eval()
+    if resume is not None:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            shutil.rmtree(resume, ignore_errors=True)
+    _finish(accelerator, model, dtype, cfg, sharded)
+    if sharded:
+        for m in frozen:
+            engine.unshard(m)
     return rows
+
+
+def _accumulate(accelerator, wrapped, thunks, world: int):
+    """Forward/backward of this rank's micro-batch thunks with gradient accumulation (the engine's
+    all-reduce only after the last one); returns (summed loss over all ranks, mean terms)."""
+    total = torch.zeros((), dtype=torch.float64)
+    sums: dict[str, float] = {}
+    for j, thunk in enumerate(thunks):
+        sync = j == len(thunks) - 1
+        with contextlib.nullcontext() if sync else accelerator.no_sync(wrapped):
+            loss, terms = wrapped(thunk)
+            accelerator.backward(loss * world if world > 1 else loss)
+        total += float(loss.detach())
+        for k, v in terms.items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+    keys = sorted(sums)
+    vec = torch.tensor([float(total)] + [sums[k] / len(thunks) for k in keys], dtype=torch.float64)
+    if world > 1:
+        vec = accelerator.reduce(vec.to(accelerator.device), reduction="sum").cpu()
+        vec[1:] /= world
+    return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}
+
+
+def _set_checkpointing(model, on: bool) -> None:
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old names are deprecated)
+        enable, disable, key = base.activation_checkpointing_enable, base.activation_checkpointing_disable, "activation_checkpointing_kwargs"
+    elif hasattr(base, "gradient_checkpointing_enable"):
+        enable, disable, key = base.gradient_checkpointing_enable, base.gradient_checkpointing_disable, "gradient_checkpointing_kwargs"
+    else:
+        raise ValueError(f"training config: 'gradient_checkpointing' is not supported by {type(base).__name__}")
+    if on:
+        enable(**{key: {"use_reentrant": False}})
+    else:
+        disable()
+
+
+def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
+    """Leave ``model`` plain: full tensors (FSDP2 gathered), checkpointing off, original dtype."""
+    from .. import engine
+
+    if sharded:
+        engine.unshard(model)
+    if cfg.gradient_checkpointing:
+        _set_checkpointing(model, False)
+    if dtype != torch.float32:
+        model.to(dtype)
+    accelerator.free_memory()
+
+
+def _adam(model, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.Adam(params, lr=cfg.lr)
 
 
 def epoch_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
@@ -198,8 +339,34 @@ def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], temp
         nll, _ = answer_token_nll(model, collate([examples[i] for i in idx], pad_id))
         return nll.mean(), {}
 
-    rows = train_steps(model, cfg, steps, loss_fn, desc=desc)
+    rows = train_steps(model, cfg, steps, loss_fn, desc=desc, split=token_mean_split(model, examples, pad_id))
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
+
+
+def answer_tokens(example) -> int:
+    """Number of scored (answer) tokens of an encoded ``(input_ids, labels)`` example."""
+    return sum(1 for t in example[1][1:] if t != -100)
+
+
+def token_mean_split(model, examples, pad_id: int, sign: float = 1.0):
+    """Micro-batch split of the token-mean answer NLL ``Σ_{i∈B} Σ_t nll_it / Σ_{i∈B} n_i``: a piece
+    ``P`` of batch ``B`` contributes ``Σ_{i∈P} Σ_t nll_it / Σ_{i∈B} n_i`` (0 for a padding piece),
+    so the pieces sum to the full-batch loss (see :func:`qrerase.engine.chunk`); ``sign=-1``: of
+    ``−Σ nll / Σ n`` (gradient ascent)."""
+    from .. import engine
+
+    counts = [answer_tokens(e) for e in examples]
+
+    def split(idx, parts: int):
+        denom = max(1, sum(counts[i] for i in idx))
+
+        def piece(sub, live):
+            nll, _ = answer_token_nll(model, collate([examples[i] for i in sub], pad_id))
+            return nll.sum() * ((sign if live else 0.0) / denom), {}
+
+        return [(lambda sub=sub, live=live: piece(sub, live)) for sub, live in engine.chunk(idx, parts)]
+
+    return split
 
 
 def add_lora(model, cfg: LoraTrainConfig):

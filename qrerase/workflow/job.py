@@ -18,7 +18,7 @@ from ..config import model_options
 from . import provenance
 from .launch import is_main_process, world_size
 
-__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "selected_updates"]
+__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "selected_updates", "resume_dir"]
 
 log = logging.getLogger("qrerase")
 
@@ -170,3 +170,13 @@ def selected_updates(updates: dict, selected_json: str | os.PathLike | None) -> 
     if missing:
         raise ValueError(f"{selected_json}: selected modules {missing[:3]} have no forget update")
     return {m: updates[m] for m in modules}
+
+
+def resume_dir(snakemake: Any) -> Path:
+    """The job's resume directory, outside its declared outputs: ``<root>/.resume/<rule>/<wildcards>``
+    with ``<root>`` the first component of its first output (``results``) and the wildcards joined
+    as ``name=value`` by ``,`` (``_`` without wildcards). Use with :func:`qrerase.engine.resuming`."""
+    first = Path(str(snakemake.output[0]))
+    root = first.parts[0] if len(first.parts) > 1 else "."
+    wildcards = ",".join(f"{k}={v}" for k, v in snakemake.wildcards.items()) or "_"
+    return Path(root) / ".resume" / str(snakemake.rule) / wildcards
