@@ -1,0 +1,274 @@
+"""The configuration reference (``docs/configuration.md``), generated from the config schema.
+
+Every config key is a property of ``schemas/config.schema.yaml`` at some depth: under ``properties``, in
+an ``allOf`` / ``oneOf`` / ``anyOf`` branch, in a ``$ref``'d definition, in the items of a list of
+objects (path ``a[].b``) or in an ``additionalProperties`` object (path ``a.<name>.b``).
+:func:`config_keys` walks them all; :func:`undocumented` names every key without a ``description``
+(its own, or that of the definition its ``$ref`` points to); :func:`render` writes the Markdown page:
+one table per top-level section (key path, type with its bounds or allowed values, the value in
+``config.yaml``, description) and one per shared object definition. The output depends only on the
+schema (as :func:`qrerase.workflow.config.load_schema` returns it, registry enums injected) and the
+defaults given, so the committed page can be compared with a fresh render (tests/test_schema_docs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+__all__ = ["ConfigKey", "config_keys", "undocumented", "render", "write", "DOCS_PATH", "DEFAULTS_PATH"]
+
+_ROOT = Path(__file__).resolve().parents[2]
+#: Where the generated reference lives and the config its "Default" column reads (in a checkout).
+DOCS_PATH = _ROOT / "docs" / "configuration.md"
+DEFAULTS_PATH = _ROOT / "config.yaml"
+
+_VALUE_WIDTH = 60  # longer config.yaml values are cut (the page links config.yaml for the whole value)
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One config key: its dotted path (``a[].b`` inside list items, ``a.<name>`` for any name), its
+    schema node as written, its description (own or through ``$ref``; None when missing) and whether
+    its parent object requires it."""
+
+    path: str
+    node: Mapping[str, Any]
+    description: str | None
+    required: bool
+
+
+def _resolve(schema: Mapping, ref: str) -> Mapping:
+    if not ref.startswith("#/"):
+        raise ValueError(f"schema: only local $refs are supported, got {ref!r}")
+    node: Any = schema
+    for part in ref[2:].split("/"):
+        node = node[part]
+    return node
+
+
+def _description(schema: Mapping, node: Mapping) -> str | None:
+    seen: set[str] = set()
+    while True:
+        text = node.get("description")
+        if isinstance(text, str) and text.strip():
+            return " ".join(text.split())
+        ref = node.get("$ref")
+        if ref is None or ref in seen:
+            return None
+        seen.add(ref)
+        node = _resolve(schema, ref)
+
+
+def _children(schema: Mapping, node: Any, follow_refs: bool, stack: tuple[str, ...] = ()) -> Iterator[tuple]:
+    """(path suffix, child node, required, refs followed so far) of one schema node: its properties,
+    those of its combinator branches (and of ``$ref`` targets when ``follow_refs``; a ref already on
+    ``stack`` is not followed again), list items and ``additionalProperties`` objects."""
+    if not isinstance(node, Mapping):
+        return
+    ref = node.get("$ref")
+    if follow_refs and ref is not None and ref not in stack:
+        yield from _children(schema, _resolve(schema, ref), follow_refs, (*stack, ref))
+    required = set(node.get("required", []))
+    for name, child in node.get("properties", {}).items():
+        yield f".{name}", child, name in required, stack
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for branch in node.get(keyword, []):
+            yield from _children(schema, branch, follow_refs, stack)
+    items = node.get("items")
+    if isinstance(items, Mapping):
+        for suffix, child, required_child, inner in _children(schema, items, follow_refs, stack):
+            yield f"[]{suffix}", child, required_child, inner
+    extra = node.get("additionalProperties")
+    if isinstance(extra, Mapping):
+        yield ".<name>", extra, False, stack
+
+
+def config_keys(
+    schema: Mapping, follow_refs: bool = True, node: Mapping | None = None, prefix: str = ""
+) -> list[ConfigKey]:
+    """Every key below ``node`` (default: the whole schema), depth first in schema order. A path met twice
+    (the same key in two branches) is listed once, with the first description found."""
+    out: dict[str, ConfigKey] = {}
+
+    def visit(current: Any, path: str, stack: tuple[str, ...]) -> None:
+        for suffix, child, required, inner in _children(schema, current, follow_refs, stack):
+            key_path = f"{path}{suffix}".lstrip(".")
+            text = _description(schema, child)
+            if key_path not in out or (out[key_path].description is None and text is not None):
+                out[key_path] = ConfigKey(key_path, child, text, required)
+            visit(child, key_path, inner)
+
+    visit(schema if node is None else node, prefix, ())
+    return list(out.values())
+
+
+def undocumented(schema: Mapping) -> list[str]:
+    """The paths of every key without a description: the config's keys (``$ref``s followed) and the keys
+    of each definition (``definitions.<name>.<key>``), so an unused definition is checked too."""
+    missing = [k.path for k in config_keys(schema) if k.description is None]
+    for name, definition in schema.get("definitions", {}).items():
+        keys = config_keys(schema, node=definition, prefix=f"definitions.{name}")
+        missing += [k.path for k in keys if k.description is None]
+    return list(dict.fromkeys(missing))
+
+
+# ----------------------------------------------------------------------------------------- rendering
+
+
+def _number(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _bounds(node: Mapping) -> str:
+    low = ("[", node["minimum"]) if "minimum" in node else ("(", node["exclusiveMinimum"]) if "exclusiveMinimum" in node else None
+    high = ("]", node["maximum"]) if "maximum" in node else (")", node["exclusiveMaximum"]) if "exclusiveMaximum" in node else None
+    if low and high:
+        return f" in {low[0]}{_number(low[1])}, {_number(high[1])}{high[0]}"
+    if low:
+        return f" {'≥' if low[0] == '[' else '>'} {_number(low[1])}"
+    if high:
+        return f" {'≤' if high[0] == ']' else '<'} {_number(high[1])}"
+    return ""
+
+
+def _type(schema: Mapping, node: Any) -> str:
+    """A node's type with its bounds, allowed values, pattern and list constraints, in words."""
+    if not isinstance(node, Mapping):
+        return "any"
+    ref = node.get("$ref")
+    if ref is not None:
+        node = {**_resolve(schema, ref), **{k: v for k, v in node.items() if k != "$ref"}}
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    if "enum" in node:
+        return "one of " + ", ".join(f"`{v if isinstance(v, str) else json.dumps(v)}`" for v in node["enum"])
+    for keyword in ("oneOf", "anyOf"):
+        if keyword in node:
+            return " or ".join(_type(schema, branch) for branch in node[keyword])
+    if "allOf" in node and "type" not in node:
+        return _type(schema, node["allOf"][0])  # the first branch carries the type (the others add keys)
+    kind = node.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind else []
+    words = []
+    for k in kinds:
+        if k == "array":
+            text = "list"
+            if "items" in node:
+                item = _type(schema, node["items"])
+                text += f" of values from {item[len('one of ') :]}" if item.startswith("one of ") else f" of {item}"
+            extras = []
+            if "minItems" in node:
+                extras.append(f"at least {node['minItems']} item{'s' if node['minItems'] != 1 else ''}")
+            if node.get("uniqueItems"):
+                extras.append("unique")
+            words.append(text + (f" ({', '.join(extras)})" if extras else ""))
+        elif k == "object" and isinstance(node.get("additionalProperties"), Mapping):
+            words.append("mapping of name to object")
+        else:
+            words.append(f"{k}{_bounds(node)}" if k in ("integer", "number") else str(k))
+    text = " or ".join(words) if words else "object" if "properties" in node else "any"
+    if "pattern" in node:
+        text += f" matching `{node['pattern']}`"
+    return text
+
+
+def _lookup(cfg: Mapping | None, path: str) -> tuple[bool, Any]:
+    if cfg is None or "[]" in path or "<name>" in path:
+        return False, None
+    node: Any = cfg
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    if len(text) > _VALUE_WIDTH:
+        text = text[: _VALUE_WIDTH - 1] + "…"
+    return f"`{text}`" if "`" not in text else text
+
+
+def _prose(text: str) -> str:
+    """Markdown-safe prose: code spans kept, elsewhere ``<``, ``>``, ``*`` and word-edge ``_`` escaped."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside code spans
+        part = parts[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", r"\*")
+        parts[i] = re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", part)
+    return "`".join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", r"\|")
+
+
+def _default(key: ConfigKey, defaults: Mapping | None, inline_children: bool) -> str:
+    found, value = _lookup(defaults, key.path)
+    if found and not (inline_children and isinstance(value, Mapping)):
+        return _value(value)
+    if isinstance(key.node, Mapping) and "default" in key.node:
+        return f"{_value(key.node['default'])} (schema)"
+    return ""
+
+
+def _table(schema: Mapping, keys: list[ConfigKey], defaults: Mapping | None) -> list[str]:
+    lines = ["| Key | Type | Default | Description |", "| --- | --- | --- | --- |"]
+    paths = [k.path for k in keys]
+    for key in keys:
+        inline_children = any(p.startswith(key.path + ".") or p.startswith(key.path + "[]") for p in paths)
+        description = _prose(key.description or "(undocumented)")
+        if key.required:
+            description = f"**Required.** {description}"
+        row = [f"`{key.path}`", _type(schema, key.node), _default(key, defaults, inline_children), description]
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    return lines
+
+
+def render(schema: Mapping, defaults: Mapping | None = None) -> str:
+    """The configuration reference as Markdown. ``schema``: as :func:`~qrerase.workflow.config.load_schema`
+    returns it; ``defaults``: the default config (``config.yaml``) whose values fill the Default column."""
+    keys = config_keys(schema)
+    top = [k for k in keys if "." not in k.path and "[]" not in k.path]
+    sections = [k for k in top if any(o.path.startswith(k.path + ".") for o in keys)]
+    plain = [k for k in top if k not in sections]
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `qrerase config-docs` from schemas/config.schema.yaml and config.yaml; do not edit. -->",
+        "",
+        "Every key of a config file is validated against `schemas/config.schema.yaml` when the workflow",
+        "starts (`qrerase.workflow.config.validate`); this page is generated from that schema, so each",
+        "description below is the one in the schema. Method and track names come from `qrerase.registry`.",
+        "*Default* is the value in the embedded `config.yaml` (long values cut; see the file), or the",
+        "schema's own default. A path `a[].b` is key `b` of each item of list `a`; `a.<name>` stands for any",
+        "name. Keys marked *Required* must be present whenever their parent is.",
+        "",
+        "## Top level",
+        "",
+        *_table(schema, plain, defaults),
+    ]
+    for section in sections:
+        members = [k for k in keys if k.path.startswith(section.path + ".")]
+        lines += ["", f"## `{section.path}`", "", _prose(section.description or "(undocumented)"), ""]
+        lines += _table(schema, members, defaults)
+    return "\n".join(lines) + "\n"
+
+
+def write(out: str | Path = DOCS_PATH, schema_path: str | Path | None = None, defaults_path: str | Path | None = DEFAULTS_PATH) -> str:
+    """Render the reference from the schema (and the default config, when it exists) and write it to
+    ``out`` atomically; returns the text."""
+    import yaml
+
+    from ..io import write_text
+    from .config import SCHEMA_PATH, load_schema
+
+    schema = load_schema(schema_path or SCHEMA_PATH)
+    defaults = yaml.safe_load(Path(defaults_path).read_text()) if defaults_path and Path(defaults_path).is_file() else None
+    text = render(schema, defaults)
+    write_text(out, text)
+    return text
