@@ -16,6 +16,9 @@
   (``--workdir`` as for the audit).
 - ``qrerase plan --configfile X``: per job kind, GPUs, micro-batch, peak memory per GPU and host
   (:mod:`qrerase.workflow.plan_config`), as a Markdown table.
+- ``qrerase config-docs [--out docs/configuration.md] [--check]``: write the configuration reference
+  generated from the schema (:mod:`qrerase.workflow.config_docs`); ``--check`` writes nothing and
+  exits 1 when the file differs from a fresh render.
 """
 
 from __future__ import annotations
@@ -114,6 +117,22 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_docs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .workflow.config_docs import generate, write
+
+    text = generate(args.schema, args.defaults)
+    out = Path(args.out)
+    if args.check:
+        if not out.is_file() or out.read_text(encoding="utf-8") != text:
+            print(f"qrerase config-docs: {out} is stale; run `qrerase config-docs --out {out}`", file=sys.stderr)
+            return 1
+        return 0
+    write(out, text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plan", help="memory / GPU plan of a config's jobs (nothing is downloaded)")
     p.add_argument("--configfile", nargs="+", required=True, help="config file(s) over the embedded config.yaml")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("config-docs", help="write the configuration reference generated from the schema")
+    p.add_argument("--out", default="docs/configuration.md", help="the Markdown file (default: docs/configuration.md)")
+    p.add_argument("--schema", default=None, help="schema file (default: the package's config.schema.yaml)")
+    p.add_argument("--defaults", default="config.yaml", help="config whose values fill the Default column")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when OUT differs from a fresh render")
+    p.set_defaults(func=_config_docs)
 
     args = parser.parse_args(argv)
     try:

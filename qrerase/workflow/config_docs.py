@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-__all__ = ["ConfigKey", "config_keys", "undocumented", "render", "write", "DOCS_PATH", "DEFAULTS_PATH"]
+__all__ = ["ConfigKey", "config_keys", "undocumented", "render", "generate", "write", "DOCS_PATH", "DEFAULTS_PATH"]
 
 _ROOT = Path(__file__).resolve().parents[2]
 #: Where the generated reference lives and the config its "Default" column reads (in a checkout).
@@ -72,12 +73,12 @@ def _children(schema: Mapping, node: Any, follow_refs: bool, stack: tuple[str, .
     ref = node.get("$ref")
     if follow_refs and ref is not None and ref not in stack:
         yield from _children(schema, _resolve(schema, ref), follow_refs, (*stack, ref))
+    for keyword in ("allOf", "oneOf", "anyOf"):  # a shared base (allOf: [$ref]) before the keys it adds
+        for branch in node.get(keyword, []):
+            yield from _children(schema, branch, follow_refs, stack)
     required = set(node.get("required", []))
     for name, child in node.get("properties", {}).items():
         yield f".{name}", child, name in required, stack
-    for keyword in ("allOf", "oneOf", "anyOf"):
-        for branch in node.get(keyword, []):
-            yield from _children(schema, branch, follow_refs, stack)
     items = node.get("items")
     if isinstance(items, Mapping):
         for suffix, child, required_child, inner in _children(schema, items, follow_refs, stack):
@@ -124,8 +125,9 @@ def _number(value: Any) -> str:
 
 
 def _bounds(node: Mapping) -> str:
-    low = ("[", node["minimum"]) if "minimum" in node else ("(", node["exclusiveMinimum"]) if "exclusiveMinimum" in node else None
-    high = ("]", node["maximum"]) if "maximum" in node else (")", node["exclusiveMaximum"]) if "exclusiveMaximum" in node else None
+    """``in [a, b)``, ``≥ a``, ``> a``, ``≤ b`` or ``< b`` from the node's (exclusive) minimum and maximum."""
+    low = next(((br, node[k]) for br, k in (("[", "minimum"), ("(", "exclusiveMinimum")) if k in node), None)
+    high = next(((br, node[k]) for br, k in (("]", "maximum"), (")", "exclusiveMaximum")) if k in node), None)
     if low and high:
         return f" in {low[0]}{_number(low[1])}, {_number(high[1])}{high[0]}"
     if low:
@@ -259,16 +261,24 @@ def render(schema: Mapping, defaults: Mapping | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out: str | Path = DOCS_PATH, schema_path: str | Path | None = None, defaults_path: str | Path | None = DEFAULTS_PATH) -> str:
-    """Render the reference from the schema (and the default config, when it exists) and write it to
-    ``out`` atomically; returns the text."""
+def generate(schema_path: str | Path | None = None, defaults_path: str | Path | None = DEFAULTS_PATH) -> str:
+    """The reference rendered from the schema file (registry enums injected) and the default config
+    (its Default column is left empty when ``defaults_path`` is None or missing)."""
     import yaml
 
-    from ..io import write_text
     from .config import SCHEMA_PATH, load_schema
 
     schema = load_schema(schema_path or SCHEMA_PATH)
-    defaults = yaml.safe_load(Path(defaults_path).read_text()) if defaults_path and Path(defaults_path).is_file() else None
-    text = render(schema, defaults)
+    defaults = None
+    if defaults_path is not None and Path(defaults_path).is_file():
+        defaults = yaml.safe_load(Path(defaults_path).read_text(encoding="utf-8"))
+    return render(schema, defaults)
+
+
+def write(out: str | Path = DOCS_PATH, text: str | None = None) -> str:
+    """Write the reference (``text``, default :func:`generate`'s) to ``out`` atomically; returns it."""
+    from ..io import write_text
+
+    text = generate() if text is None else text
     write_text(out, text)
     return text
