@@ -28,8 +28,10 @@ def resolve(node: dict) -> dict:
     """A schema node with its $ref and allOf merged in (properties and required united)."""
     node = dict(node)
     if "$ref" in node:
-        name = node.pop("$ref").rsplit("/", 1)[-1]
-        node = {**resolve(SCHEMA["definitions"][name]), **node}
+        target = SCHEMA
+        for part in node.pop("$ref").removeprefix("#/").split("/"):  # a JSON pointer: #/definitions/a/b
+            target = target[part]
+        node = {**resolve(target), **node}
     for part in node.pop("allOf", []):
         part = resolve(part)
         for key, value in part.items():
