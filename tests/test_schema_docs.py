@@ -121,3 +121,14 @@ def test_cli_writes_and_checks(tmp_path, capsys):
     out.write_text(out.read_text(encoding="utf-8").replace("torch threads per job", "threads"), encoding="utf-8")
     assert main([*args, "--check"]) == 1
     assert "stale" in capsys.readouterr().err
+
+
+def test_schema_is_package_data_linked_to_the_source():
+    """The loader reads qrerase/workflow/config.schema.yaml (package data, copied into a wheel); in the
+    checkout it is a link to schemas/config.schema.yaml, the file the Snakefile validates with."""
+    from qrerase.workflow.config import SCHEMA_PATH
+
+    assert SCHEMA_PATH.parent == ROOT / "qrerase" / "workflow" and SCHEMA_PATH.is_symlink()
+    assert SCHEMA_PATH.resolve() == (ROOT / "schemas" / "config.schema.yaml").resolve()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"qrerase.workflow" = ["config.schema.yaml"]' in pyproject

@@ -37,7 +37,9 @@ __all__ = [
     "TEXT_BASELINE_TRACKS",
 ]
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+#: Package data: in a checkout a symlink to the source, schemas/config.schema.yaml (the file the Snakefile
+#: reads); a built wheel holds a copy, so a non-editable install finds the schema too.
+SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"
 #: Tracks whose `methods` may list the text baselines (each needs its `baselines.<method>` section).
 TEXT_BASELINE_TRACKS = ("tofu", "crosslingual")
 
