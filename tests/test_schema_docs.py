@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -97,10 +98,12 @@ def test_render_lists_types_bounds_enums_and_defaults(schema):
     assert "null or integer in [2, 200]" in rows["tofu.data.n_authors"]
     for name in registry.methods_for("speech"):  # enums injected from the registry, not the file
         assert f"`{name}`" in rows["methods.speech"]
-    assert r"cuda(:[0-9]+)?)$" in rows["model.device"] and r"cpu\|auto" in rows["model.device"]
+    assert "<code>^(cpu&#124;auto&#124;cuda(:[0-9]+)?)$</code>" in rows["model.device"]  # no bare | in a row
     assert "`1` (schema)" in rows["resources.train.processes"] or "`1`" in rows["resources.train.processes"]
     assert "&lt;rule&gt;" in rows["finetune.checkpoint_every"]  # prose escaped for Markdown
     assert "task.data.sizes.<name>.new" in rows and "tofu.imported_models[].name" in rows
+    for line in rows.values():  # four cells: no stray pipe splits a row
+        assert len(re.split(r"(?<!\\)\|", line)) == 6, line
     assert render(schema, defaults) == text  # deterministic
     assert "| `seed` | integer in [0, 4294967295] |  |" in render(schema, None)  # no defaults: empty column
 

@@ -13,6 +13,7 @@ defaults given, so the committed page can be compared with a fresh render (tests
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -206,7 +207,17 @@ def _prose(text: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", r"\|")
+    """A table cell: a pipe outside code is escaped (``\\|``); a code span holding a pipe becomes
+    ``<code>`` with ``&#124;``, since renderers differ on escapes inside backticks in tables."""
+    out = []
+    for i, part in enumerate(text.split("`")):  # odd parts are code spans
+        if i % 2 == 0:
+            out.append(part.replace("|", r"\|"))
+        elif "|" in part:
+            out.append("<code>" + html.escape(part, quote=False).replace("|", "&#124;") + "</code>")
+        else:
+            out.append(f"`{part}`")
+    return "".join(out)
 
 
 def _default(key: ConfigKey, defaults: Mapping | None, inline_children: bool) -> str:
