@@ -7,13 +7,13 @@ from qrerase.speech.model import load_speech_model
 from qrerase.workflow.job import job
 from qrerase.config import model_options
 
-p, inp = snakemake.params, snakemake.input  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+p, inp = snakemake.params, snakemake.input
+with job(snakemake, seed=p.seed) as log:
     arrays, index = load_speech_data(inp.audio, inp.index)
     dtype, device = model_options(p.model)
     model = load_speech_model(inp.model, dtype=dtype, device=device)
     frame = evaluate_sets(model, arrays, eval_masks(index, p.setting), k=p.top_k, batch_size=p.batch_size)
-    frame.insert(0, "model", snakemake.wildcards.model)  # noqa: F821
+    frame.insert(0, "model", snakemake.wildcards.model)
     frame.insert(0, "setting", p.setting)
-    write_csv(snakemake.output[0], frame)  # noqa: F821
+    write_csv(snakemake.output[0], frame)
     log.info("%s", dict(zip(frame["set"], frame["accuracy"].round(4))))

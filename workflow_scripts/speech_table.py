@@ -6,9 +6,9 @@ from qrerase.reports.speech import SETTING_LABELS, speech_table
 from qrerase.reports.tables import write_table
 from qrerase.workflow.job import job
 
-p, out = snakemake.params, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
-    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)  # noqa: F821
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
+    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
     df, spec = speech_table(evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m)
     caption = (

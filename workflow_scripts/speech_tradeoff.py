@@ -7,9 +7,9 @@ from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
 from qrerase.reports.tables import METHOD_LABELS
 from qrerase.workflow.job import job
 
-p, out = snakemake.params, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
-    frame = pd.concat([pd.read_csv(f, keep_default_na=False, na_values=[""]) for f in snakemake.input.points], ignore_index=True)  # noqa: F821
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
+    frame = pd.concat([pd.read_csv(f, keep_default_na=False, na_values=[""]) for f in snakemake.input.points], ignore_index=True)
     base = frame[frame["method"] == "base"]
     sweep = frame[frame["method"] != "base"]
     write_csv(out.csv, frame)

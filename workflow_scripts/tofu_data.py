@@ -4,7 +4,7 @@ from qrerase.text.data import TofuDataConfig, make_tofu_sets
 from qrerase.io import write_jsonl
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821 - `snakemake` is injected by Snakemake
+with job(snakemake) as log:
     cfg = TofuDataConfig.from_dict(
         {**snakemake.params.data, "max_eval_questions": snakemake.params.max_questions}
     )

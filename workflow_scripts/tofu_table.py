@@ -11,11 +11,11 @@ from qrerase.text.tofu_log import load_log
 from qrerase.text.tofu import truth_ratios
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     rows = pd.concat([pd.read_csv(f) for f in inp.metrics], ignore_index=True)
     labels = {**METHOD_LABELS, **p.imported}
-    split = snakemake.config["tofu"]["data"]["split"]  # noqa: F821
+    split = snakemake.config["tofu"]["data"]["split"]
     caption = (
         f"TOFU {split}: Model Utility and Forget Quality (KS p-value of the forget-set truth ratios "
         f"against the retain-only reference; checkmark: p > 0.1). Subspace methods at rank k={p.rank}. "

@@ -9,8 +9,8 @@ from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_u
 from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
 from qrerase.config import model_options
 
-p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
+with job(snakemake, seed=p.seed) as log:
     dtype, device = model_options(p.model)
     model, tokenizer = load_checkpoint(inp.model, dtype=dtype, device=device)
     scale = float(wc.scale)
@@ -24,5 +24,5 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     meta = {"group": p.lang or "tofu", "method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
     row = evaluate_text_point(model, tokenizer, template_from(p.model, tokenizer), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
-    write_csv(snakemake.output[0], row)  # noqa: F821
+    write_csv(snakemake.output[0], row)
     log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())

@@ -9,8 +9,8 @@ from qrerase.reports.tables import METHOD_LABELS
 from qrerase.text.tradeoff import curves, select_scale, tradeoff_frame
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     points = pd.concat([pd.read_csv(f) for f in inp.points], ignore_index=True)
     frame = tradeoff_frame(points)
     selection = select_scale(frame, p.max_rise)

@@ -7,8 +7,8 @@ from qrerase.text.crosslingual import language_label
 from qrerase.reports.plots import energy_overlay_plot
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     frames = []
     for code, csv in zip(p.unlearn, inp):
         frame = pd.read_csv(csv)

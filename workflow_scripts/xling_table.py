@@ -10,8 +10,8 @@ from qrerase.reports.tables import METHOD_LABELS, write_table
 from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     logs, reference = {}, None
     for (exp, model), directory in zip(p.models, inp.logs):
         per_lang = {lang: load_log(Path(directory) / lang / "eval_log_aggregated.json") for lang in p.languages}
