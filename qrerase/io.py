@@ -123,7 +123,9 @@ def write_csv(path: str | os.PathLike, frame) -> None:
         frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
-def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+def save_arrays(
+    path: str | os.PathLike, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+) -> None:
     """Save named numpy arrays as one safetensors file, atomically (keys sorted for determinism)."""
     from safetensors.numpy import save_file
 

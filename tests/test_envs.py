@@ -74,8 +74,12 @@ def _imports(nodes, module: str, skip_params: set[str] = frozenset()):
         node = stack.pop()
         if isinstance(node, ast.If) and skip_params:
             test = node.test
-            if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id in skip_params
-                    and isinstance(test.ops[0], ast.IsNot)):
+            if (
+                isinstance(test, ast.Compare)
+                and isinstance(test.left, ast.Name)
+                and test.left.id in skip_params
+                and isinstance(test.ops[0], ast.IsNot)
+            ):
                 stack += node.orelse
                 continue
         if isinstance(node, ast.Import):
@@ -158,7 +162,7 @@ def script_imports(script: str) -> set[str]:
         args = next((n.args for n in fn if isinstance(n, ast.FunctionDef) and n.name == name), None)
         optional = set()
         if args is not None:  # parameters with a default that the script never passes
-            with_default = args.args[len(args.args) - len(args.defaults):]
+            with_default = args.args[len(args.args) - len(args.defaults) :]
             optional = {a.arg for i, a in enumerate(args.args) if a in with_default and i >= positional.get(name, 0)}
             optional |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
         third |= symbol_imports(mod, name, frozenset(optional - passed.get(name, set())))

@@ -91,7 +91,7 @@ def test_no_import_cycles():
         stack.append(node)
         for nxt in graph[node]:
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -110,7 +110,11 @@ def _private_imports(files: dict[str, Path]) -> list[str]:
         for module, names, line in imports:
             if not module.startswith("qrerase") or module == name:
                 continue
-            bad += [f"{path.relative_to(REPO)}:{line}: {module}.{n}" for n in names if n.startswith("_") and n != "__version__"]
+            bad += [
+                f"{path.relative_to(REPO)}:{line}: {module}.{n}"
+                for n in names
+                if n.startswith("_") and n != "__version__"
+            ]
     return bad
 
 

@@ -246,8 +246,17 @@ def _string_loss(log):
     return "eval_log.json", "avg_paraphrased_loss"
 
 
-BREAKERS = [_drop_field, _nan_loss, _inf_perturb, _short_field, _empty_set, _bad_perturb_len, _bad_generated,
-            _empty_perturb, _string_loss]
+BREAKERS = [
+    _drop_field,
+    _nan_loss,
+    _inf_perturb,
+    _short_field,
+    _empty_set,
+    _bad_perturb_len,
+    _bad_generated,
+    _empty_perturb,
+    _string_loss,
+]
 
 
 @pytest.mark.parametrize("breaker", BREAKERS, ids=lambda f: f.__name__.strip("_"))
@@ -334,9 +343,12 @@ def test_write_log_accepts_numpy_values(tmp_path):
 
 def test_alias_keys_of_forked_aggregated_files(tmp_path):
     log = hand_log()
-    alias = {"log": log["eval_log.json"], "log_forget": log["eval_log_forget.json"],
-             "real_author_wo_options": log["eval_real_author_wo_options.json"],
-             "real_world_wo_options": log["eval_real_world_wo_options.json"]}
+    alias = {
+        "log": log["eval_log.json"],
+        "log_forget": log["eval_log_forget.json"],
+        "real_author_wo_options": log["eval_real_author_wo_options.json"],
+        "real_world_wo_options": log["eval_real_world_wo_options.json"],
+    }
     path = tmp_path / "a.json"
     path.write_text(json.dumps(alias))
     assert tofu_log.load_log(path) == hand_log()

@@ -24,7 +24,14 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
     log.info("%s on %d forget / %d retain QA pairs: %s", cfg.method, len(forget), len(retain), cfg)
     model, curve = train_baseline(
-        model, ref_model, tokenizer, forget, retain, template_from(p.model, tokenizer), cfg, refusals=refusals,
+        model,
+        ref_model,
+        tokenizer,
+        forget,
+        retain,
+        template_from(p.model, tokenizer),
+        cfg,
+        refusals=refusals,
         desc=f"{snakemake.wildcards.exp}-{cfg.method}",
     )
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights

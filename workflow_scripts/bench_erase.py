@@ -6,6 +6,10 @@ from qrerase.workflow.job import job
 with job(snakemake) as log:
     p = snakemake.params
     run_erase_benchmark(
-        p.model_shapes, snakemake.output[0],
-        lora_rank=p.lora_rank, seed=p.seed, threads=snakemake.threads, progress=log.info,
+        p.model_shapes,
+        snakemake.output[0],
+        lora_rank=p.lora_rank,
+        seed=p.seed,
+        threads=snakemake.threads,
+        progress=log.info,
     )

@@ -25,4 +25,6 @@ with job(snakemake, seed=p.seed) as log:
             write_log(result, folder)
             write_aggregated(result, folder / "eval_log_aggregated.json")
             where = "" if lang is None else f" in {lang}"
-            log.info("evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()})
+            log.info(
+                "evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()}
+            )

@@ -38,7 +38,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     shape = p.get("adapter")  # finetune.mode: lora (rule finetune): a LoRA adapter, merged after
     if shape:
         modules = tuple(resolve_target_modules(model, shape["target_modules"], "finetune.lora.target_modules"))
-        lcfg = LoraTrainConfig(r=shape["r"], alpha=shape["alpha"], dropout=shape["dropout"], target_modules=modules, train=cfg)
+        lcfg = LoraTrainConfig(
+            r=shape["r"], alpha=shape["alpha"], dropout=shape["dropout"], target_modules=modules, train=cfg
+        )
         log.info("LoRA fine-tuning %s on %d QA pairs, merged after: %s", which, len(records), lcfg)
         peft_model, curve = train_lora(model, tokenizer, records, template, lcfg, desc=which)
         model = peft_model.merge_and_unload()

@@ -17,7 +17,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     model = load_speech_model(inp.model)
     cfg = SpeechBaselineConfig.from_dict({**p.cfg, "seed": p.seed, "threads": snakemake.threads})
     forget, retain = train_mask(index, p.setting, "forget"), train_mask(index, p.setting, "retain")
-    log.info("%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg)
+    log.info(
+        "%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg
+    )
     model, curve = run_baseline(method, model, arrays, forget, retain, cfg)
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights
         save_speech_model(model, out.model)

@@ -11,6 +11,11 @@ with job(snakemake) as log:
     save_arrays(out.audio, arrays, metadata={"format": "qrerase-speech", "sample_rate": str(cfg.sample_rate)})
     write_csv(out.index, index)
     write_json(out.meta, meta)
-    log.info("%d utterances, speakers %s, class-setting forget speakers %s", len(index), meta["speakers"], meta["forget_speakers"])
+    log.info(
+        "%d utterances, speakers %s, class-setting forget speakers %s",
+        len(index),
+        meta["speakers"],
+        meta["forget_speakers"],
+    )
     for col in ("split", "sample_partition", "class_partition"):
         log.info("%s: %s", col, index[col].value_counts().to_dict())

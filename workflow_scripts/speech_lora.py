@@ -22,8 +22,13 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         log.info("LoRA base: the pretrained encoder with the fine-tuned speaker head")
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", *ENGINE_KEYS)
     cfg = LoraTrainConfig(
-        r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
-        train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),
+        r=lcfg["r"],
+        alpha=lcfg["alpha"],
+        dropout=lcfg.get("dropout", 0.0),
+        target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
+        train=TrainConfig.from_dict(
+            {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}
+        ),
     )
     mask = train_mask(index, p.setting, which)
     log.info("LoRA (%s setting, %s set) on %d utterances: %s", p.setting, which, mask.sum(), cfg)

@@ -10,7 +10,9 @@ p, out = snakemake.params, snakemake.output
 with job(snakemake) as log:
     evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
-    df, spec = speech_table(evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m)
+    df, spec = speech_table(
+        evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m
+    )
     caption = (
         f"Speaker-identification unlearning on FSDD ({', '.join(SETTING_LABELS[s] for s in p.settings)}): top-{p.top_k} "
         "accuracy (\\%) on $D_t$ (held-out test), $D_f$ (forget) and $D_r$ (retain). Subspace methods at rank "

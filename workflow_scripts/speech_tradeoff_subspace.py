@@ -17,8 +17,14 @@ with job(snakemake, seed=p.seed) as log:
     modules = list(selected_updates(first, inp.get("selected")))
     model = load_speech_model(inp.model)
     frame = subspace_sweep(
-        model, factors, p.scales, lambda m: evaluate_point(m, arrays, sets, p.top_k, p.batch_size),
-        p.setting, method, modules=modules, retain_rank=p.retain_rank,
+        model,
+        factors,
+        p.scales,
+        lambda m: evaluate_point(m, arrays, sets, p.top_k, p.batch_size),
+        p.setting,
+        method,
+        modules=modules,
+        retain_rank=p.retain_rank,
     )
     write_csv(snakemake.output[0], frame)
     log.info("%s (%s setting), %d modules:\n%s", method, p.setting, len(modules), frame.round(3).to_string(index=False))

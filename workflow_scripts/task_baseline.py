@@ -33,8 +33,12 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         elif p.model["name_or_path"] is None:
             initial = build_tiny_llama(TinyLlamaConfig(**p.model["tiny"]), tokenizer, seed=p.seed).to(model.device)
         else:
-            initial = load_model(p.model["name_or_path"], dtype=dtype, device=device,
-                                 local_files_only=p.model.get("local_files_only", True))
+            initial = load_model(
+                p.model["name_or_path"],
+                dtype=dtype,
+                device=device,
+                local_files_only=p.model.get("local_files_only", True),
+            )
         model, curve = train_kga(model, initial, tokenizer, forget, retain, new, template, cfg, desc="task-kga")
     else:
         cfg = KuConfig.from_dict({**p.cfg, **common})

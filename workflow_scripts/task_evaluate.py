@@ -15,8 +15,22 @@ with job(snakemake, seed=p.seed) as log:
     for role, files in p.roles.items():
         records = [r for f in files for r in read_jsonl(inp[f])]
         res = evaluate_skill(model, tokenizer, template_from(p.model), records, cfg)
-        rows.append({"model": snakemake.wildcards.model, "role": role, "skill": p.skills[role],
-                     "n": res["n"], "accuracy": res["accuracy"], "nll": res["nll"]})
-        log.info("%s (%s): accuracy %.4f, NLL %.4f; first answers %s", role, p.skills[role], res["accuracy"],
-                 res["nll"], res["generations"][:5])
+        rows.append(
+            {
+                "model": snakemake.wildcards.model,
+                "role": role,
+                "skill": p.skills[role],
+                "n": res["n"],
+                "accuracy": res["accuracy"],
+                "nll": res["nll"],
+            }
+        )
+        log.info(
+            "%s (%s): accuracy %.4f, NLL %.4f; first answers %s",
+            role,
+            p.skills[role],
+            res["accuracy"],
+            res["nll"],
+            res["generations"][:5],
+        )
     write_csv(snakemake.output[0], pd.DataFrame(rows))

@@ -21,7 +21,14 @@ with job(snakemake) as log:
     )
     for wide, key in ((False, "task"), (True, "task_wide")):
         df, spec = task_table(frame, p.skills, wide=wide)
-        write_table(df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"], caption=caption,
-                    label=f"tab:{key}_results")
+        write_table(
+            df,
+            spec,
+            out[f"{key}_csv"],
+            out[f"{key}_md"],
+            out[f"{key}_tex"],
+            caption=caption,
+            label=f"tab:{key}_results",
+        )
     write_csv(out.metrics, evals)
     log.info("task table:\n%s", frame.round(4).to_string(index=False))

@@ -5,9 +5,7 @@ from qrerase.io import write_jsonl
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:
-    cfg = TofuDataConfig.from_dict(
-        {**snakemake.params.data, "max_eval_questions": snakemake.params.max_questions}
-    )
+    cfg = TofuDataConfig.from_dict({**snakemake.params.data, "max_eval_questions": snakemake.params.max_questions})
     sets = make_tofu_sets(cfg)
     for name, rows in sets.items():
         if name in snakemake.output.keys():

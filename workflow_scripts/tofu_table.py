@@ -31,8 +31,14 @@ with job(snakemake) as log:
             reference_rows=(*spec.reference_rows, *p.imported, *p.controls),
         )
         write_table(
-            df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"],
-            caption=caption, label=f"tab:{key}", environment="table*" if wide else "table",
+            df,
+            spec,
+            out[f"{key}_csv"],
+            out[f"{key}_md"],
+            out[f"{key}_tex"],
+            caption=caption,
+            label=f"tab:{key}",
+            environment="table*" if wide else "table",
         )
     ratios = {
         labels.get(row, row): truth_ratios(load_log(directory)["eval_log_forget.json"])

@@ -22,7 +22,25 @@ with job(snakemake, seed=p.seed) as log:
     tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
     eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
-    meta = {"group": p.lang or "tofu", "method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
-    row = evaluate_text_point(model, tokenizer, template_from(p.model, tokenizer), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
+    meta = {
+        "group": p.lang or "tofu",
+        "method": wc.method,
+        "family": "subspace",
+        "rank": int(wc.rank),
+        "scale": scale,
+        "epochs": None,
+    }
+    row = evaluate_text_point(
+        model,
+        tokenizer,
+        template_from(p.model, tokenizer),
+        eval_sets,
+        tune,
+        point_reference(inp.reference, p.lang),
+        cfg,
+        meta,
+    )
     write_csv(snakemake.output[0], row)
-    log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())
+    log.info(
+        "%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict()
+    )

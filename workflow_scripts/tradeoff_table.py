@@ -21,8 +21,18 @@ with job(snakemake) as log:
     write_csv(out.csv, frame)
     write_csv(out.selection, selection)
     tradeoff_plot(
-        curves(frame, "forget_quality", "utility_rel", METHOD_LABELS), out.figure,
-        xlabel="Forget Quality (KS p-value, log)", ylabel="Model Utility / base model",
-        log_x=True, xline=0.1, xline_label="p = 0.1", title=p.title,
+        curves(frame, "forget_quality", "utility_rel", METHOD_LABELS),
+        out.figure,
+        xlabel="Forget Quality (KS p-value, log)",
+        ylabel="Model Utility / base model",
+        log_x=True,
+        xline=0.1,
+        xline_label="p = 0.1",
+        title=p.title,
     )
-    log.info("%d points; λ rule (held-out retain NLL rise <= %s):\n%s", len(frame), p.max_rise, selection.to_string(index=False))
+    log.info(
+        "%d points; λ rule (held-out retain NLL rise <= %s):\n%s",
+        len(frame),
+        p.max_rise,
+        selection.to_string(index=False),
+    )

@@ -34,8 +34,17 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"])),
         train=train,
     )
-    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, lcfg.get("base", "finetuned"), source, cfg)
-    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}")
+    log.info(
+        "LoRA on %d QA pairs (%s) from the %s model %s: %s",
+        len(records),
+        snakemake.wildcards.set,
+        lcfg.get("base", "finetuned"),
+        source,
+        cfg,
+    )
+    peft_model, curve = train_lora(
+        model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}"
+    )
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights
         save_adapter(peft_model, snakemake.output.adapter)
         write_csv(snakemake.output.curve, curve)

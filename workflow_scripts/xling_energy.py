@@ -20,5 +20,7 @@ with job(snakemake) as log:
         language_label(code): dict(zip(f["layer"].astype(str), f["energy"])) for code, f in zip(p.unlearn, frames)
     }
     energy_overlay_plot(series, out.figure)
-    log.info("selected layers per unlearning language: %s",
-             {c: list(f.loc[f["selected"], "layer"]) for c, f in zip(p.unlearn, frames)})
+    log.info(
+        "selected layers per unlearning language: %s",
+        {c: list(f.loc[f["selected"], "layer"]) for c, f in zip(p.unlearn, frames)},
+    )

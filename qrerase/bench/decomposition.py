@@ -189,8 +189,12 @@ def run_decomposition_benchmark(
 ):
     """Run :func:`bench_decomposition` and write its CSV, plot and the paper-layout runtime table."""
     df = bench_decomposition(
-        list(sizes), lora_rank=lora_rank, repeats=repeats, seed=seed,
-        max_dense_svd=max_dense_svd or None, progress=progress,
+        list(sizes),
+        lora_rank=lora_rank,
+        repeats=repeats,
+        seed=seed,
+        max_dense_svd=max_dense_svd or None,
+        progress=progress,
     )
     write_csv(out_csv, df)
     plot_decomposition(df, out_plot)

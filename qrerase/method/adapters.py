@@ -169,7 +169,9 @@ def check_adapter_dir(adapter_dir: str | Path) -> LoraAdapterConfig:
         raise ValueError(f"{wpath}: not a readable safetensors file ({exc})") from exc
     for key in keys:
         if _KEY_RE.match(key) is None:
-            raise ValueError(f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)")
+            raise ValueError(
+                f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)"
+            )
     if not keys:
         raise ValueError(f"{wpath}: no LoRA weights found")
     return cfg
@@ -224,7 +226,9 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
     for key, arr in tensors.items():
         m = _KEY_RE.match(key)
         if m is None:
-            raise ValueError(f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)")
+            raise ValueError(
+                f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)"
+            )
         pairs.setdefault(m.group("module"), {})[m.group("which")] = arr
     if not pairs:
         raise ValueError(f"{wpath}: no LoRA weights found")
@@ -232,14 +236,20 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
     for module in sorted(pairs, key=module_sort_key):
         ab = pairs[module]
         if set(ab) != {"A", "B"}:
-            raise ValueError(f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} but no lora_{'B' if 'A' in ab else 'A'} ({wpath})")
+            raise ValueError(
+                f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} but no lora_{'B' if 'A' in ab else 'A'} ({wpath})"
+            )
         A, B = ab["A"], ab["B"]
         if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
-            raise ValueError(f"module {module!r}: lora_B {B.shape} and lora_A {A.shape} are not d_out×r and r×d_in ({wpath})")
+            raise ValueError(
+                f"module {module!r}: lora_B {B.shape} and lora_A {A.shape} are not d_out×r and r×d_in ({wpath})"
+            )
         r = int(A.shape[0])
         expected = cfg.rank_for(module)
         if r != expected:
-            raise ValueError(f"module {module!r}: lora_A has rank {r} but the config (r/rank_pattern) says {expected} ({wpath})")
+            raise ValueError(
+                f"module {module!r}: lora_A has rank {r} but the config (r/rank_pattern) says {expected} ({wpath})"
+            )
         s = cfg.scale_for(module, r)
         out[module] = as_lowrank((B * s, A), module)
     return out

@@ -91,4 +91,3 @@ def resolve_target_modules(model: Any, targets: str | Sequence[str], where: str 
                 f"its linear layers: {', '.join(kinds)})"
             )
     return chosen
-

@@ -103,7 +103,9 @@ def check_module_pairs(forget: Mapping[str, Any], retain: Mapping[str, Any]) -> 
     for m in forget:
         fs, rs = task_shape(forget[m], m), task_shape(retain[m], m)
         if fs != rs:
-            raise ValueError(f"module {m!r}: forget task matrix is {format_shape(fs)} but retain task matrix is {format_shape(rs)}")
+            raise ValueError(
+                f"module {m!r}: forget task matrix is {format_shape(fs)} but retain task matrix is {format_shape(rs)}"
+            )
 
 
 def forget_updates(
@@ -170,7 +172,9 @@ def discriminate(
     for m in forget:
         df, dr = forget[m], retain[m]
         if df.method != dr.method:
-            raise ValueError(f"module {m!r}: forget decomposition is {df.method} but retain decomposition is {dr.method}")
+            raise ValueError(
+                f"module {m!r}: forget decomposition is {df.method} but retain decomposition is {dr.method}"
+            )
         if retain_rank is not None:
             check_rank(retain_rank, dr.rank, m, f"retain decomposition Q_r {format_shape(dr.Q.shape)}", "retain rank")
     return {m: _discriminate(forget[m], retain[m], float(scale), retain_rank) for m in forget}

@@ -105,7 +105,9 @@ def numerically_zero(B: np.ndarray, A: np.ndarray, M: np.ndarray) -> bool:
     if not M.any():
         return True
     r = max(1, B.shape[1])
-    return float(np.linalg.norm(M)) <= 4 * r * np.finfo(np.float64).eps * float(np.linalg.norm(B)) * float(np.linalg.norm(A))
+    return float(np.linalg.norm(M)) <= 4 * r * np.finfo(np.float64).eps * float(np.linalg.norm(B)) * float(
+        np.linalg.norm(A)
+    )
 
 
 def small_matrix(B: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GRANULARITIES", "block_of", "block_index", "module_sort_key", "module_kind", "layer_of", "check_granularity"]
+__all__ = [
+    "GRANULARITIES",
+    "block_of",
+    "block_index",
+    "module_sort_key",
+    "module_kind",
+    "layer_of",
+    "check_granularity",
+]
 
 GRANULARITIES = ("block", "module")
 

@@ -21,7 +21,14 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ..io import atomic_path  # noqa: E402
 
-__all__ = ["save_figure", "truth_ratio_plot", "energy_plot", "crosslingual_scatter", "energy_overlay_plot", "tradeoff_plot"]
+__all__ = [
+    "save_figure",
+    "truth_ratio_plot",
+    "energy_plot",
+    "crosslingual_scatter",
+    "energy_overlay_plot",
+    "tradeoff_plot",
+]
 
 _METADATA = {
     "png": {"Software": None},
@@ -94,12 +101,25 @@ def truth_ratio_plot(
         pvalues[key] = p
         xs, ys = _ecdf(a)
         mark = " ✓" if p > 0.1 else ""
-        ax.step(xs, ys, where="post", color=colors[k % len(colors)], lw=1.5,
-                label=f"{names.get(key, key)} (KS p = {p:.3g}{mark})")
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            color=colors[k % len(colors)],
+            lw=1.5,
+            label=f"{names.get(key, key)} (KS p = {p:.3g}{mark})",
+        )
         k += 1
     xs, ys = _ecdf(ref)
-    ax.step(xs, ys, where="post", color="black", ls="--", lw=1.8,
-            label=f"{names.get(reference_label, reference_label)} (KS reference)")
+    ax.step(
+        xs,
+        ys,
+        where="post",
+        color="black",
+        ls="--",
+        lw=1.8,
+        label=f"{names.get(reference_label, reference_label)} (KS reference)",
+    )
     ax.set_xscale("log")
     ax.set_xlabel(r"truth ratio $R = \exp(\overline{\ell}_{\mathrm{pert}} - \ell_{\mathrm{para}})$")
     ax.set_ylabel("ECDF over forget-set questions")
@@ -191,11 +211,25 @@ def crosslingual_scatter(
         Line2D([], [], color="grey", marker=markers[i % len(markers)], linestyle="", label=names.get(y, y))
         for i, y in enumerate(evals)
     ]
-    first = ax.legend(handles=colour_handles, title="unlearn in", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      fontsize=8, title_fontsize=8, frameon=False)
+    first = ax.legend(
+        handles=colour_handles,
+        title="unlearn in",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
     ax.add_artist(first)
-    ax.legend(handles=marker_handles, title="evaluate in", loc="lower left", bbox_to_anchor=(1.01, 0.0),
-              fontsize=8, title_fontsize=8, frameon=False)
+    ax.legend(
+        handles=marker_handles,
+        title="evaluate in",
+        loc="lower left",
+        bbox_to_anchor=(1.01, 0.0),
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()

@@ -130,7 +130,9 @@ def parse_language(code: str) -> tuple[str, str | None]:
         raise ValueError(f"'{code}': {LANGUAGES[base]} is already written in Latin script; nothing to romanise")
     if script not in ROMANISERS:
         have = ", ".join(f"{c}_R" for c, s in SCRIPTS.items() if s in ROMANISERS)
-        raise ValueError(f"'{code}': no transliterator for the {script} script of {LANGUAGES[base]} (romanisable: {have})")
+        raise ValueError(
+            f"'{code}': no transliterator for the {script} script of {LANGUAGES[base]} (romanisable: {have})"
+        )
     return base, script
 
 
@@ -140,7 +142,9 @@ def language_label(code: str) -> str:
     return LANGUAGES[base] + (" (R)" if script else "")
 
 
-def check_records(rows: Sequence[Mapping[str, Any]], split: str, where: str, lines: Sequence[int] | None = None) -> None:
+def check_records(
+    rows: Sequence[Mapping[str, Any]], split: str, where: str, lines: Sequence[int] | None = None
+) -> None:
     """Check that every record of ``split`` has its :data:`REQUIRED_FIELDS` (and the row count).
 
     Errors name ``where:<line>``: ``lines[i]`` is record i's line in the file (default: i + 1)."""

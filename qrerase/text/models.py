@@ -17,7 +17,14 @@ from ..checkpoints import DTYPES, first_line, inference_placement, resolve_check
 from ..config import from_mapping
 from ..io import atomic_dir
 
-__all__ = ["SPECIAL_TOKENS", "train_bpe_tokenizer", "load_tokenizer", "TinyLlamaConfig", "build_tiny_llama", "load_model"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "train_bpe_tokenizer",
+    "load_tokenizer",
+    "TinyLlamaConfig",
+    "build_tiny_llama",
+    "load_model",
+]
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 
@@ -27,8 +34,9 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
 # --------------------------------------------------------------------------------------------------
 
 
-def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike,
-                        individual_digits: bool = False):
+def train_bpe_tokenizer(
+    texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike, individual_digits: bool = False
+):
     """Train a byte-level BPE tokenizer on ``texts`` and save it (atomically) to ``out_dir``.
 
     ``individual_digits``: split every digit into its own pre-token (as Llama-2's tokenizer does),
@@ -151,7 +159,10 @@ def build_tiny_llama(cfg: TinyLlamaConfig, tokenizer, seed: int):
 
 
 def load_model(
-    name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True, device: str = "cpu",
+    name_or_path: str | os.PathLike,
+    dtype: str = "float32",
+    local_files_only: bool = True,
+    device: str = "cpu",
     spread: bool = False,
 ):
     """``AutoModelForCausalLM.from_pretrained`` in ``dtype``, in eval mode.

@@ -69,8 +69,9 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     }
 
 
-def option_losses(model, tokenizer, template, records: Sequence[Mapping[str, Any]],
-                  eval_cfg) -> list[list[tuple[float, int]]]:
+def option_losses(
+    model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg
+) -> list[list[tuple[float, int]]]:
     """Per record, ``(sum_nll, n_tokens)`` of each of ``record["options"]`` as the answer to
     ``record["question"]`` (:func:`qrerase.text.evaluation.answer_losses`, all options in one call)."""
     from .evaluation import answer_losses

@@ -119,7 +119,8 @@ def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     errors = list(_validator(str(schema_path)).iter_errors(cfg))
     paths = [tuple(str(p) for p in e.absolute_path) for e in errors]
     kept = [
-        (path, e) for path, e in zip(paths, errors)
+        (path, e)
+        for path, e in zip(paths, errors)
         if e.validator != "unevaluatedProperties"
         or not any(len(other) > len(path) and other[: len(path)] == path for other in paths)
     ]
@@ -270,9 +271,7 @@ def check_speech(cfg: Mapping) -> None:
     if sp.get("forget_speakers") is not None and len(set(sp["forget_speakers"])) >= len(speakers):
         raise ConfigError("config key 'speech.forget_speakers': at least one speaker must be retained")
     if sp["top_k"] > len(speakers):
-        raise ConfigError(
-            f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})"
-        )
+        raise ConfigError(f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})")
 
 
 def check_baselines(cfg: Mapping) -> None:

@@ -53,7 +53,18 @@ RECORD_DIR = "results/provenance/records"
 MANIFEST = "results/provenance/manifest.json"
 SCHEMA = 1
 #: Distributions whose versions every record holds (besides Python itself).
-PACKAGES = ("qrerase", "torch", "transformers", "peft", "scipy", "numpy", "snakemake", "safetensors", "pandas", "tokenizers")
+PACKAGES = (
+    "qrerase",
+    "torch",
+    "transformers",
+    "peft",
+    "scipy",
+    "numpy",
+    "snakemake",
+    "safetensors",
+    "pandas",
+    "tokenizers",
+)
 #: File names never hashed inside directory artifacts (Snakemake's marker for directory outputs).
 IGNORED_NAMES = frozenset({".snakemake_timestamp"})
 _CHUNK = 1 << 20
@@ -128,9 +139,20 @@ def code_version(workflow_dir: str | os.PathLike) -> dict[str, Any]:
         if commit.returncode != 0:
             return out
         status = subprocess.run(
-            ["git", "-C", str(workflow_dir), "status", "--porcelain", "--", ".",
-             ":(exclude)results", ":(exclude).snakemake"],
-            capture_output=True, text=True, timeout=60,
+            [
+                "git",
+                "-C",
+                str(workflow_dir),
+                "status",
+                "--porcelain",
+                "--",
+                ".",
+                ":(exclude)results",
+                ":(exclude).snakemake",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.TimeoutExpired):
         return out
@@ -286,7 +308,7 @@ def record_path(output: str | os.PathLike, root: str | os.PathLike = ".") -> Pat
     """
     rel = Path(output).as_posix()
     if rel.startswith("results/"):
-        rel = rel[len("results/"):]
+        rel = rel[len("results/") :]
     else:
         rel = "_outside/" + rel.lstrip("/")
     return Path(root) / RECORD_DIR / f"{rel}.json"
