@@ -51,6 +51,8 @@ __all__ = [
     "Progress",
     "save_state",
     "load_latest",
+    "accumulate",
+    "set_checkpointing",
 ]
 
 #: Multi-process engines: ``ddp`` (Accelerate's DDP; the only one with one process), ``fsdp``
@@ -294,6 +296,50 @@ def unshard(model) -> None:
             mod._parameters[leaf] = torch.nn.Parameter(value.detach().clone(), requires_grad=old.requires_grad)
         elif leaf in mod._buffers:
             mod._buffers[leaf] = value.detach().clone()
+
+
+def accumulate(accelerator, wrapped, thunks, world: int):
+    """Forward/backward of this rank's micro-batch thunks with gradient accumulation (the engine's
+    all-reduce only after the last one); returns (summed loss over all ranks, mean terms)."""
+    total = torch.zeros((), dtype=torch.float64)
+    sums: dict[str, float] = {}
+    for j, thunk in enumerate(thunks):
+        sync = j == len(thunks) - 1
+        with contextlib.nullcontext() if sync else accelerator.no_sync(wrapped):
+            loss, terms = wrapped(thunk)
+            accelerator.backward(loss * world if world > 1 else loss)
+        total += float(loss.detach())
+        for k, v in terms.items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+    keys = sorted(sums)
+    vec = torch.tensor([float(total)] + [sums[k] / len(thunks) for k in keys], dtype=torch.float64)
+    if world > 1:
+        vec = accelerator.reduce(vec.to(accelerator.device), reduction="sum").cpu()
+        vec[1:] /= world
+    return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}
+
+
+def set_checkpointing(model, on: bool) -> None:
+    """Turn activation (gradient) checkpointing of ``model`` (or a PEFT model's base) on or off."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old names are deprecated)
+        enable, disable, key = (
+            base.activation_checkpointing_enable,
+            base.activation_checkpointing_disable,
+            "activation_checkpointing_kwargs",
+        )
+    elif hasattr(base, "gradient_checkpointing_enable"):
+        enable, disable, key = (
+            base.gradient_checkpointing_enable,
+            base.gradient_checkpointing_disable,
+            "gradient_checkpointing_kwargs",
+        )
+    else:
+        raise ValueError(f"training config: 'gradient_checkpointing' is not supported by {type(base).__name__}")
+    if on:
+        enable(**{key: {"use_reentrant": False}})
+    else:
+        disable()
 
 
 class Progress:

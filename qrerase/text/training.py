@@ -218,7 +218,7 @@ def train_steps(
     if dtype != torch.float32:
         model.float()  # float32 master weights (and so float32 gradients and optimiser states)
     if cfg.gradient_checkpointing:
-        _set_checkpointing(model, True)
+        engine.set_checkpointing(model, True)
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
@@ -252,7 +252,7 @@ def train_steps(
                 value = float(loss.detach())
             else:
                 opt.zero_grad(set_to_none=True)
-                value, terms = _accumulate(
+                value, terms = engine.accumulate(
                     accelerator, wrapped, split(payload, parts)[rank * acc : (rank + 1) * acc], world
                 )
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:
@@ -293,49 +293,6 @@ def train_steps(
     return rows
 
 
-def _accumulate(accelerator, wrapped, thunks, world: int):
-    """Forward/backward of this rank's micro-batch thunks with gradient accumulation (the engine's
-    all-reduce only after the last one); returns (summed loss over all ranks, mean terms)."""
-    total = torch.zeros((), dtype=torch.float64)
-    sums: dict[str, float] = {}
-    for j, thunk in enumerate(thunks):
-        sync = j == len(thunks) - 1
-        with contextlib.nullcontext() if sync else accelerator.no_sync(wrapped):
-            loss, terms = wrapped(thunk)
-            accelerator.backward(loss * world if world > 1 else loss)
-        total += float(loss.detach())
-        for k, v in terms.items():
-            sums[k] = sums.get(k, 0.0) + float(v)
-    keys = sorted(sums)
-    vec = torch.tensor([float(total)] + [sums[k] / len(thunks) for k in keys], dtype=torch.float64)
-    if world > 1:
-        vec = accelerator.reduce(vec.to(accelerator.device), reduction="sum").cpu()
-        vec[1:] /= world
-    return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}
-
-
-def _set_checkpointing(model, on: bool) -> None:
-    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old names are deprecated)
-        enable, disable, key = (
-            base.activation_checkpointing_enable,
-            base.activation_checkpointing_disable,
-            "activation_checkpointing_kwargs",
-        )
-    elif hasattr(base, "gradient_checkpointing_enable"):
-        enable, disable, key = (
-            base.gradient_checkpointing_enable,
-            base.gradient_checkpointing_disable,
-            "gradient_checkpointing_kwargs",
-        )
-    else:
-        raise ValueError(f"training config: 'gradient_checkpointing' is not supported by {type(base).__name__}")
-    if on:
-        enable(**{key: {"use_reentrant": False}})
-    else:
-        disable()
-
-
 def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
     """Leave ``model`` plain: full tensors (FSDP2 gathered), checkpointing off, original dtype."""
     from .. import engine
@@ -343,7 +300,7 @@ def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: b
     if sharded:
         engine.unshard(model)
     if cfg.gradient_checkpointing:
-        _set_checkpointing(model, False)
+        engine.set_checkpointing(model, False)
     if dtype != torch.float32:
         model.to(dtype)
     accelerator.free_memory()
