@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 

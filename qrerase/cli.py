@@ -25,8 +25,8 @@ import sys
 
 
 def _tofu(args: argparse.Namespace) -> int:
-    from .text.tofu_log import load_log
     from .text.tofu import metrics_frame
+    from .text.tofu_log import load_log
 
     log = load_log(args.log)
     ref = load_log(args.reference) if args.reference else None

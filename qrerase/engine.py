@@ -31,8 +31,9 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch

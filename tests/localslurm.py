@@ -149,7 +149,7 @@ class LocalSlurm:
         with socket.socket() as sock:
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    def start(self) -> "LocalSlurm":
+    def start(self) -> LocalSlurm:
         """Start the daemons (stopping those already started if one fails) and wait for an idle node."""
         try:
             return self._start()
@@ -157,7 +157,7 @@ class LocalSlurm:
             self.stop()
             raise
 
-    def _start(self) -> "LocalSlurm":
+    def _start(self) -> LocalSlurm:
         r = self.root
         r.mkdir(parents=True, exist_ok=True)
         os.chmod(r, 0o700)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from qrerase.baselines.text import (
     TEXT_BASELINES,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from qrerase import registry
-from qrerase.workflow.config import ConfigError, SCHEMA_PATH, load_schema, validate
+from qrerase.workflow.config import SCHEMA_PATH, ConfigError, load_schema, validate
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ def rules() -> dict[str, tuple[str, str]]:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module(name: str) -> ast.Module:
     return ast.parse((REPO / Path(*name.split("."))).with_suffix(".py").read_text())
 
@@ -100,7 +100,7 @@ def _is_module(name: str) -> bool:
     return (REPO / Path(*name.split("."))).with_suffix(".py").is_file()
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_level(module: str) -> frozenset[str]:
     """Third-party packages imported when `module` is imported (module-level, transitively)."""
     tree = _module(module)

@@ -9,7 +9,9 @@ import pytest
 import torch
 from conftest import build_tiny_llama
 
+from qrerase.io import load_arrays
 from qrerase.method.adapters import task_matrices
+from qrerase.method.discriminate import forget_update, forget_updates
 from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
 from qrerase.method.erase import (
     EraseAdapterWriter,
@@ -18,8 +20,6 @@ from qrerase.method.erase import (
     save_erase_adapter,
     save_merged,
 )
-from qrerase.io import load_arrays
-from qrerase.method.discriminate import forget_update, forget_updates
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

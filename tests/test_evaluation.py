@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
 from qrerase.io import read_jsonl, write_json
+from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
 from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm

@@ -16,7 +16,6 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-
 from test_speech_workflow import write_speech_config
 from test_workflow import snakemake, write_config
 

@@ -12,10 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import qrerase
-from qrerase.method.lowrank import LowRank
 from qrerase.method.decompose import decompose, decompose_dense
 from qrerase.method.diagnostics import factor_report, max_sin_theta, rrqr_bound
 from qrerase.method.discriminate import forget_update, forget_updates
+from qrerase.method.lowrank import LowRank
 
 PROPS = settings(max_examples=30, deadline=None, derandomize=True)
 

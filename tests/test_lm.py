@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrerase.checkpoints import save_model
 from qrerase.io import read_jsonl
 from qrerase.text.lm import (
     IGNORE_INDEX,
@@ -21,7 +22,6 @@ from qrerase.text.lm import (
     qa_pair,
 )
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, train_bpe_tokenizer
-from qrerase.checkpoints import save_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 TINY = TinyLlamaConfig(

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
-from qrerase.text.evaluation import UnicodeWords
 from qrerase.io import read_jsonl
+from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
+from qrerase.reports.plots import crosslingual_scatter, energy_overlay_plot
+from qrerase.reports.tables import render_latex, render_markdown, table_csv_frame
 from qrerase.text.crosslingual import (
-    SPLIT_FILES,
     check_language_files,
     language_label,
     load_language_split,
@@ -24,9 +24,8 @@ from qrerase.text.crosslingual import (
     parse_language,
     romanise_split,
 )
-from qrerase.reports.plots import crosslingual_scatter, energy_overlay_plot
+from qrerase.text.evaluation import UnicodeWords
 from qrerase.text.romanise import romanise_record, romanise_text
-from qrerase.reports.tables import render_latex, render_markdown, table_csv_frame
 
 REPO = Path(__file__).resolve().parents[1]
 EN = REPO / "data" / "tofu"

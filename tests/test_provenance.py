@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from qrerase.cli import main
 from qrerase.workflow import manifest as mf
 from qrerase.workflow import provenance as pv
-from qrerase.cli import main
 
 
 def test_hash_file_is_sha256(tmp_path):

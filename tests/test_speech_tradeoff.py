@@ -10,8 +10,8 @@ import pytest
 
 from qrerase.speech import data as sd
 from qrerase.speech import model as sm
-from qrerase.speech import train as strain
 from qrerase.speech import tradeoff as st
+from qrerase.speech import train as strain
 
 REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
@@ -177,8 +177,8 @@ def _factors(T, k, method="cpqr"):
 def test_subspace_sweep_equals_the_merged_erase_and_restores_the_model(val_data, adapters):
     import torch
 
-    from qrerase.method.erase import apply_updates
     from qrerase.method.discriminate import discriminate
+    from qrerase.method.erase import apply_updates
 
     arrays, index, _ = val_data
     ft, T = adapters

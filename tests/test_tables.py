@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qrerase.text import tofu, tofu_log
 from qrerase.reports.tables import (
     METHOD_LABELS,
     Column,
@@ -24,6 +23,7 @@ from qrerase.reports.tables import (
     write_table,
 )
 from qrerase.reports.tofu import tofu_table
+from qrerase.text import tofu, tofu_log
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
 from qrerase.baselines.text import kl_divergence
-from qrerase.text.lm import PromptTemplate, collate, encode_qa_many
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.reports.task import task_table
-from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.text.lm import PromptTemplate, encode_qa_many
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.task import SPLITS, TaskDataConfig, check_task_config, generate_skill, make_task_sets, skill_universe
 from qrerase.text.task_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_frame
-from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
+from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
 SIZES = {
@@ -191,7 +191,7 @@ def test_task_frame_and_table_marks():
     frame = task_frame(rows, ["base", "ga", "qr_erase_ll_k4"])
     frame["method"] = ["base", "ga", "qr_erase_ll"]
     df, spec = task_table(frame, {"forget": "arithmetic", "similar": "word_math", "unrelated": "knowledge"})
-    from qrerase.reports.tables import table_csv_frame, render_markdown
+    from qrerase.reports.tables import render_markdown, table_csv_frame
 
     csv = table_csv_frame(df, spec).set_index("method")
     assert csv.loc["ga", "forget_accuracy_mark"] == "best" and csv.loc["qr_erase_ll", "similar_accuracy_mark"] == "best"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
 
-from qrerase.text import tofu, tofu_log
 from qrerase.io import write_json
+from qrerase.text import tofu, tofu_log
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
 FULL = LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json"

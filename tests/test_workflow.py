@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -280,7 +280,7 @@ def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
         "to": f"{EXP}/lora/forget",
         "sha256": produced[f"{EXP}/models/full"]["sha256"],
     } in manifest["edges"]
-    lora = json.loads((workdir / f"results/provenance/records/tofu_forget10/lora/forget.json").read_text())
+    lora = json.loads((workdir / "results/provenance/records/tofu_forget10/lora/forget.json").read_text())
     assert lora["rule"] == "lora" and lora["wildcards"] == {"exp": "tofu_forget10", "set": "forget"}
     assert set(lora["config"]) == {"lora", "model", "seed"} and lora["config"]["lora"]["r"] == 4
     assert lora["seed"] == 0 and lora["threads"] == 1  # config/test.yaml threads

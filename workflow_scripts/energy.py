@@ -2,9 +2,9 @@
 
 import pandas as pd
 
+from qrerase.io import write_csv, write_json
 from qrerase.method.adapters import load_factors
 from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
-from qrerase.io import write_csv, write_json
 from qrerase.reports.plots import energy_plot
 from qrerase.workflow.job import job
 

@@ -4,8 +4,8 @@ loaded once: one log in the output folder (evaluate), or one per configured lang
 
 from pathlib import Path
 
-from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.io import atomic_dir, read_jsonl
+from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.text.tofu_log import write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
 

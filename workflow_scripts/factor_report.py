@@ -1,7 +1,7 @@
 """Rule factor_report: per-module energy, reconstruction errors, CPQR-vs-SVD angles and the eq. 10 bound."""
 
-from qrerase.method.adapters import load_factors
 from qrerase.io import write_csv
+from qrerase.method.adapters import load_factors
 from qrerase.method.diagnostics import factor_report
 from qrerase.workflow.job import job
 

@@ -1,8 +1,8 @@
 """Rule provenance_manifest: the artifact graph (nodes with sha256, input -> output edges) of the targets."""
 
 from qrerase.io import write_json
-from qrerase.workflow.manifest import build_manifest
 from qrerase.workflow.job import job
+from qrerase.workflow.manifest import build_manifest
 
 with job(snakemake) as log:
     manifest = build_manifest([str(t) for t in snakemake.input])

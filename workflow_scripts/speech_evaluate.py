@@ -1,11 +1,11 @@
 """Rule speech_evaluate: top-k speaker accuracy of one model on D_t, D_f and D_r of one setting."""
 
+from qrerase.config import model_options
 from qrerase.io import write_csv
 from qrerase.speech.data import eval_masks, load_speech_data
-from qrerase.speech.train import evaluate_sets
 from qrerase.speech.model import load_speech_model
+from qrerase.speech.train import evaluate_sets
 from qrerase.workflow.job import job
-from qrerase.config import model_options
 
 p, inp = snakemake.params, snakemake.input
 with job(snakemake, seed=p.seed) as log:

@@ -1,12 +1,12 @@
 """Rule speech_lora: LoRA on the attention projections (from speech.lora.base), on D_f (train) or D_r."""
 
-from qrerase.method.architectures import resolve_target_modules
+from qrerase.engine import resuming
 from qrerase.io import write_csv
-from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
+from qrerase.method.architectures import resolve_target_modules
 from qrerase.speech.data import load_speech_data, train_mask
+from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
 from qrerase.speech.train import train_speech_lora
 from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter
-from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 

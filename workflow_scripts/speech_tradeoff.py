@@ -3,8 +3,8 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
 from qrerase.reports.tables import METHOD_LABELS
+from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output

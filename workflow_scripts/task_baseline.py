@@ -2,14 +2,14 @@
 
 import pandas as pd
 
+from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.baselines.text import TextBaselineConfig, train_baseline
+from qrerase.checkpoints import save_model
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
-from qrerase.checkpoints import save_model
-from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from qrerase.text.evaluation import EvalConfig
 from qrerase.io import read_jsonl, write_csv
+from qrerase.text.evaluation import EvalConfig
 from qrerase.text.task_eval import evaluate_skill
 from qrerase.workflow.job import job, load_for_eval, template_from
 

@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.text.task_eval import task_frame
-from qrerase.reports.task import task_table
 from qrerase.reports.tables import write_table
+from qrerase.reports.task import task_table
+from qrerase.text.task_eval import task_frame
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output

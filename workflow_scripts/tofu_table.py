@@ -7,8 +7,8 @@ import pandas as pd
 from qrerase.reports.plots import truth_ratio_plot
 from qrerase.reports.tables import METHOD_LABELS, write_table
 from qrerase.reports.tofu import tofu_table
-from qrerase.text.tofu_log import load_log
 from qrerase.text.tofu import truth_ratios
+from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output

@@ -2,13 +2,13 @@
 number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
 
 from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
-from qrerase.text.evaluation import EvalConfig
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.text.evaluation import EvalConfig
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)

@@ -1,13 +1,13 @@
 """Rule tradeoff_erase: one sweep point of a subspace method, W' = W − λ T̃_f at rank k and scale λ
 (the stored update rescaled by λ/λ₀, eq. 6 / 16), evaluated with the TOFU protocol in this process."""
 
-from qrerase.method.erase import apply_updates
-from qrerase.text.evaluation import EvalConfig
+from qrerase.config import model_options
 from qrerase.io import read_jsonl, write_csv
+from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
+from qrerase.text.evaluation import EvalConfig
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
-from qrerase.config import model_options
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
 with job(snakemake, seed=p.seed) as log:

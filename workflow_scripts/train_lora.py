@@ -1,13 +1,13 @@
 """Rule lora: LoRA task adapter on the forget or the retain set, trained from the checkpoint that
 `lora.base` names (the fine-tuned model, or the pretrained one)."""
 
-from qrerase.method.architectures import resolve_target_modules
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.method.architectures import resolve_target_modules
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter, train_lora
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)

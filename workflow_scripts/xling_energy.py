@@ -3,8 +3,8 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.text.crosslingual import language_label
 from qrerase.reports.plots import energy_overlay_plot
+from qrerase.text.crosslingual import language_label
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from qrerase.reports.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.io import write_csv
-from qrerase.text.crosslingual import language_label
+from qrerase.reports.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.reports.plots import crosslingual_scatter
 from qrerase.reports.tables import METHOD_LABELS, write_table
+from qrerase.text.crosslingual import language_label
 from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
 

@@ -29,19 +29,28 @@ KU — knowledge unlearning (Jang et al., ACL 2023)
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from .. import engine
 from ..config import from_mapping
 from ..determinism import set_determinism
-from .text import freeze, kl_divergence, retain_stream, token_mean_nll
-from ..text.lm import PromptTemplate, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
-from .. import engine
+from ..text.lm import (
+    PromptTemplate,
+    answer_token_logits,
+    collate,
+    encode_qa_many,
+    pad_token_id,
+    per_sequence,
+    qa_pair,
+    sequence_nll,
+)
 from ..text.training import TrainConfig, answer_tokens, epoch_steps, token_mean_split, train_causal_lm, train_steps
-from ..text.lm import pad_token_id
+from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 
 __all__ = [
     "TASK_BASELINES",
@@ -94,7 +103,7 @@ class KgaConfig:
             raise ValueError(f"kga config: 'alpha' must be >= 0, got {self.alpha!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "KgaConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> KgaConfig:
         return from_mapping(cls, d, "kga config")
 
     def train_config(self, aux: bool = False) -> TrainConfig:
@@ -147,7 +156,7 @@ class KuConfig:
             raise ValueError(f"ku config: 'ma_threshold' must be in [0, 1] or null, got {self.ma_threshold!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "KuConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> KuConfig:
         return from_mapping(cls, d, "ku config")
 
     def train_config(self) -> TrainConfig:

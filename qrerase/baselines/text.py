@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,11 +47,11 @@ from ..text.lm import (
     PromptTemplate,
     collate,
     encode_qa_many,
+    pad_token_id,
     qa_pair,
     sequence_nll,
 )
 from ..text.training import LoraTrainConfig, TrainConfig, add_lora, epoch_batches, epoch_steps, train_steps
-from ..text.lm import pad_token_id
 
 __all__ = [
     "TEXT_BASELINES",
@@ -149,7 +150,7 @@ class TextBaselineConfig:
                 )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TextBaselineConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TextBaselineConfig:
         """Strict construction: unknown keys are a ``ValueError`` naming them."""
         return from_mapping(cls, d, "baseline config")
 

@@ -15,7 +15,8 @@ import math
 import os
 import statistics
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla

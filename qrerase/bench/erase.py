@@ -18,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -118,9 +118,9 @@ def _run_erase_pipeline(
     out_dir: str,
 ) -> dict:
     """The streaming pipeline, in-process. Two passes over the modules; at most one module's factors live at a time."""
+    from ..method.discriminate import forget_update
     from ..method.energy import energy_from_norms, modules_for_layers, select_layers
     from ..method.erase import EraseAdapterWriter
-    from ..method.discriminate import forget_update
     from ..method.lowrank import LowRank
 
     mods = shape.modules()

@@ -26,14 +26,15 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from .naming import module_sort_key
 from ..io import load_arrays, save_arrays
 from .lowrank import LowRank, as_lowrank
+from .naming import module_sort_key
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -186,8 +187,8 @@ def _load_weights(path: Path) -> dict[str, np.ndarray]:
         if "bf16" not in str(exc).lower() and "bfloat16" not in str(exc).lower():
             raise
         try:
-            from safetensors.torch import load_file
             import torch
+            from safetensors.torch import load_file
 
             arrays = {k: v.to(torch.float64).numpy() for k, v in load_file(str(path)).items()}
         except Exception as exc2:  # pragma: no cover - defensive

@@ -16,7 +16,8 @@ kind ``block_sparse_moe.experts.*.w1``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["ATTENTION", "TARGET_PRESETS", "lora_modules", "preset_for", "resolve_target_modules"]
 

@@ -10,7 +10,8 @@ Paper equations (numbering of ``paper/qr-erase.tex``):
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla

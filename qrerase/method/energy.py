@@ -16,7 +16,8 @@ single adapted module (``granularity="module"``); module names map to blocks as 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -22,8 +22,9 @@ import json
 import math
 import struct
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -266,7 +267,7 @@ class EraseAdapterWriter:
         raw += b" " * ((8 - len(raw) % 8) % 8)
         return struct.pack("<Q", len(raw)) + raw
 
-    def __enter__(self) -> "EraseAdapterWriter":
+    def __enter__(self) -> EraseAdapterWriter:
         self._ctx = atomic_dir(self.out_dir)
         tmp = self._ctx.__enter__()
         try:

@@ -9,7 +9,8 @@ atomically and byte-identically (:func:`qrerase.io.save_arrays`).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

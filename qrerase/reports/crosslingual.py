@@ -14,14 +14,14 @@ methods); :func:`matrix_table` the full Unlearn × Eval matrix of one method wit
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..text.crosslingual import language_label
-from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
 from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
+from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]
 

@@ -8,8 +8,8 @@ dropped, so the same input gives byte-identical files.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import matplotlib
 

@@ -21,8 +21,9 @@ Every trainer returns (unlearned model — a plain, merged ``transformers`` mode
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -85,7 +86,7 @@ class SpeechBaselineConfig:
             raise ValueError(f"baseline retain_fraction must lie in (0, 1], got {self.retain_fraction}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SpeechBaselineConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeechBaselineConfig:
         from ..config import from_mapping
 
         return from_mapping(cls, d, "speech baseline config")
@@ -225,8 +226,8 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
 
 
 def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
-    from .train import batches
     from ..determinism import epoch_seed
+    from .train import batches
 
     return batches(n, cfg.batch_size, epoch_seed(cfg.seed, salt))
 
@@ -322,8 +323,8 @@ def run_baseline(
     (modified in place in full mode). ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩
     train and D_r. Returns ``(model, loss_curve)``."""
     from ..checkpoints import model_device
-    from .train import as_tensors
     from ..determinism import set_determinism
+    from .train import as_tensors
 
     if method not in _RUNNERS:
         raise ValueError(f"speech baseline must be one of {SPEECH_BASELINES}, got {method!r}")

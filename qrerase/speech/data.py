@@ -33,10 +33,11 @@ import math
 import os
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -111,7 +112,7 @@ class SpeechDataConfig:
         return int(round(self.max_seconds * self.sample_rate))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SpeechDataConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeechDataConfig:
         return from_mapping(cls, d, "speech data config")
 
 

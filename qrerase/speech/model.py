@@ -9,8 +9,9 @@ copies a pretrained encoder into it. Training and evaluation are :mod:`qrerase.s
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..config import model_options
 
@@ -59,7 +60,7 @@ class TinyHubertConfig:
             raise ValueError("speech.model.tiny.hidden_size: must be divisible by num_attention_heads")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "TinyHubertConfig":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> TinyHubertConfig:
         from ..config import from_mapping
 
         return from_mapping(cls, d, "speech.model.tiny")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,8 +91,8 @@ def subspace_sweep(
     """
     import torch
 
-    from ..method.erase import apply_updates
     from ..method.discriminate import discriminate
+    from ..method.erase import apply_updates
 
     if not factors or not scales:
         raise ValueError(f"subspace_sweep ({method}): no ranks or no scales to sweep")

@@ -8,7 +8,7 @@ accuracy on D_t, D_f and D_r. Arrays as in :mod:`qrerase.speech.data`.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -34,11 +34,12 @@ Ratio compares; in English the two files hold the same QA. ``forget_split="forge
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .data import normalise
 from ..io import read_jsonl_numbered
+from .data import normalise
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [

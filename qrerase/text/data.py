@@ -20,7 +20,7 @@ informative (a model trained from scratch on the run's QA alone has flat, ~log|V
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import read_jsonl_numbered
@@ -48,7 +48,7 @@ class TofuDataConfig:
     pretrain_authors: int = 0  # authors of the pretraining set (after the retain authors), disjoint from both
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TofuDataConfig":
+    def from_dict(cls, d: dict) -> TofuDataConfig:
         d = dict(d)
         if "knowledge" in d:
             d["knowledge"] = tuple(d["knowledge"] or ())

@@ -23,8 +23,9 @@ Metric aggregation (truth ratio, probability, Model Utility, Forget Quality) is 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -81,7 +82,7 @@ class EvalConfig:
             )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "EvalConfig":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> EvalConfig:
         return from_mapping(cls, d, "evaluation config")
 
 

@@ -17,8 +17,9 @@ The tokenizer and the models themselves are :mod:`qrerase.text.models`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,11 +80,11 @@ class PromptTemplate:
         return f"{self.answer_separator}{answer}{self.answer_end}"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "PromptTemplate":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> PromptTemplate:
         return from_mapping(cls, d, "prompt template")
 
     @classmethod
-    def from_chat_template(cls, tokenizer) -> "PromptTemplate":
+    def from_chat_template(cls, tokenizer) -> PromptTemplate:
         """The single-turn template of a tokenizer's chat template, as TOFU / open-unlearning use it.
 
         The prompt is ``apply_chat_template([{"role": "user", "content": question}],

@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -120,7 +121,7 @@ class TinyLlamaConfig:
     initializer_range: float = 0.02
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "TinyLlamaConfig":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> TinyLlamaConfig:
         return from_mapping(cls, d, "tiny llama config")
 
 

@@ -38,9 +38,10 @@ Evaluation lives in :mod:`qrerase.text.task_eval`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,7 @@ class TaskDataConfig:
     knowledge_facts: bool = True
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaskDataConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskDataConfig:
         d = dict(d)
         sub = {"arithmetic": ArithmeticConfig, "word_math": WordMathConfig, "knowledge": KnowledgeConfig}
         for key, klass in sub.items():

@@ -27,7 +27,7 @@ perturbed answers of a question)
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd

@@ -14,14 +14,14 @@ with the same seed, data and thread count give bit-identical weights.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
 import sys
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -98,7 +98,7 @@ class TrainConfig:
             )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         return from_mapping(cls, d, "training config")
 
 
@@ -122,7 +122,7 @@ class LoraTrainConfig:
         self.target_modules = tuple(self.target_modules)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LoraTrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> LoraTrainConfig:
         return from_mapping(cls, d, "LoRA training config")
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import copy
 import math
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .. import registry
 
@@ -69,7 +70,7 @@ def _inject(node: Any) -> Any:
     return node
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_schema(path: str) -> dict:
     import yaml
 
@@ -97,7 +98,7 @@ def check_finite(node: Any, key: str = "") -> None:
             check_finite(v, f"{key}.{i}" if key else str(i))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(path: str):
     """Draft 2020-12 validator whose ``integer`` is an ``int``: JSON Schema counts 2.0 as an integer,
     but a rank, epoch count or batch size written 2.0 would reach the jobs as a float."""

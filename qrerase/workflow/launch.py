@@ -26,8 +26,9 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .provenance import config_subset
 

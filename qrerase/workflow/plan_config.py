@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, ModelShape, Node, plan_job, resolve_shape
 

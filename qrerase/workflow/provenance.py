@@ -25,10 +25,11 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "RECORD_DIR",
@@ -335,7 +336,7 @@ def remove_records(outputs: Iterable[str], root: str | os.PathLike = ".") -> Non
 _REQUIRED = ("rule", "inputs", "outputs", "code", "versions", "start", "end")
 
 
-def load_records(root: str | os.PathLike = ".") -> tuple[dict[str, dict], list["Problem"]]:
+def load_records(root: str | os.PathLike = ".") -> tuple[dict[str, dict], list[Problem]]:
     """All records under ``root``: ``({output path: record}, problems with unreadable records)``."""
     base = Path(root) / RECORD_DIR
     records: dict[str, dict] = {}
