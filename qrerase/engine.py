@@ -113,7 +113,7 @@ def example_mean_split(loss_of: Callable[[Any], tuple[torch.Tensor, Any]]):
     def split(idx, parts: int):
         n = len(idx)
         return [
-            (lambda sub=sub, w=(len(sub) / n if live else 0.0): _scaled(loss_of(sub), w))
+            (lambda sub=sub, w=(len(sub) / n if live else 0.0): _scaled(loss_of(sub), w))  # noqa: B008 - binds w
             for sub, live in chunk(idx, parts)
         ]
 

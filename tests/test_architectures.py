@@ -186,7 +186,7 @@ def test_chat_template_prompt_is_the_tokenizers_own(tokenizer, template, prompt_
         assert encode_prompts(tokenizer, t, [q])[0] == expected  # exactly one BOS, the template's text
         ids, labels = encode_qa(tokenizer, t, q, a, 128)
         assert ids[: len(expected)] == expected and ids[-1] == tokenizer.eos_token_id
-        assert tokenizer.decode([i for i, l in zip(ids, labels) if l != -100]).strip() == a + "</s>"
+        assert tokenizer.decode([i for i, lab in zip(ids, labels) if lab != -100]).strip() == a + "</s>"
     finally:
         tokenizer.chat_template = None
     with pytest.raises(ValueError, match="model.template: chat, but tokenizer .* has no chat_template"):

@@ -106,7 +106,7 @@ def base_config() -> dict:
 
 def place(cfg: dict, path: tuple, along: tuple, leaf_schema: dict, value) -> str:
     """Put ``value`` at ``path`` in ``cfg`` (missing containers made valid); the dotted key it names."""
-    node, keys = cfg, []
+    node, keys, parent = cfg, [], None  # parent: set one step before a "[]" part
     for i, part in enumerate(path):
         last = i == len(path) - 1
         if part == "[]":  # node is the array's parent dict; keys[-1] the array

@@ -68,7 +68,7 @@ def test_the_job_spec_round_trips_to_the_attributes_of_snakemakes_object(tmp_pat
     assert list(j.input) == [str(tmp_path / "init"), str(tmp_path / "data.jsonl")]
     assert "init" in j.input.keys() and "tokenizer" not in j.input.keys()
     with pytest.raises(AttributeError):
-        j.input.tokenizer
+        _ = j.input.tokenizer
     shadowing = NamedList(["a.csv"], {"index": "a.csv"})  # a name that is a list method: the entry
     assert shadowing.index == "a.csv" and shadowing["index"] == "a.csv"
     assert j.output.model.endswith("out/model") and j.output[1].endswith("loss.csv")

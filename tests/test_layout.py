@@ -156,6 +156,6 @@ def test_method_is_numpy_only():
 
 
 def test_import_qrerase_is_torch_free():
-    code = "import sys, qrerase; print(sorted(m for m in %r if m in sys.modules))" % (TORCH_SIDE,)
+    code = f"import sys, qrerase; print(sorted(m for m in {TORCH_SIDE!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

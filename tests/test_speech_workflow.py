@@ -68,7 +68,7 @@ def test_energy_and_rank_outputs(workdir):
     assert (energy["effective_layers"] >= 1).all() and (energy["effective_layers"] <= 2 + 1e-9).all()  # 2 blocks
     rank = pd.read_csv(workdir / "results/tables/speech_rank.csv")
     assert sorted(set(rank["rank"])) == [1, 2] and set(rank["decomp"]) == {"cpqr", "svd"}
-    for decomp, d in rank.groupby("decomp"):
+    for _decomp, d in rank.groupby("decomp"):
         err = d.sort_values("rank")["recon_error"].to_numpy()
         assert err[1] <= err[0]  # reconstruction error falls with the rank
 

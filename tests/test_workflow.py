@@ -383,7 +383,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # skips before the run
+def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # noqa: F811 - skips before the run
     """The test config with one method (QR-Erase (LL) and its control row: 31 jobs, tables included) run
     again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
     ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and

@@ -16,6 +16,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -135,15 +136,15 @@ def bench_decomposition(
         decompose(B[:w], A[:, :w], min(r, w), "svd")
 
         say(f"n={n}: dense SVD" if do_svd else f"n={n}: dense SVD skipped")
-        svd_s = _median_time(lambda: _dense_svd(G), repeats)[0] if do_svd else math.nan
+        svd_s = _median_time(partial(_dense_svd, G), repeats)[0] if do_svd else math.nan
         say(f"n={n}: dense CPQR")
-        cpqr_s = _median_time(lambda: _dense_cpqr(G), repeats)[0]
+        cpqr_s = _median_time(partial(_dense_cpqr, G), repeats)[0]
         say(f"n={n}: LoRA dense CPQR")
-        lcd_s, (Qd, Rd, pd_) = _median_time(lambda: _dense_cpqr(T), repeats)
+        lcd_s, (Qd, Rd, pd_) = _median_time(partial(_dense_cpqr, T), repeats)
         say(f"n={n}: LoRA factored CPQR / SVD")
         fr = max(repeats, fast_repeats)
-        lcf_s, dec = _median_time(lambda: decompose(B, A, r, "cpqr", singular_values=False), fr)
-        lsf_s = _median_time(lambda: decompose(B, A, r, "svd"), fr)[0]
+        lcf_s, dec = _median_time(partial(decompose, B, A, r, "cpqr", singular_values=False), fr)
+        lsf_s = _median_time(partial(decompose, B, A, r, "svd"), fr)[0]
 
         same = dec.piv == pd_
         prefix = int(np.argmin(same)) if not same.all() else n

@@ -200,7 +200,7 @@ def crosslingual_scatter(
         )
     ax.axvline(threshold, color="black", linestyle="--", linewidth=1)
     ax.set_xscale("log")
-    ax.set_xlabel("Forget Quality (KS p-value, log scale; dashed: p = %g)" % threshold)
+    ax.set_xlabel(f"Forget Quality (KS p-value, log scale; dashed: p = {threshold:g})")
     ax.set_ylabel("Model Utility / base model's (eval language)")
     ax.grid(True, which="major", alpha=0.3)
     colour_handles = [

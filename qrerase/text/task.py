@@ -198,7 +198,7 @@ def _arith_counts(a: ArithmeticConfig) -> list[tuple[str, int]]:
 
 def _arith_decode(a: ArithmeticConfig, idx: int) -> dict:
     r = a.max_operand - a.min_operand + 1
-    for op, count in _arith_counts(a):
+    for op, count in _arith_counts(a):  # noqa: B007 - `op` is read after the break
         if idx < count:
             break
         idx -= count
@@ -229,7 +229,7 @@ def _word_templates(m: int) -> list[tuple[str, np.ndarray, bool]]:
 
 def _word_decode(templates, idx: int) -> dict:
     per_story = len(NAMES) * len(ITEMS)
-    for name, rows, story in templates:
+    for name, rows, story in templates:  # noqa: B007 - `name` is read after the break
         count = len(rows) * (per_story if story else 1)
         if idx < count:
             break

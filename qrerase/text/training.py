@@ -246,7 +246,7 @@ def train_steps(
             if step <= progress.step:
                 continue
             if parts == 1:
-                loss, terms = wrapped(lambda: loss_fn(payload))
+                loss, terms = wrapped(lambda payload=payload: loss_fn(payload))
                 opt.zero_grad(set_to_none=True)
                 accelerator.backward(loss)
                 value = float(loss.detach())
