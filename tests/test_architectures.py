@@ -91,7 +91,8 @@ def test_mixtral_checkpoint_expert_names(tokenizer, tmp_path):
 def test_missing_target_module_is_one_line_naming_the_layers(tokenizer):
     with pytest.raises(
         ValueError,
-        match=r"^lora.target_modules: 'q_proj' matches no linear layer of the model \(model_type gpt2; its linear layers: c_attn, c_fc, c_proj, lm_head\)$",
+        match=r"^lora.target_modules: 'q_proj' matches no linear layer of the model "
+        r"\(model_type gpt2; its linear layers: c_attn, c_fc, c_proj, lm_head\)$",
     ):
         resolve_target_modules(build_causal("gpt2", tokenizer), ["c_attn", "q_proj"])
     with pytest.raises(ValueError, match="auto has no preset for model_type 'bert'"):
@@ -283,6 +284,7 @@ def test_adapter_model_mismatch_names_both(llama_dir, tokenizer, tmp_path):
     wrong = save_lora(wider, tmp_path / "wide", seed=1, r=2, lora_alpha=2, target_modules=["q_proj"])
     with pytest.raises(
         ValueError,
-        match=r"does not fit model .*qwen2: module 'model.layers.0.self_attn.q_proj' has weight \(32, 32\) in the model but \(48, 48\) in the adapter$",
+        match=r"does not fit model .*qwen2: module 'model.layers.0.self_attn.q_proj' "
+        r"has weight \(32, 32\) in the model but \(48, 48\) in the adapter$",
     ):
         check_adapter_fits(wrong, task_matrices(wrong), qwen_dir)

@@ -80,7 +80,8 @@ def test_whole_model_erase_tiny(isolate):
 
 def test_cli_standalone(tmp_path):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "qrerase.cli", "bench", "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1", "--out-dir", str(tmp_path / "out"), "--threads", "1"]  # fmt: skip
+    cmd = [sys.executable, "-m", "qrerase.cli", "bench", "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1"]
+    cmd += ["--out-dir", str(tmp_path / "out"), "--threads", "1"]
     subprocess.run(cmd, check=True, env=env, capture_output=True)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == ["decomposition.csv", "decomposition.png", "runtime.csv", "runtime.md", "runtime.tex"]

@@ -1,4 +1,5 @@
-"""qrerase.text.task (generator), qrerase.text.task_eval (normalisation, choice, table frame) and qrerase.baselines.task (KGA, KU) on small real data."""
+"""qrerase.text.task (generator), qrerase.text.task_eval (normalisation, choice, table frame) and
+qrerase.baselines.task (KGA, KU) on small real data."""
 
 from __future__ import annotations
 

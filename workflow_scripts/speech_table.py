@@ -14,8 +14,9 @@ with job(snakemake) as log:
         evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m
     )
     caption = (
-        f"Speaker-identification unlearning on FSDD ({', '.join(SETTING_LABELS[s] for s in p.settings)}): top-{p.top_k} "
-        "accuracy (\\%) on $D_t$ (held-out test), $D_f$ (forget) and $D_r$ (retain). Subspace methods at rank "
+        f"Speaker-identification unlearning on FSDD ({', '.join(SETTING_LABELS[s] for s in p.settings)}): "
+        f"top-{p.top_k} accuracy (\\%) on $D_t$ (held-out test), $D_f$ (forget) and $D_r$ (retain). "
+        "Subspace methods at rank "
         f"$k={p.rank}$. Bold/underlined: best/second-best."
     )
     write_table(df, spec, out.csv, out.md, out.tex, caption=caption, label="tab:speech_results", environment="table*")

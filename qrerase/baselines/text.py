@@ -96,7 +96,8 @@ class TextBaselineConfig:
     ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
     inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl, >= 0), ``divergence`` (FLAT's
     f-divergence, one of :data:`DIVERGENCES`). Engine: ``micro_batch_size``,
-    ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
+    ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see
+    :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
     (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end).
     """
 

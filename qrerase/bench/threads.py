@@ -44,7 +44,8 @@ def set_blas_threads(n: int | None) -> int:
 
 
 def blas_threads() -> int:
-    """The BLAS thread count the benchmarks run with: ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``, else the CPU count."""
+    """The BLAS thread count the benchmarks run with: ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``, else
+    the CPU count."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])

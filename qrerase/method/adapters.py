@@ -238,7 +238,8 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
         ab = pairs[module]
         if set(ab) != {"A", "B"}:
             raise ValueError(
-                f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} but no lora_{'B' if 'A' in ab else 'A'} ({wpath})"
+                f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} "
+                f"but no lora_{'B' if 'A' in ab else 'A'} ({wpath})"
             )
         A, B = ab["A"], ab["B"]
         if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
@@ -291,7 +292,10 @@ def check_adapter_fits(adapter_dir: str | Path, factors: Mapping[str, LowRank], 
     """
     cfg = read_adapter_config(adapter_dir)
     shapes = checkpoint_shapes(model_dir)
-    where = f"adapter {adapter_dir} (trained on {cfg.base_model_name_or_path or 'an unnamed base'}) does not fit model {model_dir}"
+    where = (
+        f"adapter {adapter_dir} (trained on {cfg.base_model_name_or_path or 'an unnamed base'}) "
+        f"does not fit model {model_dir}"
+    )
     for module, lr in factors.items():
         want = tuple(reversed(lr.shape)) if cfg.fan_in_fan_out else tuple(lr.shape)
         have = shapes.get(f"{module}.weight")

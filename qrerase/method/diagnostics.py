@@ -35,7 +35,8 @@ def max_sin_theta(Q1: np.ndarray, Q2: np.ndarray) -> float:
     Q2 = np.asarray(Q2, dtype=np.float64)
     if Q1.ndim != 2 or Q2.ndim != 2 or Q1.shape[0] != Q2.shape[0]:
         raise ValueError(
-            f"max_sin_theta: bases must be n×k with the same n, got {format_shape(Q1.shape)} and {format_shape(Q2.shape)}"
+            f"max_sin_theta: bases must be n×k with the same n, "
+            f"got {format_shape(Q1.shape)} and {format_shape(Q2.shape)}"
         )
     a = np.linalg.norm(Q1 - Q2 @ (Q2.T @ Q1), 2) if Q1.shape[1] else 0.0
     b = np.linalg.norm(Q2 - Q1 @ (Q1.T @ Q2), 2) if Q2.shape[1] else 0.0

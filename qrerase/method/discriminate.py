@@ -78,7 +78,8 @@ def forget_update(
     fshape, rshape = task_shape(forget_factors, name), task_shape(retain_factors, name)
     if fshape != rshape:
         raise ValueError(
-            f"{task_label(name)}: forget task matrix is {format_shape(fshape)} but retain task matrix is {format_shape(rshape)}"
+            f"{task_label(name)}: forget task matrix is {format_shape(fshape)} "
+            f"but retain task matrix is {format_shape(rshape)}"
         )
     df = decompose_any(forget_factors, rank, method, name)
     dr = decompose_any(retain_factors, rank if retain_rank is None else retain_rank, method, name)
@@ -98,7 +99,8 @@ def check_module_pairs(forget: Mapping[str, Any], retain: Mapping[str, Any]) -> 
     only_r = [m for m in retain if m not in forget]
     if only_f or only_r:
         raise ValueError(
-            f"forget and retain factors cover different modules: only in forget {only_f[:5]}{'…' if len(only_f) > 5 else ''}, "
+            "forget and retain factors cover different modules: "
+            f"only in forget {only_f[:5]}{'…' if len(only_f) > 5 else ''}, "
             f"only in retain {only_r[:5]}{'…' if len(only_r) > 5 else ''}"
         )
     for m in forget:

@@ -316,7 +316,8 @@ class EraseAdapterWriter:
         if exc is None and self._next != len(self._order):
             missing = self._order[self._next]
             err = ValueError(
-                f"module {missing!r}: update not written ({len(self._order) - self._next} of {len(self._order)} modules missing)"
+                f"module {missing!r}: update not written "
+                f"({len(self._order) - self._next} of {len(self._order)} modules missing)"
             )
             self._abort(err)
             raise err

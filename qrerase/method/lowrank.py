@@ -60,7 +60,8 @@ class LowRank:
         A = np.asarray(self.A, dtype=np.float64)
         if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
             raise ValueError(
-                f"LowRank: factors must be B (d_out×r) and A (r×d_in), got B {format_shape(B.shape)} and A {format_shape(A.shape)}"
+                "LowRank: factors must be B (d_out×r) and A (r×d_in), "
+                f"got B {format_shape(B.shape)} and A {format_shape(A.shape)}"
             )
         object.__setattr__(self, "B", B)
         object.__setattr__(self, "A", A)

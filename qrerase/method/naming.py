@@ -41,7 +41,8 @@ def block_index(name: str) -> int:
     b = block_of(name)
     if b is None:
         raise ValueError(
-            f"module {name!r}: cannot map to a transformer block (no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
+            f"module {name!r}: cannot map to a transformer block "
+            "(no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
         )
     return b
 

@@ -203,7 +203,8 @@ def graft_encoder(model, encoder_source, prefix: str = "hubert."):
     bad = [k for k in own if tuple(own[k].shape) != tuple(new[k].shape)]
     if bad:
         raise ValueError(
-            f"graft_encoder: {bad[0]} is {tuple(new[bad[0]].shape)} in the source, {tuple(own[bad[0]].shape)} in the model"
+            f"graft_encoder: {bad[0]} is {tuple(new[bad[0]].shape)} in the source, "
+            f"{tuple(own[bad[0]].shape)} in the model"
         )
     with torch.no_grad():
         for k, v in own.items():

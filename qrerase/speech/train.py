@@ -33,7 +33,8 @@ def batches(n: int, batch_size: int, seed: int | None) -> list[np.ndarray]:
 
 
 def as_tensors(arrays: Mapping[str, np.ndarray], mask: np.ndarray | None, device) -> tuple:
-    """``(input_values, attention_mask, labels)`` tensors of the utterances selected by ``mask`` (all: None), on ``device``."""
+    """``(input_values, attention_mask, labels)`` tensors of the utterances selected by ``mask`` (all: None),
+    on ``device``."""
     import torch
 
     sel = slice(None) if mask is None else np.flatnonzero(mask)
@@ -65,8 +66,8 @@ def train_classifier(
     clipping (the loop of :func:`qrerase.text.training.train_steps`), batches drawn by a generator seeded
     with (seed, epoch). ``loss_fn(model, x, m, y)``
     defaults to the cross-entropy of the speaker labels; it must be a mean over the batch's utterances
-    (micro-batches are weighted by their share of the batch, :func:`qrerase.engine.example_mean_split`). Returns the loss curve (``step, epoch, loss,
-    lr``, one row per update); the model is left in eval mode.
+    (micro-batches are weighted by their share of the batch, :func:`qrerase.engine.example_mean_split`).
+    Returns the loss curve (``step, epoch, loss, lr``, one row per update); the model is left in eval mode.
     """
     import torch
     import torch.nn.functional as F

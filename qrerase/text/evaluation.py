@@ -78,7 +78,8 @@ class EvalConfig:
     def __post_init__(self):
         if self.rouge_tokenizer not in ROUGE_TOKENIZERS:
             raise ValueError(
-                f"evaluation config: rouge_tokenizer must be one of {list(ROUGE_TOKENIZERS)}, got {self.rouge_tokenizer!r}"
+                f"evaluation config: rouge_tokenizer must be one of {list(ROUGE_TOKENIZERS)}, "
+                f"got {self.rouge_tokenizer!r}"
             )
 
     @classmethod

@@ -255,9 +255,10 @@ def _validate_set(log_set: Any, where: str) -> None:
     for q, v in log_set["generated_text"].items():
         if not isinstance(v, _SEQ) or len(v) != 3 or not all(isinstance(s, str) for s in v):
             raise ValueError(
-                f"{where}, field 'generated_text', question {q}: expected [prompt, generation, ground truth] strings, got {v!r}"[
-                    :400
-                ]
+                (
+                    f"{where}, field 'generated_text', question {q}: "
+                    f"expected [prompt, generation, ground truth] strings, got {v!r}"
+                )[:400]
             )
 
 

@@ -183,8 +183,8 @@ def train_steps(
     :func:`qrerase.engine.current_resume_dir` (``desc``), from which a restarted run continues;
     the state is removed when the loop ends. On return every rank's ``model`` holds the full trained
     weights as plain tensors in its original dtype. ``frozen``: frozen models the loss evaluates (a
-    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss`` is the sum of the parts'
-    losses over all ranks; the terms are the mean of the live parts' terms.
+    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss``
+    is the sum of the parts' losses over all ranks; the terms are the mean of the live parts' terms.
     """
     from .. import engine
     from ..checkpoints import model_device

@@ -105,10 +105,11 @@ def audit(
     """Re-hash every recorded artifact and check every record, input → output link and the manifest.
 
     ``results_dir`` is the workflow's ``results/`` folder (a symlink to scratch is fine); record paths
-    are relative to the Snakemake working directory, ``workdir`` or else :func:`workdir_of`. Returns ``(problems, counts)``; no problems means that every
-    output still has the hash its record holds, every input still has the hash it had when it was
-    used, every produced input's hash equals the hash its own producer recorded (no job consumed an
-    older version of an artifact that was re-made since), and the manifest agrees with the records.
+    are relative to the Snakemake working directory, ``workdir`` or else :func:`workdir_of`. Returns
+    ``(problems, counts)``; no problems means that every output still has the hash its record holds,
+    every input still has the hash it had when it was used, every produced input's hash equals the hash
+    its own producer recorded (no job consumed an older version of an artifact that was re-made since),
+    and the manifest agrees with the records.
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -149,7 +150,8 @@ def audit(
                             path,
                             (
                                 f"produced from input {ipath} whose recorded hash {_short(used)} is not the hash its "
-                                f"producer (rule {producer['rule']}) recorded, {_short(made)}: the input was re-made since"
+                                f"producer (rule {producer['rule']}) recorded, {_short(made)}: "
+                                "the input was re-made since"
                             ),
                         )
                     )

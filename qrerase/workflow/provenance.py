@@ -276,7 +276,8 @@ def build_record(
     """The provenance record of one finished job (hashes every input and output now).
 
     ``start`` / ``end`` are POSIX times; ``threads`` the job's threads, ``world_size`` its number of
-    processes (``accelerate launch --num_processes``; 1 for a plain job). Raises FileNotFoundError when an input or output is missing.
+    processes (``accelerate launch --num_processes``; 1 for a plain job). Raises FileNotFoundError when an
+    input or output is missing.
     """
     outputs = list(dict.fromkeys(str(o) for o in outputs))
     inputs = list(dict.fromkeys(str(i) for i in inputs))
