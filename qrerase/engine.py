@@ -219,7 +219,7 @@ class LossModule(torch.nn.Module):
         self.model = model
         self.frozen = torch.nn.ModuleList(frozen)  # frozen references: sharded with the model under FSDP2
 
-    def forward(self, thunk: Callable[[], tuple[torch.Tensor, Any]]):  # noqa: D102
+    def forward(self, thunk: Callable[[], tuple[torch.Tensor, Any]]):
         loss, terms = thunk()
         return loss, terms
 

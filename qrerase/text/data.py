@@ -98,7 +98,7 @@ def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
         return [normalise(r, w) for r, w in zip(rows, where)]
     elif cfg.source == "hub":
         try:
-            import datasets  # noqa: PLC0415 - optional dependency for online users
+            import datasets  # optional dependency for online users
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("data.source: hub needs the 'datasets' package (pip install datasets)") from exc
         rows = [dict(r) for r in datasets.load_dataset(cfg.hub_name, name)["train"]]
