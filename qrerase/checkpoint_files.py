@@ -23,7 +23,12 @@ __all__ = [
 
 MODEL_CONFIG = "config.json"
 #: Weight files ``from_pretrained`` reads (a single file or a sharded index).
-MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+MODEL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 
 

@@ -9,20 +9,34 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from .checkpoint_files import check_dir, looks_like_hub_id
 from .io import atomic_dir
 
-__all__ = ["DTYPES", "model_device", "resolve_device", "gpu_memory", "inference_placement", "resolve_checkpoint",
-           "first_line", "save_model"]
+__all__ = [
+    "DTYPES",
+    "model_device",
+    "resolve_device",
+    "gpu_memory",
+    "inference_placement",
+    "resolve_checkpoint",
+    "first_line",
+    "save_model",
+]
 
 #: Config ``dtype`` names → torch dtypes.
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 
 
 def model_device(model) -> torch.device:

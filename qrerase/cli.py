@@ -28,8 +28,8 @@ import sys
 
 
 def _tofu(args: argparse.Namespace) -> int:
-    from .text.tofu_log import load_log
     from .text.tofu import metrics_frame
+    from .text.tofu_log import load_log
 
     log = load_log(args.log)
     ref = load_log(args.reference) if args.reference else None
@@ -66,13 +66,20 @@ def _bench(args: argparse.Namespace) -> int:
         os.path.join(out, "runtime.csv"),
         os.path.join(out, "runtime.md"),
         os.path.join(out, "runtime.tex"),
-        lora_rank=args.lora_rank, repeats=args.repeats, seed=args.seed,
-        max_dense_svd=args.max_dense_svd, progress=say,
+        lora_rank=args.lora_rank,
+        repeats=args.repeats,
+        seed=args.seed,
+        max_dense_svd=args.max_dense_svd,
+        progress=say,
     )
     if args.model_shapes:
         run_erase_benchmark(
-            args.model_shapes, os.path.join(out, "erase.csv"),
-            lora_rank=args.lora_rank, seed=args.seed, threads=args.threads or None, progress=say,
+            args.model_shapes,
+            os.path.join(out, "erase.csv"),
+            lora_rank=args.lora_rank,
+            seed=args.seed,
+            threads=args.threads or None,
+            progress=say,
         )
     return 0
 

@@ -8,7 +8,8 @@ are a one-line ``ValueError`` naming them and the allowed keys); :func:`model_op
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["from_mapping", "model_options", "DEFAULT_DTYPE", "DEFAULT_DEVICE"]
 

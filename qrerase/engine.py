@@ -31,8 +31,9 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,6 +52,8 @@ __all__ = [
     "Progress",
     "save_state",
     "load_latest",
+    "accumulate",
+    "set_checkpointing",
 ]
 
 #: Multi-process engines: ``ddp`` (Accelerate's DDP; the only one with one process), ``fsdp``
@@ -78,7 +81,9 @@ def micro_plan(batch_size: int, micro_batch_size: int | None, world: int) -> tup
         raise ValueError(f"micro_plan: batch_size ({batch_size}) and world size ({world}) must be >= 1")
     micro = math.ceil(batch_size / world) if micro_batch_size is None else int(micro_batch_size)
     if micro < 1:
-        raise ValueError(f"training config: 'micro_batch_size' must be an integer >= 1 or null, got {micro_batch_size!r}")
+        raise ValueError(
+            f"training config: 'micro_batch_size' must be an integer >= 1 or null, got {micro_batch_size!r}"
+        )
     micro = min(micro, math.ceil(batch_size / world))
     return micro, math.ceil(batch_size / (world * micro))
 
@@ -107,8 +112,10 @@ def example_mean_split(loss_of: Callable[[Any], tuple[torch.Tensor, Any]]):
 
     def split(idx, parts: int):
         n = len(idx)
-        return [(lambda sub=sub, w=(len(sub) / n if live else 0.0): _scaled(loss_of(sub), w))
-                for sub, live in chunk(idx, parts)]
+        return [
+            (lambda sub=sub, w=(len(sub) / n if live else 0.0): _scaled(loss_of(sub), w))  # noqa: B008 - binds w
+            for sub, live in chunk(idx, parts)
+        ]
 
     return split
 
@@ -154,8 +161,11 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
     if backend not in BACKENDS:
         raise ValueError(f"training config: 'backend' must be one of {list(BACKENDS)}, got {backend!r}")
     _reset_accelerate_state()
-    kwargs: dict[str, Any] = {"mixed_precision": _mixed_precision(dtype, device), "cpu": device.type == "cpu",
-                              "step_scheduler_with_optimizer": False}
+    kwargs: dict[str, Any] = {
+        "mixed_precision": _mixed_precision(dtype, device),
+        "cpu": device.type == "cpu",
+        "step_scheduler_with_optimizer": False,
+    }
     if world_size() > 1 and backend == "ddp":  # a loss may leave parameters unused (e.g. HuBERT's masked_spec_embed)
         from accelerate.utils import DistributedDataParallelKwargs
 
@@ -164,18 +174,25 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
         from accelerate import FullyShardedDataParallelPlugin
 
         kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
-            fsdp_version=2, reshard_after_forward=True, auto_wrap_policy="transformer_based_wrap",
-            transformer_cls_names_to_wrap=list(layer_classes) or None, state_dict_type="FULL_STATE_DICT",
-            cpu_ram_efficient_loading=False)
+            fsdp_version=2,
+            reshard_after_forward=True,
+            auto_wrap_policy="transformer_based_wrap",
+            transformer_cls_names_to_wrap=list(layer_classes) or None,
+            state_dict_type="FULL_STATE_DICT",
+            cpu_ram_efficient_loading=False,
+        )
     elif world_size() > 1 and backend == "deepspeed":
         try:
             import deepspeed  # noqa: F401  (only checks that it is installed)
         except ImportError as err:
-            raise ValueError("training config: backend 'deepspeed' needs the 'deepspeed' package (pip install deepspeed)") from err
+            raise ValueError(
+                "training config: backend 'deepspeed' needs the 'deepspeed' package (pip install deepspeed)"
+            ) from err
         from accelerate import DeepSpeedPlugin
 
-        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(zero_stage=3, gradient_accumulation_steps=1,
-                                                     zero3_save_16bit_model=False, zero3_init_flag=False)
+        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(
+            zero_stage=3, gradient_accumulation_steps=1, zero3_save_16bit_model=False, zero3_init_flag=False
+        )
     accelerator = Accelerator(**kwargs)
     if "fsdp_plugin" in kwargs and not accelerator.is_fsdp2:
         # Accelerate turns FSDP on only for accelerator devices; FSDP2 itself (``fully_shard``) runs on
@@ -202,7 +219,7 @@ class LossModule(torch.nn.Module):
         self.model = model
         self.frozen = torch.nn.ModuleList(frozen)  # frozen references: sharded with the model under FSDP2
 
-    def forward(self, thunk: Callable[[], tuple[torch.Tensor, Any]]):  # noqa: D102
+    def forward(self, thunk: Callable[[], tuple[torch.Tensor, Any]]):
         loss, terms = thunk()
         return loss, terms
 
@@ -268,7 +285,9 @@ def unshard(model) -> None:
         if isinstance(module, FSDPModule):
             module.__class__ = next(b for b in type(module).__bases__ if b is not FSDPModule)
             for hooks in (module._forward_pre_hooks, module._forward_hooks):
-                for key in [k for k, h in hooks.items() if "fsdp" in type(getattr(h, "__self__", None)).__module__.lower()]:
+                for key in [
+                    k for k, h in hooks.items() if "fsdp" in type(getattr(h, "__self__", None)).__module__.lower()
+                ]:
                     del hooks[key]
     for name, value in full.items():
         owner, _, leaf = name.rpartition(".")
@@ -278,6 +297,50 @@ def unshard(model) -> None:
             mod._parameters[leaf] = torch.nn.Parameter(value.detach().clone(), requires_grad=old.requires_grad)
         elif leaf in mod._buffers:
             mod._buffers[leaf] = value.detach().clone()
+
+
+def accumulate(accelerator, wrapped, thunks, world: int):
+    """Forward/backward of this rank's micro-batch thunks with gradient accumulation (the engine's
+    all-reduce only after the last one); returns (summed loss over all ranks, mean terms)."""
+    total = torch.zeros((), dtype=torch.float64)
+    sums: dict[str, float] = {}
+    for j, thunk in enumerate(thunks):
+        sync = j == len(thunks) - 1
+        with contextlib.nullcontext() if sync else accelerator.no_sync(wrapped):
+            loss, terms = wrapped(thunk)
+            accelerator.backward(loss * world if world > 1 else loss)
+        total += float(loss.detach())
+        for k, v in terms.items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+    keys = sorted(sums)
+    vec = torch.tensor([float(total)] + [sums[k] / len(thunks) for k in keys], dtype=torch.float64)
+    if world > 1:
+        vec = accelerator.reduce(vec.to(accelerator.device), reduction="sum").cpu()
+        vec[1:] /= world
+    return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}
+
+
+def set_checkpointing(model, on: bool) -> None:
+    """Turn activation (gradient) checkpointing of ``model`` (or a PEFT model's base) on or off."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old names are deprecated)
+        enable, disable, key = (
+            base.activation_checkpointing_enable,
+            base.activation_checkpointing_disable,
+            "activation_checkpointing_kwargs",
+        )
+    elif hasattr(base, "gradient_checkpointing_enable"):
+        enable, disable, key = (
+            base.gradient_checkpointing_enable,
+            base.gradient_checkpointing_disable,
+            "gradient_checkpointing_kwargs",
+        )
+    else:
+        raise ValueError(f"training config: 'gradient_checkpointing' is not supported by {type(base).__name__}")
+    if on:
+        enable(**{key: {"use_reentrant": False}})
+    else:
+        disable()
 
 
 class Progress:

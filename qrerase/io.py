@@ -16,8 +16,9 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -123,7 +124,9 @@ def write_csv(path: str | os.PathLike, frame) -> None:
         frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
-def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+def save_arrays(
+    path: str | os.PathLike, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+) -> None:
     """Save named numpy arrays as one safetensors file, atomically (keys sorted for determinism)."""
     from safetensors.numpy import save_file
 

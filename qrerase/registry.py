@@ -151,9 +151,7 @@ def method_labels() -> dict[str, str]:
     labels = {m.name: m.label for m in METHODS if m.subspace}
     labels.update(REFERENCE_LABELS)
     labels.update({m.name: m.label for m in METHODS if not m.subspace})
-    labels.update(
-        {f"{m.name}{CONTROL_SUFFIX}": f"{m.label}, retain-adapter control" for m in METHODS if m.subspace}
-    )
+    labels.update({f"{m.name}{CONTROL_SUFFIX}": f"{m.label}, retain-adapter control" for m in METHODS if m.subspace})
     return labels
 
 

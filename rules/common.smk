@@ -290,7 +290,9 @@ def finetune_adapter(exp):
     if section.get("mode", "full") != "lora":
         return None
     keys = ("r", "alpha", "dropout", "target_modules")
-    shape = section.get("lora") or {k: v for k, v in config["lora"].items() if k in keys}
+    shape = section.get("lora") or {
+        k: v for k, v in config["lora"].items() if k in keys
+    }
     return {"dropout": 0.0, **shape}
 
 

@@ -24,10 +24,16 @@ LLAMA2_CHAT = (
 )
 
 # Causal LMs: (class name, config class name, config kwargs); dims cut down to a few thousand weights.
-_SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256)
+_SMALL = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256
+)
 CAUSAL = {
     "llama": ("LlamaForCausalLM", "LlamaConfig", dict(_SMALL, num_key_value_heads=2)),
-    "mixtral": ("MixtralForCausalLM", "MixtralConfig", dict(_SMALL, num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1)),
+    "mixtral": (
+        "MixtralForCausalLM",
+        "MixtralConfig",
+        dict(_SMALL, num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1),
+    ),
     "cohere": ("CohereForCausalLM", "CohereConfig", dict(_SMALL, num_key_value_heads=2)),
     "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(_SMALL, num_key_value_heads=2)),
     "phi": ("PhiForCausalLM", "PhiConfig", dict(_SMALL, partial_rotary_factor=0.5)),
@@ -51,7 +57,9 @@ def build_causal(arch: str, tokenizer, seed: int = 0, dtype=None):
     import transformers
 
     cls_name, cfg_name, kwargs = CAUSAL[arch]
-    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    ids = dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     config = getattr(transformers, cfg_name)(vocab_size=len(tokenizer), **kwargs, **ids)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -77,9 +85,17 @@ def save_hubert(out_dir: Path, seed: int = 0) -> Path:
     from transformers import HubertConfig, HubertForSequenceClassification
 
     config = HubertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        conv_dim=[16, 32, 32, 32], conv_stride=[5, 4, 4, 4], conv_kernel=[10, 8, 4, 4],
-        num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2, classifier_proj_size=16, num_labels=2,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=[16, 32, 32, 32],
+        conv_stride=[5, 4, 4, 4],
+        conv_kernel=[10, 8, 4, 4],
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=16,
+        num_labels=2,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -108,9 +124,26 @@ def as_old_peft(adapter_dir: Path) -> Path:
     later version this reader does not know, the way adapters from other PEFT versions arrive."""
     path = adapter_dir / "adapter_config.json"
     cfg = json.loads(path.read_text())
-    old_keys = ("alpha_pattern", "auto_mapping", "base_model_name_or_path", "bias", "fan_in_fan_out", "inference_mode",
-                "init_lora_weights", "layers_pattern", "layers_to_transform", "lora_alpha", "lora_dropout",
-                "modules_to_save", "peft_type", "r", "rank_pattern", "revision", "target_modules", "task_type")
+    old_keys = (
+        "alpha_pattern",
+        "auto_mapping",
+        "base_model_name_or_path",
+        "bias",
+        "fan_in_fan_out",
+        "inference_mode",
+        "init_lora_weights",
+        "layers_pattern",
+        "layers_to_transform",
+        "lora_alpha",
+        "lora_dropout",
+        "modules_to_save",
+        "peft_type",
+        "r",
+        "rank_pattern",
+        "revision",
+        "target_modules",
+        "task_type",
+    )
     old = {k: cfg.get(k) for k in old_keys}
     if cfg.get("use_rslora"):
         old["use_rslora"] = True  # rsLoRA adapters come from PEFT >= 0.7, which writes the flag

@@ -41,7 +41,9 @@ def save_random_lora(out_dir, seed: int = 1, **lora_kwargs):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    kwargs = dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    kwargs = dict(
+        r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     kwargs.update(lora_kwargs)
     base = build_tiny_llama(0)
     before = {n: p.detach().clone() for n, p in base.state_dict().items()}
@@ -55,7 +57,7 @@ def save_random_lora(out_dir, seed: int = 1, **lora_kwargs):
     merged = peft_model.merge_and_unload()
     delta = {}
     for name, p in merged.state_dict().items():
-        d = (p.detach().double() - before[name].double())
+        d = p.detach().double() - before[name].double()
         if name.endswith(".weight") and d.abs().max() > 0:
             delta[name[: -len(".weight")]] = d.numpy()
     return out_dir, delta

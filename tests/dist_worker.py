@@ -20,8 +20,14 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_tokenize
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 
 def main(kind: str, backend: str, tok_dir: str, out: str) -> None:
@@ -42,9 +48,12 @@ def main(kind: str, backend: str, tok_dir: str, out: str) -> None:
 
         from qrerase.baselines.text import TextBaselineConfig, train_baseline
 
-        bcfg = TextBaselineConfig(method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1,
-                                  backend=backend)
-        model, curve = train_baseline(model, copy.deepcopy(model), tok, records[:20], records[20:], PromptTemplate(), bcfg)
+        bcfg = TextBaselineConfig(
+            method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend
+        )
+        model, curve = train_baseline(
+            model, copy.deepcopy(model), tok, records[:20], records[20:], PromptTemplate(), bcfg
+        )
         frame = pd.DataFrame(curve)
     else:
         raise SystemExit(f"unknown kind {kind!r}")

@@ -38,8 +38,10 @@ def missing(accounting: bool = True) -> str | None:
     """Why a local Slurm cannot start here (None when it can)."""
     absent = [n for n in (*DAEMONS, *CLIENTS, *(ACCOUNTING if accounting else ())) if not _which(n)]
     if absent:
-        return (f"no local Slurm: {', '.join(absent)} not installed "
-                "(apt-get install slurm-wlm munge slurmdbd mariadb-server, as .ci/run does)")
+        return (
+            f"no local Slurm: {', '.join(absent)} not installed "
+            "(apt-get install slurm-wlm munge slurmdbd mariadb-server, as .ci/run does)"
+        )
     if os.geteuid() != 0:
         return "no local Slurm: slurmd must run as root to start jobs"
     if DEFAULT_CONF.exists():  # (a dangling link, left by a killed test run, is replaced)
@@ -53,8 +55,11 @@ def requested(job_log: str) -> dict[str, str]:
     res = re.search(r"resources: .*", job_log).group(0)
     mem_mb, runtime = (int(re.search(rf"\b{k}=(\d+)", res).group(1)) for k in ("mem_mb", "runtime"))
     threads = re.search(r"threads: (\d+)", job_log)
-    return {"ReqMem": f"{mem_mb}M", "Timelimit": f"{runtime // 60:02d}:{runtime % 60:02d}:00",
-            "ReqCPUS": threads.group(1) if threads else "1"}
+    return {
+        "ReqMem": f"{mem_mb}M",
+        "Timelimit": f"{runtime // 60:02d}:{runtime % 60:02d}:00",
+        "ReqCPUS": threads.group(1) if threads else "1",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +116,22 @@ class LocalSlurm:
         return {r[0]: dict(zip(fields[1:], r[1:])) for r in (line.split("|") for line in out.splitlines() if line)}
 
     def logs(self) -> str:
-        return "".join(f"\n--- {p.name} ---\n{p.read_text(errors='replace')[-3000:]}" for p in sorted([*self.root.glob("*.log"), *self.root.glob("*.out")]))
+        return "".join(
+            f"\n--- {p.name} ---\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted([*self.root.glob("*.log"), *self.root.glob("*.out")])
+        )
 
     def _daemon(self, name: str, *args: str) -> None:
         """Start ``name`` in the foreground (its own session; output to <root>/<name>.out)."""
         with open(self.root / f"{name}.out", "wb") as out:
-            proc = subprocess.Popen([_which(name), *args], env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [_which(name), *args],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[name] = proc
         time.sleep(0.2)
         if proc.poll() is not None:
@@ -135,7 +149,7 @@ class LocalSlurm:
         with socket.socket() as sock:
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    def start(self) -> "LocalSlurm":
+    def start(self) -> LocalSlurm:
         """Start the daemons (stopping those already started if one fails) and wait for an idle node."""
         try:
             return self._start()
@@ -143,7 +157,7 @@ class LocalSlurm:
             self.stop()
             raise
 
-    def _start(self) -> "LocalSlurm":
+    def _start(self) -> LocalSlurm:
         r = self.root
         r.mkdir(parents=True, exist_ok=True)
         os.chmod(r, 0o700)
@@ -154,8 +168,16 @@ class LocalSlurm:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o600)
         sock = r / "munge" / "munge.socket"
-        self._daemon("munged", "--foreground", "--force", f"--key-file={key}", f"--socket={sock}",
-                     f"--pid-file={r / 'munged.pid'}", f"--log-file={r / 'munged.log'}", f"--seed-file={r / 'munge' / 'seed'}")
+        self._daemon(
+            "munged",
+            "--foreground",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={sock}",
+            f"--pid-file={r / 'munged.pid'}",
+            f"--log-file={r / 'munged.log'}",
+            f"--seed-file={r / 'munge' / 'seed'}",
+        )
         self._wait("munged", sock.exists)
         host = socket.gethostname().split(".")[0]
         user = getpass.getuser()
@@ -191,9 +213,13 @@ class LocalSlurm:
             conf.append("AccountingStorageType=accounting_storage/none")
         else:
             dbd_port = self._start_accounting(host, auth)
-            conf += ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
-                     f"AccountingStoragePort={dbd_port}", f"AccountingStoragePass={sock}",  # munge socket for slurmdbd
-                     "AccountingStorageEnforce=associations"]
+            conf += [
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=127.0.0.1",
+                f"AccountingStoragePort={dbd_port}",
+                f"AccountingStoragePass={sock}",  # munge socket for slurmdbd
+                "AccountingStorageEnforce=associations",
+            ]
         (r / "slurm.conf").write_text("\n".join(conf) + "\n")
         DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
         if DEFAULT_CONF.is_symlink() and not DEFAULT_CONF.exists():
@@ -213,21 +239,50 @@ class LocalSlurm:
     def _start_accounting(self, host: str, auth: list[str]) -> int:
         """A private MariaDB (loopback only, no grant tables: nothing but slurmdbd can reach it) and slurmdbd."""
         r = self.root
-        self.run("mariadb-install-db", "--no-defaults", f"--datadir={r / 'db'}", "--user=root",
-                 "--auth-root-authentication-method=normal", "--skip-test-db", timeout=120)
+        self.run(
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={r / 'db'}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            timeout=120,
+        )
         db_port, dbd_port = _free_port(), _free_port()
-        self._daemon("mariadbd", "--no-defaults", f"--datadir={r / 'db'}", "--user=root", "--skip-grant-tables",
-                     "--bind-address=127.0.0.1", f"--port={db_port}", f"--socket={r / 'mariadb.sock'}",
-                     f"--pid-file={r / 'mariadb.pid'}", f"--log-error={r / 'mariadb.log'}",
-                     "--innodb-buffer-pool-size=64M", "--skip-log-bin")
+        self._daemon(
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={r / 'db'}",
+            "--user=root",
+            "--skip-grant-tables",
+            "--bind-address=127.0.0.1",
+            f"--port={db_port}",
+            f"--socket={r / 'mariadb.sock'}",
+            f"--pid-file={r / 'mariadb.pid'}",
+            f"--log-error={r / 'mariadb.log'}",
+            "--innodb-buffer-pool-size=64M",
+            "--skip-log-bin",
+        )
         self._wait("mariadb", lambda: self._port_open(db_port))
         dbd_conf = r / "slurmdbd.conf"
-        dbd_conf.write_text("\n".join([
-            *auth, f"DbdHost={host}", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}",
-            f"PidFile={r / 'slurmdbd.pid'}", f"LogFile={r / 'slurmdbd.log'}",
-            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
-            "StorageUser=root", "StorageLoc=slurm_acct_db",
-        ]) + "\n")
+        dbd_conf.write_text(
+            "\n".join(
+                [
+                    *auth,
+                    f"DbdHost={host}",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={dbd_port}",
+                    f"PidFile={r / 'slurmdbd.pid'}",
+                    f"LogFile={r / 'slurmdbd.log'}",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={db_port}",
+                    "StorageUser=root",
+                    "StorageLoc=slurm_acct_db",
+                ]
+            )
+            + "\n"
+        )
         os.chmod(dbd_conf, 0o600)  # slurmdbd refuses a config others can read
         self._daemon("slurmdbd", "-D")  # reads slurmdbd.conf next to $SLURM_CONF
         self._wait("slurmdbd", lambda: self._port_open(dbd_port))
@@ -244,6 +299,10 @@ class LocalSlurm:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        if self._linked and DEFAULT_CONF.is_symlink() and DEFAULT_CONF.resolve() == (self.root / "slurm.conf").resolve():
+        if (
+            self._linked
+            and DEFAULT_CONF.is_symlink()
+            and DEFAULT_CONF.resolve() == (self.root / "slurm.conf").resolve()
+        ):
             DEFAULT_CONF.unlink()
         self._linked = False

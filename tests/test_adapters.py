@@ -12,8 +12,8 @@ from conftest import build_tiny_llama, save_random_lora
 
 import qrerase
 from qrerase.method.adapters import load_factors, lora_scale, pattern_key, save_factors, task_matrices
-from qrerase.method.naming import module_sort_key
 from qrerase.method.lowrank import LowRank
+from qrerase.method.naming import module_sort_key
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -143,11 +143,17 @@ def test_unsupported_and_inconsistent_adapters(lora_pair, tmp_path):
     with pytest.raises(ValueError, match=r"module 'model.layers.0.mlp.down_proj'.*rank 4.*says 8"):
         task_matrices(d)
     d = _rewrite(
-        lora_pair[0], tmp_path / "half", edit_weights=lambda w: w.pop("base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight")
+        lora_pair[0],
+        tmp_path / "half",
+        edit_weights=lambda w: w.pop("base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"),
     )
     with pytest.raises(ValueError, match=r"model.layers.0.self_attn.k_proj.*lora_A but no lora_B"):
         task_matrices(d)
-    d = _rewrite(lora_pair[0], tmp_path / "emb", edit_weights=lambda w: w.update({"base_model.model.model.embed_tokens.lora_embedding_A": np.ones((4, 128))}))
+    d = _rewrite(
+        lora_pair[0],
+        tmp_path / "emb",
+        edit_weights=lambda w: w.update({"base_model.model.model.embed_tokens.lora_embedding_A": np.ones((4, 128))}),
+    )
     with pytest.raises(ValueError, match="lora_embedding_A"):
         task_matrices(d)
 

@@ -9,13 +9,22 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from architectures import CAUSAL, LLAMA2_CHAT, LLAMA3_CHAT, as_old_peft, build_causal, build_tokenizer, save_causal, save_lora
+from architectures import (
+    CAUSAL,
+    LLAMA2_CHAT,
+    LLAMA3_CHAT,
+    as_old_peft,
+    build_causal,
+    build_tokenizer,
+    save_causal,
+    save_lora,
+)
 
 from qrerase.method.adapters import check_adapter_fits, checkpoint_shapes, read_adapter_config, task_matrices
 from qrerase.method.architectures import TARGET_PRESETS, lora_modules, resolve_target_modules
-from qrerase.method.naming import block_of, module_kind
-from qrerase.method.erase import apply_updates, save_erase_adapter
 from qrerase.method.discriminate import forget_update, forget_updates
+from qrerase.method.erase import apply_updates, save_erase_adapter
+from qrerase.method.naming import block_of, module_kind
 from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -39,8 +48,18 @@ def _blocks(model):
 def _hubert():
     from transformers import HubertConfig, HubertForSequenceClassification
 
-    return HubertForSequenceClassification(HubertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                                        conv_dim=[16, 16], conv_stride=[5, 4], conv_kernel=[10, 8], num_labels=2))
+    return HubertForSequenceClassification(
+        HubertConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            conv_dim=[16, 16],
+            conv_stride=[5, 4],
+            conv_kernel=[10, 8],
+            num_labels=2,
+        )
+    )
 
 
 @pytest.mark.parametrize("arch", [*CAUSAL, "hubert"])
@@ -70,12 +89,19 @@ def test_mixtral_checkpoint_expert_names(tokenizer, tmp_path):
 
 
 def test_missing_target_module_is_one_line_naming_the_layers(tokenizer):
-    with pytest.raises(ValueError, match=r"^lora.target_modules: 'q_proj' matches no linear layer of the model \(model_type gpt2; its linear layers: c_attn, c_fc, c_proj, lm_head\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^lora.target_modules: 'q_proj' matches no linear layer of the model "
+        r"\(model_type gpt2; its linear layers: c_attn, c_fc, c_proj, lm_head\)$",
+    ):
         resolve_target_modules(build_causal("gpt2", tokenizer), ["c_attn", "q_proj"])
     with pytest.raises(ValueError, match="auto has no preset for model_type 'bert'"):
         from transformers import BertConfig, BertModel
 
-        resolve_target_modules(BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)), "auto")
+        resolve_target_modules(
+            BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)),
+            "auto",
+        )
 
 
 # ----------------------------------------------------------------------------------- Conv1D (GPT-2)
@@ -121,11 +147,15 @@ def test_gpt2_conv1d_task_matrices_erase_and_adapter_equal_dense(tokenizer, tmp_
         np.testing.assert_allclose(edit.numpy(), -(U @ V).T, rtol=0, atol=1e-12)
     save_erase_adapter(updates, tmp_path / "erase", "tiny-gpt2", fan_in_fan_out=True, dtype=np.float64)
     assert json.loads((tmp_path / "erase/adapter_config.json").read_text())["fan_in_fan_out"] is True
-    peft = PeftModel.from_pretrained(build_causal("gpt2", tokenizer, dtype=torch.float64), str(tmp_path / "erase")).eval()
+    peft = PeftModel.from_pretrained(
+        build_causal("gpt2", tokenizer, dtype=torch.float64), str(tmp_path / "erase")
+    ).eval()
     ids = torch.tensor([[0, 5, 9, 33, 2, 100, 17, 64]])
     with torch.no_grad():
         torch.testing.assert_close(peft(input_ids=ids).logits, base(input_ids=ids).logits, rtol=0, atol=1e-10)
-        assert (base(input_ids=ids).logits - build_causal("gpt2", tokenizer, dtype=torch.float64)(input_ids=ids).logits).abs().max() > 1e-4
+        assert (
+            base(input_ids=ids).logits - build_causal("gpt2", tokenizer, dtype=torch.float64)(input_ids=ids).logits
+        ).abs().max() > 1e-4
 
 
 def test_conv1d_state_dict_needs_transposed_names():
@@ -140,20 +170,24 @@ def test_conv1d_state_dict_needs_transposed_names():
 # ----------------------------------------------------------------------------------- chat templates
 
 
-@pytest.mark.parametrize("template, prompt_start, sep", [(LLAMA2_CHAT, "[INST] ", " "), (LLAMA3_CHAT, "<|start_header_id|>user", "")])
+@pytest.mark.parametrize(
+    "template, prompt_start, sep", [(LLAMA2_CHAT, "[INST] ", " "), (LLAMA3_CHAT, "<|start_header_id|>user", "")]
+)
 def test_chat_template_prompt_is_the_tokenizers_own(tokenizer, template, prompt_start, sep):
     tokenizer.chat_template = template
     try:
         t = PromptTemplate.from_chat_template(tokenizer)
         q, a = "Who wrote 'The Rainbow Fish'?", "Marcus Pfister."
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+        )
         assert rendered.startswith("<s>" + prompt_start) and t.question_start.startswith(prompt_start)
         assert t.answer_separator == sep
         expected = tokenizer(rendered, add_special_tokens=False)["input_ids"]
         assert encode_prompts(tokenizer, t, [q])[0] == expected  # exactly one BOS, the template's text
         ids, labels = encode_qa(tokenizer, t, q, a, 128)
         assert ids[: len(expected)] == expected and ids[-1] == tokenizer.eos_token_id
-        assert tokenizer.decode([i for i, l in zip(ids, labels) if l != -100]).strip() == a + "</s>"
+        assert tokenizer.decode([i for i, lab in zip(ids, labels) if lab != -100]).strip() == a + "</s>"
     finally:
         tokenizer.chat_template = None
     with pytest.raises(ValueError, match="model.template: chat, but tokenizer .* has no chat_template"):
@@ -177,8 +211,13 @@ def _llama(llama_dir, dtype=torch.float64):
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CASES = {
     "rslora": dict(r=4, lora_alpha=6, use_rslora=True, target_modules=ALL),
-    "patterns": dict(r=4, lora_alpha=8, target_modules=ALL, rank_pattern={"down_proj": 6, "model.layers.1.self_attn.q_proj": 2},
-                     alpha_pattern={"v_proj": 3}),
+    "patterns": dict(
+        r=4,
+        lora_alpha=8,
+        target_modules=ALL,
+        rank_pattern={"down_proj": 6, "model.layers.1.self_attn.q_proj": 2},
+        alpha_pattern={"v_proj": 3},
+    ),
 }
 
 
@@ -220,15 +259,32 @@ def test_different_r_for_forget_and_retain_equals_dense(llama_dir, tmp_path):
 
 
 def test_adapter_model_mismatch_names_both(llama_dir, tokenizer, tmp_path):
-    gpt2 = save_lora(build_causal("gpt2", tokenizer), tmp_path / "gpt2", seed=1, r=2, lora_alpha=2, target_modules=["c_attn"])
-    with pytest.raises(ValueError, match=rf"^adapter {tmp_path / 'gpt2'} \(trained on .*\) does not fit model {llama_dir}: "
-                                         r"module 'transformer.h.0.attn.c_attn' is not in the model \(no 'transformer.h.0.attn.c_attn.weight'\)$"):
+    gpt2 = save_lora(
+        build_causal("gpt2", tokenizer), tmp_path / "gpt2", seed=1, r=2, lora_alpha=2, target_modules=["c_attn"]
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"^adapter {tmp_path / 'gpt2'} \(trained on .*\) does not fit model {llama_dir}: "
+        r"module 'transformer.h.0.attn.c_attn' is not in the model \(no 'transformer.h.0.attn.c_attn.weight'\)$",
+    ):
         check_adapter_fits(gpt2, task_matrices(gpt2), llama_dir)
     qwen_dir = save_causal("qwen2", tokenizer, tmp_path / "qwen2")  # same module names, but q/k/v have biases
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    wider = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=48, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2))
+    wider = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=48,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
     wrong = save_lora(wider, tmp_path / "wide", seed=1, r=2, lora_alpha=2, target_modules=["q_proj"])
-    with pytest.raises(ValueError, match=r"does not fit model .*qwen2: module 'model.layers.0.self_attn.q_proj' has weight \(32, 32\) in the model but \(48, 48\) in the adapter$"):
+    with pytest.raises(
+        ValueError,
+        match=r"does not fit model .*qwen2: module 'model.layers.0.self_attn.q_proj' "
+        r"has weight \(32, 32\) in the model but \(48, 48\) in the adapter$",
+    ):
         check_adapter_fits(wrong, task_matrices(wrong), qwen_dir)

@@ -47,7 +47,9 @@ def _logits_equal(model_cls, base: Path, adapter: Path, merged: Path, inputs: di
 
     with torch.no_grad():
         plain = model_cls.from_pretrained(str(base)).eval()(**inputs).logits
-        with_adapter = PeftModel.from_pretrained(model_cls.from_pretrained(str(base)).eval(), str(adapter)).eval()(**inputs).logits
+        with_adapter = (
+            PeftModel.from_pretrained(model_cls.from_pretrained(str(base)).eval(), str(adapter)).eval()(**inputs).logits
+        )
         merged_logits = model_cls.from_pretrained(str(merged)).eval()(**inputs).logits
     torch.testing.assert_close(with_adapter, merged_logits, rtol=1e-4, atol=1e-5)
     return float((merged_logits - plain).abs().max())
@@ -61,7 +63,9 @@ def test_tofu_track_on_a_checkpoint_of_each_architecture(arch, tokenizer, tmp_pa
     extra = {"model__template": "chat"} if arch == "llama" else {}
     cfg = write_config(tmp_path, model__name_or_path=str(ckpt), **SMALL, **extra)
     full = arch == "llama"
-    ran = planned_rules(snakemake(tmp_path, *(FULL_TABLE if full else TARGETS), "--cores", "2", "--configfile", str(cfg)))
+    ran = planned_rules(
+        snakemake(tmp_path, *(FULL_TABLE if full else TARGETS), "--cores", "2", "--configfile", str(cfg))
+    )
     assert "tokenizer" not in ran and ran["finetune"] == (2 if full else 1) and ran["lora"] == 2
     if full:
         table = pd.read_csv(tmp_path / "results/tables/tofu.csv")
@@ -70,8 +74,8 @@ def test_tofu_track_on_a_checkpoint_of_each_architecture(arch, tokenizer, tmp_pa
 
     report = pd.read_csv(tmp_path / f"{EXP}/factors/k2/report.csv")
     assert len(report) == 2 * len(load_factors(tmp_path / f"{EXP}/task_matrices/forget.safetensors"))  # both sets
-    from qrerase.text.tofu_log import load_log
     from qrerase.text.tofu import model_utility
+    from qrerase.text.tofu_log import load_log
 
     assert 0 <= model_utility(load_log(tmp_path / f"{EXP}/eval/qr_erase_ll_k2")) <= 1
     lora = yaml.safe_load((tmp_path / f"{EXP}/lora/forget/adapter_config.json").read_text())
@@ -86,8 +90,13 @@ def test_tofu_track_on_a_checkpoint_of_each_architecture(arch, tokenizer, tmp_pa
     assert sorted(erase_cfg["target_modules"]) == sorted(modules)  # eq. 16: the selected blocks' modules
     assert {module_kind(m).rsplit(".", 1)[-1] for m in modules} == set(TARGET_PRESETS[model_type])
     ids = torch.tensor([[tokenizer.bos_token_id, 25, 99, 140, 7, 311, 60, 18]])
-    moved = _logits_equal(AutoModelForCausalLM, tmp_path / f"{EXP}/models/full", tmp_path / f"{ERASE}/adapter",
-                          tmp_path / f"{ERASE}/model", {"input_ids": ids})
+    moved = _logits_equal(
+        AutoModelForCausalLM,
+        tmp_path / f"{EXP}/models/full",
+        tmp_path / f"{ERASE}/adapter",
+        tmp_path / f"{ERASE}/model",
+        {"input_ids": ids},
+    )
     assert moved > 0  # the erase changed the function
 
 
@@ -99,18 +108,44 @@ def test_adapters_trained_elsewhere(tokenizer, tmp_path):
     ckpt = save_causal("qwen2", tokenizer, tmp_path / "ckpt")
     base = AutoModelForCausalLM.from_pretrained(str(ckpt))
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    forget = as_old_peft(save_lora(base, tmp_path / "forget", seed=1, r=4, lora_alpha=6, use_rslora=True, target_modules=targets,
-                                   alpha_pattern={"down_proj": 12}))
-    retain = save_lora(base, tmp_path / "retain", seed=2, r=8, lora_alpha=8, target_modules=targets,
-                       rank_pattern={"model.layers.0.mlp.up_proj": 3})
-    cfg = write_config(tmp_path, model__name_or_path=str(ckpt), **SMALL,
-                       lora__adapters={"forget": str(forget), "retain": str(retain)})
+    forget = as_old_peft(
+        save_lora(
+            base,
+            tmp_path / "forget",
+            seed=1,
+            r=4,
+            lora_alpha=6,
+            use_rslora=True,
+            target_modules=targets,
+            alpha_pattern={"down_proj": 12},
+        )
+    )
+    retain = save_lora(
+        base,
+        tmp_path / "retain",
+        seed=2,
+        r=8,
+        lora_alpha=8,
+        target_modules=targets,
+        rank_pattern={"model.layers.0.mlp.up_proj": 3},
+    )
+    cfg = write_config(
+        tmp_path, model__name_or_path=str(ckpt), **SMALL, lora__adapters={"forget": str(forget), "retain": str(retain)}
+    )
     ran = planned_rules(snakemake(tmp_path, *FULL_TABLE, "--cores", "2", "--configfile", str(cfg)))
     assert "lora" not in ran and ran["task_matrices"] == 2
     assert len(pd.read_csv(tmp_path / "results/tables/tofu.csv")) == 3
     ids = torch.tensor([[tokenizer.bos_token_id, 25, 99, 140, 7, 311]])
-    assert _logits_equal(AutoModelForCausalLM, tmp_path / f"{EXP}/models/full", tmp_path / f"{ERASE}/adapter",
-                         tmp_path / f"{ERASE}/model", {"input_ids": ids}) > 0
+    assert (
+        _logits_equal(
+            AutoModelForCausalLM,
+            tmp_path / f"{EXP}/models/full",
+            tmp_path / f"{ERASE}/adapter",
+            tmp_path / f"{ERASE}/model",
+            {"input_ids": ids},
+        )
+        > 0
+    )
 
 
 def test_adapter_for_another_model_fails_naming_both(tokenizer, tmp_path):
@@ -118,9 +153,17 @@ def test_adapter_for_another_model_fails_naming_both(tokenizer, tmp_path):
 
     ckpt = save_causal("qwen2", tokenizer, tmp_path / "ckpt")
     other = save_causal("gpt2", tokenizer, tmp_path / "other")
-    wrong = save_lora(AutoModelForCausalLM.from_pretrained(str(other)), tmp_path / "wrong", seed=1, r=2, lora_alpha=2,
-                      target_modules=["c_attn"])
-    cfg = write_config(tmp_path, model__name_or_path=str(ckpt), **SMALL, lora__adapters={"forget": str(wrong), "retain": None})
+    wrong = save_lora(
+        AutoModelForCausalLM.from_pretrained(str(other)),
+        tmp_path / "wrong",
+        seed=1,
+        r=2,
+        lora_alpha=2,
+        target_modules=["c_attn"],
+    )
+    cfg = write_config(
+        tmp_path, model__name_or_path=str(ckpt), **SMALL, lora__adapters={"forget": str(wrong), "retain": None}
+    )
     target = f"{EXP}/task_matrices/forget.safetensors"
     proc = snakemake(tmp_path, target, "--cores", "2", "--configfile", str(cfg), check=False)
     assert proc.returncode != 0 and not (tmp_path / target).exists()
@@ -134,22 +177,49 @@ def test_speech_track_on_a_hubert_checkpoint(tmp_path):
 
     ckpt = save_hubert(tmp_path / "hubert")
     cfg = write_speech_config(
-        tmp_path, speech__model__name_or_path=str(ckpt), speech__lora__target_modules="auto", speech__settings=["class"],
-        speech__rank_settings=[], methods__speech=["qr_erase_ll"],
-        speech__finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 32}, speech__lora__epochs=1,
+        tmp_path,
+        speech__model__name_or_path=str(ckpt),
+        speech__lora__target_modules="auto",
+        speech__settings=["class"],
+        speech__rank_settings=[],
+        methods__speech=["qr_erase_ll"],
+        speech__finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 32},
+        speech__lora__epochs=1,
     )
     erase = "results/speech_class/erase/k2/qr_erase_ll"
-    snakemake(tmp_path, "results/tables/speech.csv", f"{erase}/model", f"{erase}/adapter", "--cores", "2", "--configfile", str(cfg))
+    snakemake(
+        tmp_path,
+        "results/tables/speech.csv",
+        f"{erase}/model",
+        f"{erase}/adapter",
+        "--cores",
+        "2",
+        "--configfile",
+        str(cfg),
+    )
     assert list(pd.read_csv(tmp_path / "results/tables/speech.csv")["method"]) == ["base", "qr_erase_ll"]
     lora = yaml.safe_load((tmp_path / "results/speech_class/lora/forget/adapter_config.json").read_text())
     assert sorted(lora["target_modules"]) == ["k_proj", "out_proj", "q_proj", "v_proj"]
     audio = torch.randn(2, 6400, generator=torch.Generator().manual_seed(0))
-    assert _logits_equal(HubertForSequenceClassification, tmp_path / "results/speech/models/full", tmp_path / f"{erase}/adapter",
-                         tmp_path / f"{erase}/model", {"input_values": audio}) > 0
+    assert (
+        _logits_equal(
+            HubertForSequenceClassification,
+            tmp_path / "results/speech/models/full",
+            tmp_path / f"{erase}/adapter",
+            tmp_path / f"{erase}/model",
+            {"input_values": audio},
+        )
+        > 0
+    )
 
 
 PAPER_CONFIGS = {  # config -> model.size_b (as published; resources come from the memory plan)
-    "llama3-8b": 8, "llama3-70b": 70, "mixtral-8x7b": 46.7, "aya-23-8b": 8, "llama2-7b-chat": 7, "phi-1_5": 1.4,
+    "llama3-8b": 8,
+    "llama3-70b": 70,
+    "mixtral-8x7b": 46.7,
+    "aya-23-8b": 8,
+    "llama2-7b-chat": 7,
+    "phi-1_5": 1.4,
 }
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from qrerase.baselines.text import (
     TEXT_BASELINES,
@@ -29,8 +28,14 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tok
 from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 TPL = PromptTemplate()
 
 
@@ -120,8 +125,15 @@ def test_config_strict_and_validated():
         TextBaselineConfig.from_dict({"method": "ga", "learning_rate": 1})
     with pytest.raises(ValueError, match="unknown method 'sgd'"):
         TextBaselineConfig(method="sgd")
-    for bad in ({"beta": 0.0}, {"beta": -1}, {"lr": 0}, {"epochs": 0}, {"mode": "qlora"},
-                {"divergence": "hellinger"}, {"retain_weight": -1}):
+    for bad in (
+        {"beta": 0.0},
+        {"beta": -1},
+        {"lr": 0},
+        {"epochs": 0},
+        {"mode": "qlora"},
+        {"divergence": "hellinger"},
+        {"retain_weight": -1},
+    ):
         with pytest.raises(ValueError, match=f"'{next(iter(bad))}' must be"):
             TextBaselineConfig(method="npo", **bad)
 

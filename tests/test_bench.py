@@ -80,7 +80,8 @@ def test_whole_model_erase_tiny(isolate):
 
 def test_cli_standalone(tmp_path):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "qrerase.cli", "bench", "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1", "--out-dir", str(tmp_path / "out"), "--threads", "1"]  # fmt: skip
+    cmd = [sys.executable, "-m", "qrerase.cli", "bench", "--sizes", "20", "36", "--lora-rank", "4", "--repeats", "1"]
+    cmd += ["--out-dir", str(tmp_path / "out"), "--threads", "1"]
     subprocess.run(cmd, check=True, env=env, capture_output=True)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == ["decomposition.csv", "decomposition.png", "runtime.csv", "runtime.md", "runtime.tex"]
@@ -110,15 +111,31 @@ def test_method_costs_sum_benchmarks_per_component(tmp_path):
     from qrerase.reports.cost import cost_table
     from qrerase.reports.tables import write_table
 
-    f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
-         [("lora_f", 10.0), ("lora_r", 30.0), ("tm_f", 1.5), ("tm_r", 1.5), ("fac_f", 0.5), ("fac_r", 0.75),
-          ("upd", 0.25), ("erase", 2.0), ("ga", 42.0)]}
+    f = {
+        name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s])
+        for name, s in [
+            ("lora_f", 10.0),
+            ("lora_r", 30.0),
+            ("tm_f", 1.5),
+            ("tm_r", 1.5),
+            ("fac_f", 0.5),
+            ("fac_r", 0.75),
+            ("upd", 0.25),
+            ("erase", 2.0),
+            ("ga", 42.0),
+        ]
+    }
     assert read_snakemake_benchmark(_benchmark_tsv(tmp_path / "twice.tsv", [1.0, 3.0])) == 2.0  # repeated runs: mean
-    costs = method_costs({
-        "qr_erase": {"lora_s": [f["lora_f"], f["lora_r"]], "task_matrices_s": [f["tm_f"], f["tm_r"]],
-                     "erase_s": [f["fac_f"], f["fac_r"], f["upd"], f["erase"]]},
-        "ga": {"baseline_s": [f["ga"]]},
-    }).set_index("method")
+    costs = method_costs(
+        {
+            "qr_erase": {
+                "lora_s": [f["lora_f"], f["lora_r"]],
+                "task_matrices_s": [f["tm_f"], f["tm_r"]],
+                "erase_s": [f["fac_f"], f["fac_r"], f["upd"], f["erase"]],
+            },
+            "ga": {"baseline_s": [f["ga"]]},
+        }
+    ).set_index("method")
     assert costs.loc["qr_erase", ["lora_s", "task_matrices_s", "erase_s"]].tolist() == [40.0, 3.0, 3.5]
     assert costs.loc["qr_erase", "unlearn_s"] == 3.5 and costs.loc["qr_erase", "total_s"] == 46.5
     assert costs.loc["ga", "baseline_s"] == 42.0 == costs.loc["ga", "unlearn_s"] == costs.loc["ga", "total_s"]
@@ -134,11 +151,22 @@ def test_grouped_costs_one_column_group_per_experiment(tmp_path):
     from qrerase.reports.cost import cost_table
     from qrerase.reports.tables import write_table
 
-    f = {name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s]) for name, s in
-         [("lora_en", 10.0), ("erase_en", 1.0), ("ga_en", 30.0), ("lora_hi", 20.0), ("erase_hi", 2.0), ("ga_hi", 50.0)]}
+    f = {
+        name: _benchmark_tsv(tmp_path / f"{name}.tsv", [s])
+        for name, s in [
+            ("lora_en", 10.0),
+            ("erase_en", 1.0),
+            ("ga_en", 30.0),
+            ("lora_hi", 20.0),
+            ("erase_hi", 2.0),
+            ("ga_hi", 50.0),
+        ]
+    }
     groups = {
-        lang: {"qr_erase": {"lora_s": [f[f"lora_{lang}"]], "erase_s": [f[f"erase_{lang}"]]},
-               "ga": {"baseline_s": [f[f"ga_{lang}"]]}}
+        lang: {
+            "qr_erase": {"lora_s": [f[f"lora_{lang}"]], "erase_s": [f[f"erase_{lang}"]]},
+            "ga": {"baseline_s": [f[f"ga_{lang}"]]},
+        }
         for lang in ("en", "hi")
     }
     costs = grouped_method_costs(groups, "unlearn")

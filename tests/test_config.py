@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from qrerase import registry
-from qrerase.workflow.config import ConfigError, SCHEMA_PATH, load_schema, validate
+from qrerase.workflow.config import SCHEMA_PATH, ConfigError, load_schema, validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,21 +83,33 @@ def test_every_shipped_config_is_valid(name):
         (dotted(model__tiny__hidden_size=30), "config key 'model.tiny.hidden_size': must be divisible"),
         (dotted(model__tiny__num_key_value_heads=3), "config key 'model.tiny.num_key_value_heads': must divide"),
         (dotted(tofu__data__root="/no/such/dir"), "config key 'tofu.data.root': data file /no/such/dir/"),
-        (dotted(lora__adapters__forget="/no/such/adapter"), "config key 'lora.adapters.forget': /no/such/adapter: adapter directory not found"),
-        (dotted(tofu__imported_models=[{"name": "x", "log": "/no/such/log"}]),
-         "config key 'tofu.imported_models[x].log': /no/such/log not found"),
+        (
+            dotted(lora__adapters__forget="/no/such/adapter"),
+            "config key 'lora.adapters.forget': /no/such/adapter: adapter directory not found",
+        ),
+        (
+            dotted(tofu__imported_models=[{"name": "x", "log": "/no/such/log"}]),
+            "config key 'tofu.imported_models[x].log': /no/such/log not found",
+        ),
         # crosslingual
         (dict(methods={"tofu": ["qr_erase"], "crosslingual": None}), "config key 'methods.crosslingual'"),
         (dotted(crosslingual__languages=["en", "xx"]), "config key 'crosslingual.languages[1]': unknown language 'xx'"),
-        (dotted(crosslingual__unlearn=["fr"], crosslingual__languages=["en", "hi"]),
-         "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages"),
-        (dict(methods={"crosslingual": ["qr_erase"]}), "config key 'crosslingual.table_method': 'qr_erase_ll' is not in"),
+        (
+            dotted(crosslingual__unlearn=["fr"], crosslingual__languages=["en", "hi"]),
+            "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages",
+        ),
+        (
+            dict(methods={"crosslingual": ["qr_erase"]}),
+            "config key 'crosslingual.table_method': 'qr_erase_ll' is not in",
+        ),
         (dotted(crosslingual__data__root="/no/such/mtofu"), "config key 'crosslingual.data.root'"),
         # speech
         (dotted(speech__rank=99), "config key 'speech.rank(s)': rank 99 exceeds the LoRA rank"),
         (dotted(speech__rank_settings=["class"], speech__settings=["sample"]), "config key 'speech.rank_settings'"),
-        (dotted(speech__tradeoff__settings=["class"], speech__settings=["sample"], speech__rank_settings=[]),
-         "config key 'speech.tradeoff.settings'"),
+        (
+            dotted(speech__tradeoff__settings=["class"], speech__settings=["sample"], speech__rank_settings=[]),
+            "config key 'speech.tradeoff.settings'",
+        ),
         (dotted(speech__data__root="/no/such/dir"), "config key 'speech.data.root': /no/such/dir"),
         (dotted(speech__forget_speakers=["alice"]), "config key 'speech.forget_speakers': speaker 'alice' not in"),
         (dotted(speech__top_k=1000), "config key 'speech.top_k': 1000 exceeds the number of speakers"),
@@ -122,7 +134,9 @@ def test_all_speakers_forgotten_is_an_error():
     from qrerase.speech.data import list_recordings
 
     cfg = merged()
-    speakers = sorted({r.speaker for r in list_recordings(cfg["speech"]["data"]["root"], cfg["speech"]["data"].get("max_per_digit"))})
+    speakers = sorted(
+        {r.speaker for r in list_recordings(cfg["speech"]["data"]["root"], cfg["speech"]["data"].get("max_per_digit"))}
+    )
     cfg["speech"]["forget_speakers"] = speakers
     fails(cfg, "config key 'speech.forget_speakers': at least one speaker must be retained")
 
@@ -136,7 +150,10 @@ def test_data_checks_only_for_the_tracks_that_run():
     [
         (dotted(task__data__forget="algebra"), "config key 'task.data.forget': unknown skill 'algebra'"),
         (dotted(task__rank=99), "config key 'task.rank': 99 exceeds the LoRA rank"),
-        (dotted(task__baselines__kga=None), "config key 'methods.task.1': baseline 'kga' has no 'task.baselines.kga' settings"),
+        (
+            dotted(task__baselines__kga=None),
+            "config key 'methods.task.1': baseline 'kga' has no 'task.baselines.kga' settings",
+        ),
     ],
 )
 def test_task_checks(overrides, message):
@@ -159,7 +176,11 @@ def test_schema_file_lists_no_method_names_and_the_loader_injects_the_registry()
         assert methods[track]["items"]["enum"] == registry.methods_for(track)
     assert schema["properties"]["tracks"]["items"]["enum"] == ["tofu", "crosslingual", "speech", "task"]
     assert schema["properties"]["unlearn"]["properties"]["control"]["items"]["enum"] == [
-        "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+        "unlearn",
+        "unlearn_ll",
+        "qr_erase",
+        "qr_erase_ll",
+    ]
     assert "x-registry" not in str(schema)
     load_schema()["properties"].clear()  # a copy: the cached schema stays whole
     assert "methods" in load_schema()["properties"]

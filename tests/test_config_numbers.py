@@ -108,7 +108,7 @@ def base_config() -> dict:
 
 def place(cfg: dict, path: tuple, along: tuple, leaf_schema: dict, value) -> str:
     """Put ``value`` at ``path`` in ``cfg`` (missing containers made valid); the dotted key it names."""
-    node, keys = cfg, []
+    node, keys, parent = cfg, [], None  # parent: set one step before a "[]" part
     for i, part in enumerate(path):
         last = i == len(path) - 1
         if part == "[]":  # node is the array's parent dict; keys[-1] the array
@@ -160,9 +160,21 @@ for _path, _leaf, _along in numeric_leaves(SCHEMA):
 
 def test_the_walk_finds_the_numeric_keys():
     keys = {".".join(p) for p in LEAVES}
-    assert {"seed", "unlearn.rank", "unlearn.scale", "lora.dropout", "baselines.npo.beta", "baselines.ga.lr",
-            "speech.scale", "task.scale", "tradeoff.scales.[]", "speech.baselines.scrub.temperature",
-            "task.data.sizes.*.train", "resources.train.mem_mb", "crosslingual.pretrain.lr"} <= keys
+    assert {
+        "seed",
+        "unlearn.rank",
+        "unlearn.scale",
+        "lora.dropout",
+        "baselines.npo.beta",
+        "baselines.ga.lr",
+        "speech.scale",
+        "task.scale",
+        "tradeoff.scales.[]",
+        "speech.baselines.scrub.temperature",
+        "task.data.sizes.*.train",
+        "resources.train.mem_mb",
+        "crosslingual.pretrain.lr",
+    } <= keys
     assert len(keys) > 120
 
 
@@ -197,7 +209,9 @@ def test_nan_is_refused_under_any_key_even_one_the_schema_does_not_bound(monkeyp
     monkeypatch.chdir(REPO)
     cfg = base_config()
     cfg["model"]["template"] = {"question_start": math.nan}  # a string key: NaN still named first
-    with pytest.raises(ConfigError, match=r"^config key 'model\.template\.question_start': nan is not a finite number$"):
+    with pytest.raises(
+        ConfigError, match=r"^config key 'model\.template\.question_start': nan is not a finite number$"
+    ):
         validate(cfg)
 
 
@@ -205,16 +219,31 @@ def _dry_run(tmp_path: Path, override: str) -> subprocess.CompletedProcess:
     cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg) + override)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "-n", "--cores", "1", "--configfile", str(tmp_path / "bad.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "-n",
+        "--cores",
+        "1",
+        "--configfile",
+        str(tmp_path / "bad.yaml"),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("unlearn: {rank: 2, scale: -1}\n", "config key 'unlearn.scale': -1 is less than or equal to the minimum of 0"),
-    ("unlearn: {rank: 2.0}\n", "config key 'unlearn.rank': 2.0 is not of type 'integer'"),
-    ("finetune: {epochs: 1, lr: .nan, batch_size: 4}\n", "config key 'finetune.lr': nan is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("unlearn: {rank: 2, scale: -1}\n", "config key 'unlearn.scale': -1 is less than or equal to the minimum of 0"),
+        ("unlearn: {rank: 2.0}\n", "config key 'unlearn.rank': 2.0 is not of type 'integer'"),
+        ("finetune: {epochs: 1, lr: .nan, batch_size: 4}\n", "config key 'finetune.lr': nan is not a finite number"),
+    ],
+)
 def test_bad_numbers_fail_at_planning_time_and_write_nothing(tmp_path, override, message):
     proc = _dry_run(tmp_path, override)
     assert proc.returncode != 0

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from test_workflow import REPO, assert_config_error, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
@@ -72,7 +71,9 @@ def test_matrix_table_and_metrics(xling_workdir):
 
 
 def test_romanised_files_and_logs(xling_workdir):
-    rows = [json.loads(line) for line in (xling_workdir / "results/xling/romanised/hi_R/forget01_perturbed.jsonl").open()]
+    rows = [
+        json.loads(line) for line in (xling_workdir / "results/xling/romanised/hi_R/forget01_perturbed.jsonl").open()
+    ]
     assert len(rows) == 40 and all(ord(ch) < 0x900 or ord(ch) > 0x97F for r in rows for ch in r["answer"])
     for lang in ("en", "hi_R"):
         log = xling_workdir / "results/xling_hi_R/eval_languages/qr_erase_ll_k2" / lang / "eval_log_forget.json"
@@ -97,20 +98,29 @@ def test_cost_table_per_unlearning_language(xling_workdir):
         assert (parts > 0).all().all() and cost[f"{lang}_baseline_s"].isna().all()
         assert (cost[f"{lang}_total_s"] - parts.sum(axis=1)).abs().max() < 1e-9
         assert (cost[f"{lang}_unlearn_s"] == cost[f"{lang}_erase_s"]).all()
+
     # QR-Erase (LL) = QR-Erase's factors and forget update + the energy job + its own erase job
     def seconds(rule, name):
         return float(pd.read_csv(xling_workdir / f"results/benchmarks/{rule}/{name}.tsv", sep="\t")["s"].iloc[0])
 
-    extra = seconds("energy", "xling_en") + seconds("erase_merged", "xling_en_2_qr_erase_ll") - seconds(
-        "erase_merged", "xling_en_2_qr_erase")
+    extra = (
+        seconds("energy", "xling_en")
+        + seconds("erase_merged", "xling_en_2_qr_erase_ll")
+        - seconds("erase_merged", "xling_en_2_qr_erase")
+    )
     assert cost.loc["qr_erase_ll", "en_erase_s"] - cost.loc["qr_erase", "en_erase_s"] == pytest.approx(extra)
     assert "Unlearn in hi_R" in (xling_workdir / "results/tables/crosslingual_cost.md").read_text()
 
 
 def test_tradeoff_points_are_the_x_to_x_pairs_of_the_table(xling_workdir):
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]
-    cfg = xling_config(xling_workdir, "xling_tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__ranks=[2],
-                       methods__crosslingual=["qr_erase_ll"])
+    cfg = xling_config(
+        xling_workdir,
+        "xling_tradeoff.yaml",
+        tradeoff__scales=[0, scale],
+        tradeoff__ranks=[2],
+        methods__crosslingual=["qr_erase_ll"],
+    )
     snakemake(xling_workdir, "tradeoff", "--cores", "2", "--configfile", str(cfg))
     frame = pd.read_csv(xling_workdir / "results/tables/crosslingual_tradeoff.csv")
     assert sorted(frame["group"].unique()) == ["en", "hi_R"] and len(frame) == 4
@@ -143,9 +153,14 @@ def test_full_config_plans(tmp_path):
     [
         ({"crosslingual__languages": ["en", "xx"]}, "config key 'crosslingual.languages[1]': unknown language 'xx'"),
         ({"crosslingual__languages": ["en", "ko_R"]}, "no transliterator for the hangul script of Korean"),
-        ({"crosslingual__unlearn": ["fr"]}, "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages"),
-        ({"crosslingual__table_method": "qr_erase"} | {"methods__crosslingual": ["unlearn"]},
-         "config key 'crosslingual.table_method'"),
+        (
+            {"crosslingual__unlearn": ["fr"]},
+            "config key 'crosslingual.unlearn[0]': 'fr' is not in crosslingual.languages",
+        ),
+        (
+            {"crosslingual__table_method": "qr_erase"} | {"methods__crosslingual": ["unlearn"]},
+            "config key 'crosslingual.table_method'",
+        ),
         ({"methods__crosslingual": ["scrub"]}, "config key 'methods.crosslingual.0'"),
     ],
 )
@@ -160,5 +175,9 @@ def test_language_file_missing_a_field(tmp_path):
     del rows[11]["paraphrased_answer"]
     (root / "hi" / "forget01_perturbed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = xling_config(tmp_path, crosslingual__data__root=str(root))
-    assert_config_error(tmp_path, cfg, "config key 'crosslingual.data.root'",
-                        "forget01_perturbed.jsonl:12: field 'paraphrased_answer' missing")
+    assert_config_error(
+        tmp_path,
+        cfg,
+        "config key 'crosslingual.data.root'",
+        "forget01_perturbed.jsonl:12: field 'paraphrased_answer' missing",
+    )

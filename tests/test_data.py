@@ -64,7 +64,11 @@ def test_pretrain_authors_are_disjoint_and_tune_slice_is_not_evaluated():
     # "What is the full name of the author?", across authors, so question texts are not all distinct)
     # the held-out retain slice: retain authors 16-18 (no evaluation set holds them)
     assert [r["question"] for r in sets["tune_retain"]] == [r["question"] for r in full[300:360]]
-    evaluated = {r["question"] for name in ("eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts") for r in sets[name]}
+    evaluated = {
+        r["question"]
+        for name in ("eval_forget", "eval_retain", "eval_real_authors", "eval_world_facts")
+        for r in sets[name]
+    }
     assert not evaluated & {r["question"] for r in sets["tune_retain"]}
 
 
@@ -112,7 +116,8 @@ def test_crosslingual_split_and_task_knowledge_name_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"forget01\.jsonl:3: expected a JSON object per line, got list"):
         load_language_split(tmp_path, "forget01")
     (tmp_path / "real_authors_perturbed.jsonl").write_bytes(
-        b'{"question": "q?", "answer": "a", "perturbed_answer": ["b"]}\n\n' + GOOD.encode())
+        b'{"question": "q?", "answer": "a", "perturbed_answer": ["b"]}\n\n' + GOOD.encode()
+    )
     with pytest.raises(ValueError, match=r"real_authors_perturbed\.jsonl:3: field 'perturbed_answer' missing"):
         load_language_split(tmp_path, "real_authors_perturbed")
     fact = '{"question": "q?", "answer": "b", "option1": "a", "option2": "b", "option3": "c", "option4": "d"}\n'

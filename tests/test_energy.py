@@ -17,8 +17,8 @@ from qrerase.method.energy import (
     select_layers,
     select_modules,
 )
-from qrerase.method.naming import block_index, block_of
 from qrerase.method.lowrank import LowRank
+from qrerase.method.naming import block_index, block_of
 
 
 def _with_norm(norm: float, d_out: int = 6, d_in: int = 5, r: int = 2, seed: int = 0) -> LowRank:
@@ -114,7 +114,10 @@ def test_unmappable_block_names(name):
 
 
 def test_zero_energy():
-    zero = {"model.layers.0.q_proj": (np.zeros((4, 2)), np.ones((2, 3))), "model.layers.1.q_proj": (np.ones((4, 2)), np.zeros((2, 3)))}
+    zero = {
+        "model.layers.0.q_proj": (np.zeros((4, 2)), np.ones((2, 3))),
+        "model.layers.1.q_proj": (np.ones((4, 2)), np.zeros((2, 3))),
+    }
     with pytest.raises(ValueError, match=r"all 2 task matrices are zero.*model.layers.0.q_proj"):
         layer_energy(zero)
     # one zero layer among non-zero ones is fine (energy 0, not selected)

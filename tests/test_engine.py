@@ -18,8 +18,14 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tok
 from qrerase.text.training import TrainConfig, token_mean_split, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 TPL = PromptTemplate()
 
 
@@ -31,15 +37,18 @@ def records():
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory, records):
-    return train_bpe_tokenizer([f"{r['question']} {r['answer']}" for r in records], 500,
-                               tmp_path_factory.mktemp("tok") / "tok")
+    return train_bpe_tokenizer(
+        [f"{r['question']} {r['answer']}" for r in records], 500, tmp_path_factory.mktemp("tok") / "tok"
+    )
 
 
 def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("batch,micro,world", [(32, None, 1), (32, 8, 1), (32, 8, 2), (30, 4, 2), (7, None, 2), (5, 3, 1)])
+@pytest.mark.parametrize(
+    "batch,micro,world", [(32, None, 1), (32, 8, 1), (32, 8, 2), (30, 4, 2), (7, None, 2), (5, 3, 1)]
+)
 def test_micro_plan_covers_the_global_batch(batch, micro, world):
     m, acc = engine.micro_plan(batch, micro, world)
     assert m * acc * world >= batch and (m * acc * world == batch or batch % (world * m))
@@ -118,8 +127,9 @@ class _Abort(Exception):
 
 
 def test_resumed_training_is_bit_identical(tok, records, tmp_path):
-    cfg = TrainConfig(epochs=3, lr=3e-3, batch_size=8, warmup_ratio=0.2, weight_decay=0.01, seed=6, threads=1,
-                      checkpoint_every=4)
+    cfg = TrainConfig(
+        epochs=3, lr=3e-3, batch_size=8, warmup_ratio=0.2, weight_decay=0.01, seed=6, threads=1, checkpoint_every=4
+    )
     ref = build_tiny_llama(TINY, tok, seed=6)
     ref_frame = train_causal_lm(ref, tok, records, TPL, cfg, desc="run")
     resume = tmp_path / "resume"

@@ -22,8 +22,14 @@ from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.workflow.job import resume_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 TPL = PromptTemplate()
 
 
@@ -45,7 +51,9 @@ def models(tok, sets):
     forget, retain, _ = sets
     initial = build_tiny_llama(TINY, tok, seed=0)
     finetuned = copy.deepcopy(initial)
-    train_causal_lm(finetuned, tok, forget + retain, TPL, TrainConfig(epochs=4, lr=3e-3, batch_size=8, seed=0, threads=1))
+    train_causal_lm(
+        finetuned, tok, forget + retain, TPL, TrainConfig(epochs=4, lr=3e-3, batch_size=8, seed=0, threads=1)
+    )
     return initial, finetuned
 
 
@@ -64,9 +72,19 @@ def test_text_baseline_micro_batches_equal_full_batches(models, tok, sets, metho
     forget, retain, _ = sets
     out = {}
     for micro in (None, 3):
-        cfg = TextBaselineConfig(method=method, epochs=2, lr=2e-3, batch_size=8, seed=3, threads=1, micro_batch_size=micro)
-        model, curve = train_baseline(copy.deepcopy(finetuned), copy.deepcopy(finetuned), tok, forget, retain, TPL, cfg,
-                                      refusals=read_refusals(DATA / "idontknow.txt"))
+        cfg = TextBaselineConfig(
+            method=method, epochs=2, lr=2e-3, batch_size=8, seed=3, threads=1, micro_batch_size=micro
+        )
+        model, curve = train_baseline(
+            copy.deepcopy(finetuned),
+            copy.deepcopy(finetuned),
+            tok,
+            forget,
+            retain,
+            TPL,
+            cfg,
+            refusals=read_refusals(DATA / "idontknow.txt"),
+        )
         out[micro] = ({k: v.clone() for k, v in model.state_dict().items()}, [r["loss"] for r in curve])
     assert out[3][1] == pytest.approx(out[None][1], rel=1e-4, abs=1e-6)
     assert _rel(out[None][0], out[3][0], finetuned.state_dict()) < 1e-3
@@ -76,9 +94,13 @@ def test_kga_and_ku_micro_batches_equal_full_batches(models, tok, sets):
     initial, finetuned = models
     forget, retain, new = sets
     for micro in (None, 3):
-        kga = KgaConfig(epochs=1, batch_size=8, aux_epochs=1, aux_batch_size=8, lr=1e-3, threads=1, micro_batch_size=micro)
+        kga = KgaConfig(
+            epochs=1, batch_size=8, aux_epochs=1, aux_batch_size=8, lr=1e-3, threads=1, micro_batch_size=micro
+        )
         m, rows = train_kga(copy.deepcopy(finetuned), initial, tok, forget, retain, new, TPL, kga)
-        ku = KuConfig(ma_threshold=0.0, epochs=1, batch_size=8, lr=1e-2, check_every=3, threads=1, micro_batch_size=micro)
+        ku = KuConfig(
+            ma_threshold=0.0, epochs=1, batch_size=8, lr=1e-2, check_every=3, threads=1, micro_batch_size=micro
+        )
         m2, rows2, _ = train_ku(copy.deepcopy(finetuned), tok, forget, new, TPL, ku)
         if micro is None:
             ref = (m.state_dict(), [r["loss"] for r in rows], m2.state_dict(), [r["loss"] for r in rows2])
@@ -128,8 +150,11 @@ def test_resumed_graddiff_is_bit_identical(models, tok, sets, tmp_path):
 
 
 def test_resume_dir_is_outside_the_outputs():
-    job = SimpleNamespace(output=["results/tofu_forget10/models/full"], rule="finetune",
-                          wildcards=SimpleNamespace(items=lambda: [("exp", "tofu_forget10"), ("which", "full")]))
+    job = SimpleNamespace(
+        output=["results/tofu_forget10/models/full"],
+        rule="finetune",
+        wildcards=SimpleNamespace(items=lambda: [("exp", "tofu_forget10"), ("which", "full")]),
+    )
     assert resume_dir(job) == Path("results/.resume/finetune/exp=tofu_forget10,which=full")
     job.wildcards = SimpleNamespace(items=lambda: [])
     assert resume_dir(job) == Path("results/.resume/finetune/_")

@@ -22,8 +22,14 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tok
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
-TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +61,9 @@ def _relative_update_difference(a, b, start):
     return num / den
 
 
-@pytest.mark.parametrize("kind,backend", [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("npo", "ddp"), ("kl", "fsdp")])
+@pytest.mark.parametrize(
+    "kind,backend", [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("npo", "ddp"), ("kl", "fsdp")]
+)
 def test_two_processes_equal_one(kind, backend, tok_dir, tmp_path):
     from qrerase.text.models import load_tokenizer
 

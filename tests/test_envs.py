@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ def rules() -> dict[str, tuple[str, str]]:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module(name: str) -> ast.Module:
     return ast.parse((REPO / Path(*name.split("."))).with_suffix(".py").read_text())
 
@@ -74,8 +74,12 @@ def _imports(nodes, module: str, skip_params: set[str] = frozenset()):
         node = stack.pop()
         if isinstance(node, ast.If) and skip_params:
             test = node.test
-            if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id in skip_params
-                    and isinstance(test.ops[0], ast.IsNot)):
+            if (
+                isinstance(test, ast.Compare)
+                and isinstance(test.left, ast.Name)
+                and test.left.id in skip_params
+                and isinstance(test.ops[0], ast.IsNot)
+            ):
                 stack += node.orelse
                 continue
         if isinstance(node, ast.Import):
@@ -96,7 +100,7 @@ def _is_module(name: str) -> bool:
     return (REPO / Path(*name.split("."))).with_suffix(".py").is_file()
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_level(module: str) -> frozenset[str]:
     """Third-party packages imported when `module` is imported (module-level, transitively)."""
     tree = _module(module)
@@ -158,7 +162,7 @@ def script_imports(script: str) -> set[str]:
         args = next((n.args for n in fn if isinstance(n, ast.FunctionDef) and n.name == name), None)
         optional = set()
         if args is not None:  # parameters with a default that the script never passes
-            with_default = args.args[len(args.args) - len(args.defaults):]
+            with_default = args.args[len(args.args) - len(args.defaults) :]
             optional = {a.arg for i, a in enumerate(args.args) if a in with_default and i >= positional.get(name, 0)}
             optional |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
         third |= symbol_imports(mod, name, frozenset(optional - passed.get(name, set())))

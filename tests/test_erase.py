@@ -9,11 +9,17 @@ import pytest
 import torch
 from conftest import build_tiny_llama
 
-from qrerase.method.adapters import task_matrices
-from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
-from qrerase.method.erase import EraseAdapterWriter, apply_updates, erase_adapter_config, save_erase_adapter, save_merged
 from qrerase.io import load_arrays
+from qrerase.method.adapters import task_matrices
 from qrerase.method.discriminate import forget_update, forget_updates
+from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
+from qrerase.method.erase import (
+    EraseAdapterWriter,
+    apply_updates,
+    erase_adapter_config,
+    save_erase_adapter,
+    save_merged,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

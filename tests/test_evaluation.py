@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
 from qrerase.io import read_jsonl, write_json
+from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
 from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
@@ -32,9 +32,16 @@ def eval_sets():
 @pytest.fixture(scope="module")
 def tok_model(tmp_path_factory, eval_sets):
     recs = [r for rs in eval_sets.values() for r in rs]
-    tok = train_bpe_tokenizer([f"{r['question']} {r['answer']}" for r in recs], 500, tmp_path_factory.mktemp("t") / "tok")
-    model = build_tiny_llama(TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                                             num_attention_heads=2, num_key_value_heads=2), tok, seed=0)
+    tok = train_bpe_tokenizer(
+        [f"{r['question']} {r['answer']}" for r in recs], 500, tmp_path_factory.mktemp("t") / "tok"
+    )
+    model = build_tiny_llama(
+        TinyLlamaConfig(
+            hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2
+        ),
+        tok,
+        seed=0,
+    )
     # a little training so that generations are not degenerate and stop at EOS sometimes
     train_causal_lm(model, tok, recs, TPL, TrainConfig(epochs=8, lr=5e-3, batch_size=8, seed=0, threads=1), desc="prep")
     return tok, model
@@ -90,12 +97,27 @@ def test_generation_decodes_only_new_tokens(tok_model, eval_sets):
 def test_evaluate_tofu_fields(tok_model, eval_sets, tmp_path):
     tok, model = tok_model
     logs = evaluate_tofu(model, tok, TPL, eval_sets, EvalConfig(batch_size=8, max_new_tokens=8))
-    names = {"forget": "eval_log_forget.json", "retain": "eval_log.json",
-             "real_authors": "eval_real_author_wo_options.json", "world_facts": "eval_real_world_wo_options.json"}
+    names = {
+        "forget": "eval_log_forget.json",
+        "retain": "eval_log.json",
+        "real_authors": "eval_real_author_wo_options.json",
+        "world_facts": "eval_real_world_wo_options.json",
+    }
     assert set(logs) == set(names.values())
-    fields = {"avg_gt_loss", "gt_loss", "num_token_gt", "avg_paraphrased_loss", "paraphrased_loss",
-              "num_token_paraphrased", "average_perturb_loss", "perturb_loss", "num_token_perturb",
-              "rouge1_recall", "rougeL_recall", "generated_text"}
+    fields = {
+        "avg_gt_loss",
+        "gt_loss",
+        "num_token_gt",
+        "avg_paraphrased_loss",
+        "paraphrased_loss",
+        "num_token_paraphrased",
+        "average_perturb_loss",
+        "perturb_loss",
+        "num_token_perturb",
+        "rouge1_recall",
+        "rougeL_recall",
+        "generated_text",
+    }
     for key, fname in names.items():
         log, recs = logs[fname], eval_sets[key]
         assert set(log) == fields
@@ -105,8 +127,10 @@ def test_evaluate_tofu_fields(tok_model, eval_sets, tmp_path):
             k = str(i)
             assert len(log["perturb_loss"][k]) == len(log["num_token_perturb"][k]) == len(r["perturbed_answer"])
             assert math.isclose(log["avg_gt_loss"][k], log["gt_loss"][k] / log["num_token_gt"][k])
-            assert [math.isclose(a, s / n) for a, s, n in zip(log["average_perturb_loss"][k], log["perturb_loss"][k],
-                                                              log["num_token_perturb"][k])] == [True] * len(r["perturbed_answer"])
+            assert [
+                math.isclose(a, s / n)
+                for a, s, n in zip(log["average_perturb_loss"][k], log["perturb_loss"][k], log["num_token_perturb"][k])
+            ] == [True] * len(r["perturbed_answer"])
             assert 0.0 <= log["rougeL_recall"][k] <= 1.0 and 0.0 <= log["rouge1_recall"][k] <= 1.0
             prompt, gen, answer = log["generated_text"][k]
             assert prompt == TPL.prompt(r["question"]) and answer == r["answer"] and isinstance(gen, str)

@@ -68,7 +68,7 @@ def test_the_job_spec_round_trips_to_the_attributes_of_snakemakes_object(tmp_pat
     assert list(j.input) == [str(tmp_path / "init"), str(tmp_path / "data.jsonl")]
     assert "init" in j.input.keys() and "tokenizer" not in j.input.keys()
     with pytest.raises(AttributeError):
-        j.input.tokenizer
+        _ = j.input.tokenizer
     shadowing = NamedList(["a.csv"], {"index": "a.csv"})  # a name that is a list method: the entry
     assert shadowing.index == "a.csv" and shadowing["index"] == "a.csv"
     assert j.output.model.endswith("out/model") and j.output[1].endswith("loss.csv")
@@ -77,7 +77,8 @@ def test_the_job_spec_round_trips_to_the_attributes_of_snakemakes_object(tmp_pat
     assert list(j.log) == [str(tmp_path / "x.log")]
     # the config entries the params come from, nested: the record's subset is the script: job's
     assert provenance.config_subset(j.config, dict(j.params.items())) == provenance.config_subset(
-        CONFIG, dict(j.params.items()))
+        CONFIG, dict(j.params.items())
+    )
     assert "tofu" not in j.config and j.config["model"] == CONFIG["model"]
 
 
@@ -93,8 +94,14 @@ def test_a_broken_job_spec_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError, match="--job: not a JSON job spec"):
         load_job(["--threads", "1", "--job", "{nope"])
     with pytest.raises(ValueError, match="--job: the job spec lacks config"):
-        load_job(["--threads", "1", "--job", json.dumps(
-            {"rule": "r", "input": {}, "output": {}, "wildcards": {}, "params": {}})])
+        load_job(
+            [
+                "--threads",
+                "1",
+                "--job",
+                json.dumps({"rule": "r", "input": {}, "output": {}, "wildcards": {}, "params": {}}),
+            ]
+        )
 
 
 def _run(tmp_path, monkeypatch, rank):

@@ -16,7 +16,6 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-
 from test_speech_workflow import write_speech_config
 from test_workflow import snakemake, write_config
 
@@ -70,8 +69,18 @@ def run_pair(tmp_path_factory, name: str, write, targets: dict) -> tuple[Path, P
     shutil.copytree(one / "results", two / "results")
     shutil.copytree(one / ".snakemake", two / ".snakemake", ignore=shutil.ignore_patterns("locks", "log"))
     cfg = write(two, **processes(2))
-    snakemake(two, *[t for t, _ in targets.values()], "--cores", "2", "--configfile", str(cfg),
-              "--rerun-triggers", "mtime", "--forcerun", *targets)
+    snakemake(
+        two,
+        *[t for t, _ in targets.values()],
+        "--cores",
+        "2",
+        "--configfile",
+        str(cfg),
+        "--rerun-triggers",
+        "mtime",
+        "--forcerun",
+        *targets,
+    )
     return one, two
 
 
@@ -135,14 +144,17 @@ def test_finetune_mode_lora_trains_an_adapter_and_saves_the_merged_checkpoint(te
     shutil.copytree(one / "results", tmp_path / "results")
     cfg = tofu_config(tmp_path, finetune__mode="lora")
     full = f"results/{EXP}/models/full"
-    snakemake(tmp_path, full, "--cores", "2", "--configfile", str(cfg), "--rerun-triggers", "mtime", "--forcerun",
-              "finetune")
+    snakemake(
+        tmp_path, full, "--cores", "2", "--configfile", str(cfg), "--rerun-triggers", "mtime", "--forcerun", "finetune"
+    )
     model = tmp_path / full
     assert (model / "config.json").is_file() and not (model / "adapter_config.json").exists()
     after, before = weights(model), weights(tmp_path / f"results/{EXP}/models/pretrained")
     assert set(after) == set(before)  # a plain full checkpoint: no lora_A / lora_B left
-    lora_cfg = {**yaml.safe_load((REPO / "config.yaml").read_text())["lora"],
-                **yaml.safe_load((REPO / "config/test.yaml").read_text()).get("lora", {})}
+    lora_cfg = {
+        **yaml.safe_load((REPO / "config.yaml").read_text())["lora"],
+        **yaml.safe_load((REPO / "config/test.yaml").read_text()).get("lora", {}),
+    }
     rec = record(tmp_path, full)
     assert rec["params"]["train"]["mode"] == "lora" and rec["world_size"] == 1
     assert rec["params"]["adapter"] == {k: lora_cfg[k] for k in ("r", "alpha", "dropout", "target_modules")}

@@ -91,7 +91,7 @@ def test_no_import_cycles():
         stack.append(node)
         for nxt in graph[node]:
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -110,7 +110,11 @@ def _private_imports(files: dict[str, Path]) -> list[str]:
         for module, names, line in imports:
             if not module.startswith("qrerase") or module == name:
                 continue
-            bad += [f"{path.relative_to(REPO)}:{line}: {module}.{n}" for n in names if n.startswith("_") and n != "__version__"]
+            bad += [
+                f"{path.relative_to(REPO)}:{line}: {module}.{n}"
+                for n in names
+                if n.startswith("_") and n != "__version__"
+            ]
     return bad
 
 
@@ -152,6 +156,6 @@ def test_method_is_numpy_only():
 
 
 def test_import_qrerase_is_torch_free():
-    code = "import sys, qrerase; print(sorted(m for m in %r if m in sys.modules))" % (TORCH_SIDE,)
+    code = f"import sys, qrerase; print(sorted(m for m in {TORCH_SIDE!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -12,10 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import qrerase
-from qrerase.method.lowrank import LowRank
 from qrerase.method.decompose import decompose, decompose_dense
 from qrerase.method.diagnostics import factor_report, max_sin_theta, rrqr_bound
 from qrerase.method.discriminate import forget_update, forget_updates
+from qrerase.method.lowrank import LowRank
 
 PROPS = settings(max_examples=30, deadline=None, derandomize=True)
 
@@ -85,7 +85,7 @@ def test_factored_cpqr_equals_dense_xgeqp3(params):
     assert math.isclose(f.fro_norm, scale, rel_tol=1e-10)
     assert math.isclose(f.residual_norm, np.linalg.norm(T - f.approx()), rel_tol=1e-6, abs_tol=1e-9 * scale)
     assert np.allclose(f.singular_values, sla.svdvals(T)[:avail], atol=1e-10 * scale)
-    assert len(f.diag) == min(avail, d_in) and np.all(np.diff(f.diag[: avail]) <= 1e-9 * scale)
+    assert len(f.diag) == min(avail, d_in) and np.all(np.diff(f.diag[:avail]) <= 1e-9 * scale)
 
 
 # ----------------------------------------------------------------------------------------------- SVD
@@ -340,7 +340,13 @@ def test_discriminate_from_stored_decompositions_equals_forget_update(tmp_path):
         assert list(fl) == sorted(names, key=lambda m: int(m.split(".")[2]))
         for m in names:
             a, b = fd[m], fl[m]
-            assert (a.method, a.rank, a.fro_norm, a.residual_norm, a.factored) == (b.method, b.rank, b.fro_norm, b.residual_norm, b.factored)
+            assert (a.method, a.rank, a.fro_norm, a.residual_norm, a.factored) == (
+                b.method,
+                b.rank,
+                b.fro_norm,
+                b.residual_norm,
+                b.factored,
+            )
             assert np.array_equal(a.Q, b.Q) and np.array_equal(a.R, b.R) and np.array_equal(a.diag, b.diag)
             assert (a.piv is None) == (b.piv is None) and (a.piv is None or np.array_equal(a.piv, b.piv))
         for kr in (None, 2):

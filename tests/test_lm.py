@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from qrerase.checkpoints import save_model
 from qrerase.io import read_jsonl
 from qrerase.text.lm import (
     IGNORE_INDEX,
@@ -21,11 +22,16 @@ from qrerase.text.lm import (
     qa_pair,
 )
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, train_bpe_tokenizer
-from qrerase.checkpoints import save_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=1, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=256,
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +79,10 @@ def test_tokenizer_roundtrip_and_determinism(tok_dir, records, tmp_path):
     assert auto.decode(ids, skip_special_tokens=True) == text
     again = train_bpe_tokenizer([f"{r['question']} {r['answer']}" for r in records], 400, tmp_path / "t2")
     assert again.get_vocab() == auto.get_vocab()
-    assert json.loads((tmp_path / "t2" / "tokenizer.json").read_text())["model"]["merges"] == json.loads(
-        (Path(tok_dir) / "tokenizer.json").read_text())["model"]["merges"]
+    assert (
+        json.loads((tmp_path / "t2" / "tokenizer.json").read_text())["model"]["merges"]
+        == json.loads((Path(tok_dir) / "tokenizer.json").read_text())["model"]["merges"]
+    )
 
 
 def test_encode_qa_label_masking_is_exact(tok, records):
@@ -129,7 +137,10 @@ def test_build_tiny_llama_and_save_load(tok, records, tmp_path):
     m3 = build_tiny_llama(TINY, tok, seed=4)
     assert m1.config.vocab_size == len(tok)
     assert (m1.config.bos_token_id, m1.config.eos_token_id, m1.config.pad_token_id) == (
-        tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+        tok.bos_token_id,
+        tok.eos_token_id,
+        tok.pad_token_id,
+    )
     assert m1.generation_config.pad_token_id == tok.pad_token_id
     assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
     assert not torch.equal(m1.model.embed_tokens.weight, m3.model.embed_tokens.weight)

@@ -56,8 +56,14 @@ def checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     rows = read_jsonl(REPO / "data" / "tofu" / "retain90.jsonl")[:20]
     tok = train_bpe_tokenizer([f"{r['question']} {r['answer']}" for r in rows], 400, root / "tokenizer")
-    cfg = TinyLlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                          num_key_value_heads=1, max_position_embeddings=64)
+    cfg = TinyLlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     save_model(build_tiny_llama(cfg, tok, seed=0), tok, root / "model")
     return root
 
@@ -66,14 +72,17 @@ def test_a_real_checkpoint_passes(checkpoint):
     validate(config(model__name_or_path=str(checkpoint / "model")))
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("empty", "empty directory, expected a model directory"),
-    ("tokenizer_only", "no config.json, not a model directory (it holds a tokenizer only)"),
-    ("file", "is a file, expected a model directory"),
-    ("no_weights", "no weights (none of model.safetensors"),
-    ("no_tokenizer", "no tokenizer (none of tokenizer_config.json, tokenizer.json)"),
-    ("missing", "no such model directory"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("empty", "empty directory, expected a model directory"),
+        ("tokenizer_only", "no config.json, not a model directory (it holds a tokenizer only)"),
+        ("file", "is a file, expected a model directory"),
+        ("no_weights", "no weights (none of model.safetensors"),
+        ("no_tokenizer", "no tokenizer (none of tokenizer_config.json, tokenizer.json)"),
+        ("missing", "no such model directory"),
+    ],
+)
 def test_bad_model_paths_name_the_key_and_the_path(checkpoint, tmp_path, kind, message):
     path = tmp_path / kind
     if kind == "empty":
@@ -104,8 +113,9 @@ def test_the_job_loader_gives_the_same_message(tmp_path, kind):
 @pytest.mark.parametrize("local_files_only", [False, True])
 def test_a_hub_id_is_accepted_without_network(local_files_only):
     # not a local path and shaped like a hub id: left to the job (downloads or the local HF cache)
-    validate(config(model__name_or_path="some-org/some-model-that-is-not-here",
-                    model__local_files_only=local_files_only))
+    validate(
+        config(model__name_or_path="some-org/some-model-that-is-not-here", model__local_files_only=local_files_only)
+    )
 
 
 def test_speech_model_path_is_checked_when_the_track_runs(tmp_path):
@@ -117,9 +127,16 @@ def test_speech_model_path_is_checked_when_the_track_runs(tmp_path):
     validate(cfg)  # the speech track does not run: its model is not needed
     cfg["tracks"] = ["tofu", "speech"]
     refused(cfg, f"config key 'speech.model.name_or_path': {empty}: empty directory, expected a speech model directory")
-    tiny = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                conv_dim=(8, 16, 16, 16), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
-                classifier_proj_size=16)
+    tiny = dict(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        conv_dim=(8, 16, 16, 16),
+        num_conv_pos_embeddings=4,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=16,
+    )
     sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**tiny), ["a", "b"], 0), tmp_path / "hubert")
     cfg["speech"]["model"]["name_or_path"] = str(tmp_path / "hubert")
     validate(cfg)  # no tokenizer needed for a speech model
@@ -137,15 +154,18 @@ def test_a_real_adapter_passes(adapter):
     validate(config(lora__adapters={"forget": str(adapter), "retain": None}))
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("missing", "adapter directory not found"),
-    ("file", "adapter directory not found"),
-    ("empty", "adapter_config.json: adapter config not found"),
-    ("no_weights", "adapter_model.safetensors: adapter weights not found"),
-    ("pickle", "adapter_model.bin: pickle adapters are not supported"),
-    ("corrupt", "adapter_model.safetensors: not a readable safetensors file"),
-    ("bad_config", "adapter_config.json: not a readable JSON adapter config"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("missing", "adapter directory not found"),
+        ("file", "adapter directory not found"),
+        ("empty", "adapter_config.json: adapter config not found"),
+        ("no_weights", "adapter_model.safetensors: adapter weights not found"),
+        ("pickle", "adapter_model.bin: pickle adapters are not supported"),
+        ("corrupt", "adapter_model.safetensors: not a readable safetensors file"),
+        ("bad_config", "adapter_config.json: not a readable JSON adapter config"),
+    ],
+)
 def test_bad_adapters_name_the_key_and_the_path(adapter, tmp_path, kind, message):
     path = tmp_path / kind
     if kind == "file":
@@ -163,8 +183,12 @@ def test_bad_adapters_name_the_key_and_the_path(adapter, tmp_path, kind, message
             weights.write_bytes(weights.read_bytes()[:20])
         if kind == "bad_config":
             (path / "adapter_config.json").write_text("{not json")
-    refused(config(lora__adapters={"forget": str(path), "retain": None}),
-            "config key 'lora.adapters.forget': ", str(path), message)
+    refused(
+        config(lora__adapters={"forget": str(path), "retain": None}),
+        "config key 'lora.adapters.forget': ",
+        str(path),
+        message,
+    )
 
 
 def test_a_bad_model_path_fails_the_dry_run_and_writes_nothing(tmp_path):
@@ -177,8 +201,27 @@ def test_a_bad_model_path_fails_the_dry_run_and_writes_nothing(tmp_path):
     work.mkdir()
     (work / "bad.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work), "-n",
-         "--cores", "1", "--configfile", str(work / "bad.yaml")], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(work),
+            "-n",
+            "--cores",
+            "1",
+            "--configfile",
+            str(work / "bad.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0
-    assert f"config key 'model.name_or_path': {empty}: empty directory, expected a model directory" in proc.stdout + proc.stderr
+    assert (
+        f"config key 'model.name_or_path': {empty}: empty directory, expected a model directory"
+        in proc.stdout + proc.stderr
+    )
     assert not (work / "results").exists() and not any(empty.iterdir())

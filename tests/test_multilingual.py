@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
-from qrerase.text.evaluation import UnicodeWords
 from qrerase.io import read_jsonl
+from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
+from qrerase.reports.plots import crosslingual_scatter, energy_overlay_plot
+from qrerase.reports.tables import render_latex, render_markdown, table_csv_frame
 from qrerase.text.crosslingual import (
-    SPLIT_FILES,
     check_language_files,
     language_label,
     load_language_split,
@@ -24,9 +24,8 @@ from qrerase.text.crosslingual import (
     parse_language,
     romanise_split,
 )
-from qrerase.reports.plots import crosslingual_scatter, energy_overlay_plot
+from qrerase.text.evaluation import UnicodeWords
 from qrerase.text.romanise import romanise_record, romanise_text
-from qrerase.reports.tables import render_latex, render_markdown, table_csv_frame
 
 REPO = Path(__file__).resolve().parents[1]
 EN = REPO / "data" / "tofu"
@@ -147,7 +146,8 @@ def test_sets_are_row_aligned_across_languages():
 def test_forget_training_text_is_the_evaluated_wording_by_default():
     fr = make_language_sets(MTOFU / "fr", n_authors=3, max_questions=40)
     assert [(r["question"], r["answer"]) for r in fr["forget"]] == [
-        (r["question"], r["answer"]) for r in fr["eval_forget"]]
+        (r["question"], r["answer"]) for r in fr["eval_forget"]
+    ]
     # forget01 was translated separately: row-aligned (same author) but worded differently
     old = make_language_sets(MTOFU / "fr", n_authors=3, max_questions=40, forget_split="forget01")
     assert all(a["answer"] != b["answer"] for a, b in zip(old["forget"], fr["forget"]))
@@ -242,17 +242,22 @@ def test_tables_and_figures(tmp_path):
     assert r"English $\to$ Hindi (R)" in render_latex(df, spec)
 
     points = scatter_points(metrics, "qr_erase_ll", unlearn, langs)
-    assert np.allclose(points["relative_utility"] * metrics.query("method == 'base'")["model_utility"].to_numpy(),
-                       points["model_utility"])
+    assert np.allclose(
+        points["relative_utility"] * metrics.query("method == 'base'")["model_utility"].to_numpy(),
+        points["model_utility"],
+    )
     crosslingual_scatter(points, tmp_path / "s.png", labels={c: language_label(c) for c in langs})
-    energy_overlay_plot({"English": {"0": 0.5, "1": 0.3, "2": 0.2}, "Hindi": {"0": 0.2, "1": 0.3, "2": 0.5}},
-                        tmp_path / "e.png")
+    energy_overlay_plot(
+        {"English": {"0": 0.5, "1": 0.3, "2": 0.2}, "Hindi": {"0": 0.2, "1": 0.3, "2": 0.5}}, tmp_path / "e.png"
+    )
     assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "e.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="has layers"):
         energy_overlay_plot({"a": {"0": 1.0}, "b": {"1": 1.0}}, tmp_path / "x.png")
     with pytest.raises(ValueError, match="p-values"):
-        crosslingual_scatter(pd.DataFrame([{"unlearn": "en", "eval": "en", "relative_utility": 1.0,
-                                            "forget_quality": 2.0}]), tmp_path / "y.png")
+        crosslingual_scatter(
+            pd.DataFrame([{"unlearn": "en", "eval": "en", "relative_utility": 1.0, "forget_quality": 2.0}]),
+            tmp_path / "y.png",
+        )
 
 
 def test_pretraining_authors_follow_the_retained_ones_in_every_language():

@@ -50,8 +50,22 @@ def test_builders():
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "tofu", "tofu_forget1", "tofu_retain90", "xling_", "xling_hin", "xling_HI", "xling_hi_X",
-     "speech_word", "speech_", "task_1", "tofu_forget10_extra", "vision", "xling hi"],
+    [
+        "",
+        "tofu",
+        "tofu_forget1",
+        "tofu_retain90",
+        "xling_",
+        "xling_hin",
+        "xling_HI",
+        "xling_hi_X",
+        "speech_word",
+        "speech_",
+        "task_1",
+        "tofu_forget10_extra",
+        "vision",
+        "xling hi",
+    ],
 )
 def test_malformed_names_are_rejected(bad):
     with pytest.raises(ValueError, match="matches none"):
@@ -88,10 +102,20 @@ def test_model_experiment_and_kind():
 # ---------------------------------------------------------------------------------------------
 def test_registry_derived_values():
     assert registry.DECOMP == {"unlearn": "svd", "unlearn_ll": "svd", "qr_erase": "cpqr", "qr_erase_ll": "cpqr"}
-    assert registry.methods_for("tofu") == registry.methods_for("crosslingual") == [
-        "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "graddiff", "kl", "npo", "dpo", "flat"]
+    assert (
+        registry.methods_for("tofu")
+        == registry.methods_for("crosslingual")
+        == ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "graddiff", "kl", "npo", "dpo", "flat"]
+    )
     assert registry.methods_for("speech") == [
-        "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "scrub", "bad_teaching"]
+        "unlearn",
+        "unlearn_ll",
+        "qr_erase",
+        "qr_erase_ll",
+        "ga",
+        "scrub",
+        "bad_teaching",
+    ]
     assert registry.methods_for("task") == ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "kga", "ku"]
     assert [m for m in registry.DECOMP if registry.is_localised(m)] == ["unlearn_ll", "qr_erase_ll"]
     assert registry.is_localised("qr_erase_ll_control") and not registry.is_localised("unlearn_control")
@@ -118,17 +142,32 @@ def test_labels_are_the_paper_labels():
     from qrerase.reports.tables import METHOD_LABELS, TEX_METHOD_LABELS
 
     assert METHOD_LABELS == {
-        "unlearn": "UNLEARN", "unlearn_ll": "UNLEARN (LL)", "qr_erase": "QR-Erase", "qr_erase_ll": "QR-Erase (LL)",
-        "base": "Base Model", "retain": "Retain reference", "ga": "Gradient Ascent", "graddiff": "Gradient Difference",
-        "kl": "KL Minimization", "npo": "NPO", "dpo": "DPO", "flat": "FLAT", "scrub": "SCRUB",
-        "bad_teaching": "Bad Teaching", "unlearn_control": "UNLEARN, retain-adapter control",
+        "unlearn": "UNLEARN",
+        "unlearn_ll": "UNLEARN (LL)",
+        "qr_erase": "QR-Erase",
+        "qr_erase_ll": "QR-Erase (LL)",
+        "base": "Base Model",
+        "retain": "Retain reference",
+        "ga": "Gradient Ascent",
+        "graddiff": "Gradient Difference",
+        "kl": "KL Minimization",
+        "npo": "NPO",
+        "dpo": "DPO",
+        "flat": "FLAT",
+        "scrub": "SCRUB",
+        "bad_teaching": "Bad Teaching",
+        "unlearn_control": "UNLEARN, retain-adapter control",
         "unlearn_ll_control": "UNLEARN (LL), retain-adapter control",
         "qr_erase_control": "QR-Erase, retain-adapter control",
-        "qr_erase_ll_control": "QR-Erase (LL), retain-adapter control", "kga": "KGA", "ku": "KU",
+        "qr_erase_ll_control": "QR-Erase (LL), retain-adapter control",
+        "kga": "KGA",
+        "ku": "KU",
     }
     assert TEX_METHOD_LABELS == {
-        "unlearn": r"\textsc{UNLEARN}", "unlearn_ll": r"\textsc{UNLEARN (LL)}",
-        "qr_erase": r"\textsc{QR-Erase}", "qr_erase_ll": r"\textsc{QR-Erase} (LL)",
+        "unlearn": r"\textsc{UNLEARN}",
+        "unlearn_ll": r"\textsc{UNLEARN (LL)}",
+        "qr_erase": r"\textsc{QR-Erase}",
+        "qr_erase_ll": r"\textsc{QR-Erase} (LL)",
     }
 
 
@@ -136,7 +175,9 @@ def test_import_qrerase_registry_and_naming_stay_stdlib_only():
     import subprocess
     import sys
 
-    code = ("import sys, qrerase.registry, qrerase.workflow.naming; "
-            "bad = [m for m in ('torch', 'numpy', 'yaml', 'snakemake') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, qrerase.registry, qrerase.workflow.naming; "
+        "bad = [m for m in ('torch', 'numpy', 'yaml', 'snakemake') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

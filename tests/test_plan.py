@@ -30,10 +30,15 @@ def measured_saved_bytes(shape: ModelShape, batch: int, length: int, dtype, chec
     """Bytes of the distinct non-parameter storages autograd saves in a forward pass of a real
     transformers Llama (saved-tensor hooks), with labels (the cross-entropy)."""
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                      num_hidden_layers=shape.layers, vocab_size=shape.vocab,
-                      num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                      max_position_embeddings=length)
+    cfg = LlamaConfig(
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        vocab_size=shape.vocab,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=length,
+    )
     model = LlamaForCausalLM(cfg).to(dtype)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -74,8 +79,16 @@ def test_activation_estimate_matches_measured(shape, batch, length, dtype, check
 def test_adamw_state_is_16_bytes_per_parameter():
     """fp32 weights + grads + AdamW's two moments after one real step: the plan's 16 B/param."""
     shape = ModelShape("t", 2, 64, 256, 500, 4, 2)
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2,
-                                         vocab_size=500, num_attention_heads=4, num_key_value_heads=2))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            vocab_size=500,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, 500, (2, 16))
     model(input_ids=ids, labels=ids).loss.backward()
@@ -87,18 +100,29 @@ def test_adamw_state_is_16_bytes_per_parameter():
     assert total == 16 * n
 
 
-@pytest.mark.parametrize("name,published_b", [
-    ("meta-llama/Meta-Llama-3-8B", 8.03), ("meta-llama/Meta-Llama-3-70B", 70.55),
-    ("mistralai/Mixtral-8x7B-v0.1", 46.70), ("meta-llama/Llama-2-7b-chat-hf", 6.74),
-    ("CohereForAI/aya-23-8B", 8.03),
-])
+@pytest.mark.parametrize(
+    "name,published_b",
+    [
+        ("meta-llama/Meta-Llama-3-8B", 8.03),
+        ("meta-llama/Meta-Llama-3-70B", 70.55),
+        ("mistralai/Mixtral-8x7B-v0.1", 46.70),
+        ("meta-llama/Llama-2-7b-chat-hf", 6.74),
+        ("CohereForAI/aya-23-8B", 8.03),
+    ],
+)
 def test_known_shapes_count_published_parameters(name, published_b):
     assert KNOWN_SHAPES[name].count_params() / 1e9 == pytest.approx(published_b, rel=0.01)
 
 
 def test_shape_from_local_config_json(tmp_path):
-    LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, vocab_size=500,
-                num_attention_heads=4, num_key_value_heads=2).save_pretrained(tmp_path)
+    LlamaConfig(
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        vocab_size=500,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ).save_pretrained(tmp_path)
     shape = resolve_shape({"name_or_path": str(tmp_path)})
     assert (shape.layers, shape.hidden, shape.kv_heads, shape.vocab) == (2, 64, 2, 500)
     with pytest.raises(ValueError, match="model.shape"):
@@ -109,8 +133,9 @@ def test_70b_full_finetune_does_not_fit_a_node_and_points_at_lora():
     shape, node = KNOWN_SHAPES["meta-llama/Meta-Llama-3-70B"], Node(8, 80.0, 1000.0)
     full = plan_job(shape, JobSpec("finetune", "train", 32, 500, processes=8, checkpointing=True), "bfloat16", node)
     assert not full.fits and full.gpus_needed == 0 and "finetune.mode: lora" in full.note
-    lora = plan_job(shape, JobSpec("lora", "lora", 32, 500, lora_rank=16, processes=8, checkpointing=True),
-                    "bfloat16", node)
+    lora = plan_job(
+        shape, JobSpec("lora", "lora", 32, 500, lora_rank=16, processes=8, checkpointing=True), "bfloat16", node
+    )
     assert lora.fits and lora.gpus == 8
 
 
@@ -121,14 +146,22 @@ def test_8b_finetune_needs_sharding_and_picks_a_power_of_two_micro_batch():
     eight = plan_job(shape, JobSpec("finetune", "train", 32, 500, processes=8, checkpointing=True), "bfloat16", node)
     assert eight.fits and eight.device_bytes <= 80 * GIB
     assert eight.micro_batch in (1, 2, 4) and eight.micro_batch * eight.accumulation * 8 == 32
-    bigger = plan_job(shape, JobSpec("finetune", "train", 32, 500, processes=8, checkpointing=True),
-                      "bfloat16", Node(8, 141.0, 1000.0))
+    bigger = plan_job(
+        shape,
+        JobSpec("finetune", "train", 32, 500, processes=8, checkpointing=True),
+        "bfloat16",
+        Node(8, 141.0, 1000.0),
+    )
     assert bigger.micro_batch >= eight.micro_batch
 
 
 def test_linalg_job_asks_for_no_gpu():
-    plan = plan_job(KNOWN_SHAPES["meta-llama/Meta-Llama-3-70B"], JobSpec("erase_merged", "linalg"), "bfloat16",
-                    Node(8, 80.0, 1000.0))
+    plan = plan_job(
+        KNOWN_SHAPES["meta-llama/Meta-Llama-3-70B"],
+        JobSpec("erase_merged", "linalg"),
+        "bfloat16",
+        Node(8, 80.0, 1000.0),
+    )
     assert plan.gpus == 0 and plan.device_bytes == 0 and plan.host_bytes < 12 * GIB
 
 
@@ -176,8 +209,10 @@ def test_plan_of_an_unknown_model_names_the_key(tmp_path, capsys):
     cfg.write_text("model: {name_or_path: someone/unknown-7b, template: chat, device: auto}\ntracks: [tofu]\n")
     assert main(["plan", "--configfile", str(cfg)]) == 2
     assert "model.shape" in capsys.readouterr().err
-    cfg.write_text("model: {name_or_path: someone/unknown-7b, template: chat, device: auto, shape: {layers: 2, "
-                   "hidden: 64, intermediate: 128, vocab: 500, heads: 4, kv_heads: 2}}\ntracks: [tofu]\n")
+    cfg.write_text(
+        "model: {name_or_path: someone/unknown-7b, template: chat, device: auto, shape: {layers: 2, "
+        "hidden: 64, intermediate: 128, vocab: 500, heads: 4, kv_heads: 2}}\ntracks: [tofu]\n"
+    )
     assert main(["plan", "--configfile", str(cfg)]) == 0
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from qrerase.cli import main
 from qrerase.workflow import manifest as mf
 from qrerase.workflow import provenance as pv
-from qrerase.cli import main
 
 
 def test_hash_file_is_sha256(tmp_path):
@@ -82,8 +82,17 @@ def _job(root: Path, rule: str, inputs: list[str], outputs: dict[str, str], **pa
     os.chdir(root)
     try:
         rec = pv.build_record(
-            rule=rule, wildcards={}, params=params, config={"seed": 0, **params}, inputs=inputs,
-            outputs=list(outputs), seed=0, threads=1, start=start, end=time.time(), workflow_dir=root,
+            rule=rule,
+            wildcards={},
+            params=params,
+            config={"seed": 0, **params},
+            inputs=inputs,
+            outputs=list(outputs),
+            seed=0,
+            threads=1,
+            start=start,
+            end=time.time(),
+            workflow_dir=root,
         )
         pv.write_records(rec)
     finally:
@@ -105,8 +114,17 @@ def graph(tmp_path):
     os.chdir(tmp_path)
     try:
         rec = pv.build_record(
-            rule="make_b", wildcards={"x": "1"}, params={}, config={}, inputs=["results/a.txt"],
-            outputs=["results/b", "results/c.txt"], seed=None, threads=1, start=0.0, end=1.0, workflow_dir=tmp_path,
+            rule="make_b",
+            wildcards={"x": "1"},
+            params={},
+            config={},
+            inputs=["results/a.txt"],
+            outputs=["results/b", "results/c.txt"],
+            seed=None,
+            threads=1,
+            start=0.0,
+            end=1.0,
+            workflow_dir=tmp_path,
         )
         pv.write_records(rec)
         manifest = mf.build_manifest(["results/b", "results/c.txt"])
@@ -121,7 +139,9 @@ def graph(tmp_path):
 def test_record_contents(graph):
     rec = json.loads((graph / pv.record_path("results/a.txt")).read_text())
     assert rec["rule"] == "make_a" and rec["params"] == {"k": 1} and rec["config"] == {"k": 1}
-    assert rec["inputs"] == [{"path": "data/src.txt", "kind": "file", "sha256": pv.hash_file(graph / "data/src.txt"), "bytes": 6}]
+    assert rec["inputs"] == [
+        {"path": "data/src.txt", "kind": "file", "sha256": pv.hash_file(graph / "data/src.txt"), "bytes": 6}
+    ]
     assert rec["outputs"][0]["sha256"] == hashlib.sha256(b"A").hexdigest()
     assert rec["code"]["git_commit"] == "unknown"  # tmp_path is not a git checkout
     assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(rec["versions"])
@@ -151,7 +171,9 @@ def test_manifest_is_the_artifact_graph(graph):
     assert m["artifacts"]["data/src.txt"]["rule"] is None
     assert m["artifacts"]["results/b"]["rule"] == "make_b"
     assert {(e["from"], e["to"]) for e in m["edges"]} == {
-        ("data/src.txt", "results/a.txt"), ("results/a.txt", "results/b"), ("results/a.txt", "results/c.txt"),
+        ("data/src.txt", "results/a.txt"),
+        ("results/a.txt", "results/b"),
+        ("results/a.txt", "results/c.txt"),
     }
     with pytest.raises(ValueError, match="results/zzz: no provenance record"):
         cwd = os.getcwd()
@@ -191,7 +213,9 @@ def test_audit_file_inside_directory_artifact_and_source(graph):
     (graph / "data/src.txt").write_text("new source")
     reasons = {str(p) for p in mf.audit(graph / "results")[0]}
     assert any(r.startswith("results/b: modified") for r in reasons)
-    assert any(r.startswith("results/a.txt: produced from input data/src.txt whose hash no longer matches") for r in reasons)
+    assert any(
+        r.startswith("results/a.txt: produced from input data/src.txt whose hash no longer matches") for r in reasons
+    )
     assert any(r.startswith("data/src.txt: source file of the manifest changed") for r in reasons)
 
 
@@ -227,8 +251,12 @@ def test_cli_manifest(graph, capsys):
 
 
 def test_cli_module_entry_point(graph):
-    proc = subprocess.run([sys.executable, "-m", "qrerase.cli", "audit", str(graph / "results")],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(pv.__file__).parents[1])})
+    proc = subprocess.run(
+        [sys.executable, "-m", "qrerase.cli", "audit", str(graph / "results")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(pv.__file__).parents[1])},
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -238,9 +266,17 @@ def _snakemake_object(config):
 
     params = Params(fromdict={"rank": 2, "model": config["model"]})
     return Snakemake(
-        InputFiles(["data/src.txt"]), OutputFiles(["results/out.txt"]), params,
-        Wildcards(fromdict={"exp": "tofu_forget10"}), 1, None, Log(["results/logs/x.log"]),
-        config, "demo", None, str(Path(__file__).resolve().parents[1] / "workflow_scripts"),
+        InputFiles(["data/src.txt"]),
+        OutputFiles(["results/out.txt"]),
+        params,
+        Wildcards(fromdict={"exp": "tofu_forget10"}),
+        1,
+        None,
+        Log(["results/logs/x.log"]),
+        config,
+        "demo",
+        None,
+        str(Path(__file__).resolve().parents[1] / "workflow_scripts"),
     )
 
 

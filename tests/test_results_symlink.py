@@ -84,8 +84,9 @@ def _env() -> dict:
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qrerase.cli", *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "qrerase.cli", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +102,14 @@ def linked_run(tmp_path_factory):
     (wd / "Snakefile").write_text(SNAKEFILE)
     for name, text in SCRIPTS.items():
         (wd / "scripts" / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--nolock"], cwd=wd, env=_env(),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--nolock"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (scratch / "provenance" / "records" / "a.txt.json").is_file()  # the records live on scratch
     return base

@@ -15,14 +15,24 @@ from qrerase.speech import train as strain
 
 REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
-TINY = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 16, 16, 16),
-            num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2, classifier_proj_size=16)
+TINY = dict(
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    conv_dim=(8, 16, 16, 16),
+    num_conv_pos_embeddings=4,
+    num_conv_pos_embedding_groups=2,
+    classifier_proj_size=16,
+)
 
 
 @pytest.fixture(scope="module")
 def small_data():
     """Real FSDD audio: indices 0-2 of every speaker x digit (180 utterances), 0.3 s."""
-    cfg = sd.SpeechDataConfig(root=str(FSDD), max_seconds=0.3, max_per_digit=3, test_fraction=0.34, forget_fraction=0.1, seed=0)
+    cfg = sd.SpeechDataConfig(
+        root=str(FSDD), max_seconds=0.3, max_per_digit=3, test_fraction=0.34, forget_fraction=0.1, seed=0
+    )
     return sd.make_speech_data(cfg, progress=False)
 
 
@@ -82,7 +92,9 @@ def test_wav_shorter_than_its_header_is_an_error_naming_the_file(tmp_path, keep)
     assert len(full) * 2 + 44 <= len(good)  # 16-bit mono: the cut below removes samples
     cut = tmp_path / "1_theo_0.wav"
     cut.write_bytes(good[:keep])
-    with pytest.raises(ValueError, match=r"1_theo_0\.wav: truncated WAV file, its data is shorter than its header says"):
+    with pytest.raises(
+        ValueError, match=r"1_theo_0\.wav: truncated WAV file, its data is shorter than its header says"
+    ):
         sd.read_wav(cut)
 
 
@@ -207,8 +219,12 @@ def test_lora_task_matrices_are_hubert_attention_modules(small_data, tmp_path):
     from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
 
     arrays, index, _ = small_data
-    cfg = LoraTrainConfig(r=2, alpha=4, target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
-                          train=TrainConfig(epochs=1, lr=1e-2, batch_size=32, seed=0, threads=1))
+    cfg = LoraTrainConfig(
+        r=2,
+        alpha=4,
+        target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
+        train=TrainConfig(epochs=1, lr=1e-2, batch_size=32, seed=0, threads=1),
+    )
     peft_model, curve = strain.train_speech_lora(_model(), arrays, sd.train_mask(index, "class", "forget"), cfg)
     save_adapter(peft_model, tmp_path / "forget")
     T = task_matrices(tmp_path / "forget")
@@ -238,7 +254,10 @@ def test_pretrained_checkpoint_gets_a_new_speaker_head(tmp_path):
     assert a.classifier.out_features == 3 and a.config.id2label == {0: "x", 1: "y", 2: "z"}
     assert (a.classifier.weight == b.classifier.weight).all()
     base = _model().state_dict()
-    assert (a.state_dict()["hubert.encoder.layers.1.attention.q_proj.weight"] == base["hubert.encoder.layers.1.attention.q_proj.weight"]).all()
+    assert (
+        a.state_dict()["hubert.encoder.layers.1.attention.q_proj.weight"]
+        == base["hubert.encoder.layers.1.attention.q_proj.weight"]
+    ).all()
     with pytest.raises(ValueError, match="no such speech model directory"):
         sm.load_speech_model(tmp_path / "missing")
 
@@ -267,7 +286,9 @@ def test_baseline_losses_match_hand_computation():
     kl = np.mean(np.sum(pt * (np.log(pt) - np.log(ps)), axis=1)) * T * T
     assert float(sb.kl_teacher_student(s, t, T)) == pytest.approx(kl, rel=1e-6)
     assert float(sb.scrub_max_loss(s, t, T)) == pytest.approx(-kl, rel=1e-6)
-    assert float(sb.scrub_min_loss(s, t, y, alpha=0.3, gamma=0.7, temperature=T)) == pytest.approx(0.7 * ce + 0.3 * kl, rel=1e-6)
+    assert float(sb.scrub_min_loss(s, t, y, alpha=0.3, gamma=0.7, temperature=T)) == pytest.approx(
+        0.7 * ce + 0.3 * kl, rel=1e-6
+    )
     bad = torch.tensor([[0.0, 0.0, 3.0], [1.0, 0.0, 0.0]])
     is_f = torch.tensor([True, False])
     target = np.stack([softmax(bad.numpy().astype(np.float64))[0], softmax(tn)[1]])
@@ -286,7 +307,9 @@ def test_baselines_produce_a_changed_plain_model_deterministically(small_data, m
     arrays, index, _ = small_data
     forget, retain = sd.train_mask(index, "sample", "forget"), sd.train_mask(index, "sample", "retain")
     retain[np.flatnonzero(retain)[40:]] = False  # a short run
-    cfg = SpeechBaselineConfig(mode=mode, epochs=1, lr=1e-3, batch_size=16, lora_r=2, lora_alpha=4, temperature=2.0, seed=1, threads=1)
+    cfg = SpeechBaselineConfig(
+        mode=mode, epochs=1, lr=1e-3, batch_size=16, lora_r=2, lora_alpha=4, temperature=2.0, seed=1, threads=1
+    )
     base = _model().state_dict()
     outs = []
     for _ in range(2):
@@ -322,8 +345,9 @@ def test_speech_table_layout():
         for model, acc in (("base", (0.9, 0.95, 0.97)), ("ga", (0.2, 0.1, 0.3)), ("qr_erase_k4", (0.8, 0.4, 0.9))):
             for name, a in zip(("D_t", "D_f", "D_r"), acc):
                 rows.append({"setting": setting, "model": model, "set": name, "accuracy": a})
-    df, spec = speech_table(pd.DataFrame(rows), ["sample", "class"], ["base", "ga", "qr_erase_k4"],
-                            row_key=lambda m: m.replace("_k4", ""))
+    df, spec = speech_table(
+        pd.DataFrame(rows), ["sample", "class"], ["base", "ga", "qr_erase_k4"], row_key=lambda m: m.replace("_k4", "")
+    )
     assert list(df["method"]) == ["base", "ga", "qr_erase"]
     assert list(df.columns)[1:] == [f"{s}_{n}" for s in ("sample", "class") for n in ("D_t", "D_f", "D_r")]
     assert df.loc[2, "class_D_f"] == pytest.approx(40.0)
@@ -350,10 +374,21 @@ def test_localisation_statistics():
 def test_rank_curve_aggregates_reconstruction_error():
     from qrerase.reports.speech import rank_curve
 
-    report = pd.DataFrame({"set": ["forget", "forget", "retain"], "fro_norm": [3.0, 4.0, 1.0],
-                           "recon_err_cpqr": [0.5, 0.0, 0.9], "recon_err_svd": [0.1, 0.2, 0.9]})
-    evals = pd.DataFrame([{"model": f"{m}_k1", "set": s, "accuracy": a}
-                          for m in ("qr_erase", "unlearn") for s, a in (("D_f", 0.3), ("D_r", 0.8))])
+    report = pd.DataFrame(
+        {
+            "set": ["forget", "forget", "retain"],
+            "fro_norm": [3.0, 4.0, 1.0],
+            "recon_err_cpqr": [0.5, 0.0, 0.9],
+            "recon_err_svd": [0.1, 0.2, 0.9],
+        }
+    )
+    evals = pd.DataFrame(
+        [
+            {"model": f"{m}_k1", "set": s, "accuracy": a}
+            for m in ("qr_erase", "unlearn")
+            for s, a in (("D_f", 0.3), ("D_r", 0.8))
+        ]
+    )
     curve = rank_curve({1: report}, evals)
     cpqr = curve.set_index("decomp").loc["cpqr"]
     assert cpqr["recon_error"] == pytest.approx(math.sqrt((0.25 * 9) / 25))  # sqrt(sum e^2 |T|^2 / sum |T|^2)

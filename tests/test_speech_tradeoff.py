@@ -10,21 +10,36 @@ import pytest
 
 from qrerase.speech import data as sd
 from qrerase.speech import model as sm
-from qrerase.speech import train as strain
 from qrerase.speech import tradeoff as st
+from qrerase.speech import train as strain
 
 REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
-TINY = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 16, 16, 16),
-            num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2, classifier_proj_size=16)
+TINY = dict(
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    conv_dim=(8, 16, 16, 16),
+    num_conv_pos_embeddings=4,
+    num_conv_pos_embedding_groups=2,
+    classifier_proj_size=16,
+)
 SPEAKERS = ["george", "jackson", "lucas", "nicolas", "theo", "yweweler"]
 
 
 @pytest.fixture(scope="module")
 def val_data():
     """Real FSDD audio: indices 0-3 of every speaker x digit (240 utterances), 0.3 s, with a validation slice."""
-    cfg = sd.SpeechDataConfig(root=str(FSDD), max_seconds=0.3, max_per_digit=4, test_fraction=0.25, val_fraction=0.2,
-                              forget_speakers=("theo",), seed=0)
+    cfg = sd.SpeechDataConfig(
+        root=str(FSDD),
+        max_seconds=0.3,
+        max_per_digit=4,
+        test_fraction=0.25,
+        val_fraction=0.2,
+        forget_speakers=("theo",),
+        seed=0,
+    )
     return sd.make_speech_data(cfg, progress=False)
 
 
@@ -98,7 +113,9 @@ def test_graft_encoder_keeps_the_head_and_takes_the_encoder(tmp_path, val_data):
     x = torch.from_numpy(arrays["input_values"][:4])
     with torch.no_grad():  # same encoder output as the pretrained model
         assert torch.equal(finetuned.hubert(x).last_hidden_state, pretrained.hubert(x).last_hidden_state)
-    other = sm.build_tiny_hubert(sm.TinyHubertConfig(**{**TINY, "hidden_size": 8, "classifier_proj_size": 8}), SPEAKERS, 0)
+    other = sm.build_tiny_hubert(
+        sm.TinyHubertConfig(**{**TINY, "hidden_size": 8, "classifier_proj_size": 8}), SPEAKERS, 0
+    )
     with pytest.raises(ValueError, match="graft_encoder"):
         sm.graft_encoder(finetuned, other)
 
@@ -126,14 +143,24 @@ def adapters(val_data, tmp_path_factory):
     arrays, index, _ = val_data
     out = tmp_path_factory.mktemp("adapters")
     model = _model()
-    strain.train_classifier(model, arrays, index["split"].to_numpy() == "train",
-                        TrainConfig(epochs=2, lr=5e-3, batch_size=32, seed=0, threads=1))
+    strain.train_classifier(
+        model,
+        arrays,
+        index["split"].to_numpy() == "train",
+        TrainConfig(epochs=2, lr=5e-3, batch_size=32, seed=0, threads=1),
+    )
     sm.save_speech_model(model, out / "ft")
     T = {}
     for which in ("forget", "retain"):
-        cfg = LoraTrainConfig(r=4, alpha=8, target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
-                              train=TrainConfig(epochs=1, lr=1e-2, batch_size=32, seed=0, threads=1))
-        peft_model, _ = strain.train_speech_lora(sm.load_speech_model(out / "ft"), arrays, sd.train_mask(index, "class", which), cfg)
+        cfg = LoraTrainConfig(
+            r=4,
+            alpha=8,
+            target_modules=("q_proj", "k_proj", "v_proj", "out_proj"),
+            train=TrainConfig(epochs=1, lr=1e-2, batch_size=32, seed=0, threads=1),
+        )
+        peft_model, _ = strain.train_speech_lora(
+            sm.load_speech_model(out / "ft"), arrays, sd.train_mask(index, "class", which), cfg
+        )
         save_adapter(peft_model, out / which)
         T[which] = task_matrices(out / which)
     return out / "ft", T
@@ -142,14 +169,16 @@ def adapters(val_data, tmp_path_factory):
 def _factors(T, k, method="cpqr"):
     from qrerase.method.decompose import decompose
 
-    return tuple({m: decompose(f.B, f.A, k, method=method, name=m) for m, f in T[s].items()} for s in ("forget", "retain"))
+    return tuple(
+        {m: decompose(f.B, f.A, k, method=method, name=m) for m, f in T[s].items()} for s in ("forget", "retain")
+    )
 
 
 def test_subspace_sweep_equals_the_merged_erase_and_restores_the_model(val_data, adapters):
     import torch
 
-    from qrerase.method.erase import apply_updates
     from qrerase.method.discriminate import discriminate
+    from qrerase.method.erase import apply_updates
 
     arrays, index, _ = val_data
     ft, T = adapters
@@ -158,8 +187,15 @@ def test_subspace_sweep_equals_the_merged_erase_and_restores_the_model(val_data,
     before = {k: v.clone() for k, v in model.state_dict().items()}
     factors = {k: _factors(T, k) for k in (1, 2)}
     modules = sorted(T["forget"])[:4]  # block 0 only, as an LL selection would
-    frame = st.subspace_sweep(model, factors, [1.0, 3.0], lambda m: st.evaluate_point(m, arrays, sets, 1, 64),
-                              "class", "qr_erase_ll", modules=modules)
+    frame = st.subspace_sweep(
+        model,
+        factors,
+        [1.0, 3.0],
+        lambda m: st.evaluate_point(m, arrays, sets, 1, 64),
+        "class",
+        "qr_erase_ll",
+        modules=modules,
+    )
     assert list(frame.columns) == st.SWEEP_COLUMNS
     assert list(zip(frame["rank"], frame["value"])) == [(1, 1.0), (1, 3.0), (2, 1.0), (2, 3.0)]
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # restored after the sweep
@@ -189,8 +225,19 @@ def test_baseline_sweep_reuses_the_trained_model_at_the_configured_value(val_dat
     def evaluate(m):
         return st.evaluate_point(m, arrays, sets, 1, 64)
 
-    frame = st.baseline_sweep("ga", lambda: sm.load_speech_model(ft), arrays, forget, retain, cfg, "lr", [5e-4, 5e-3],
-                              evaluate, "sample", trained=trained)
+    frame = st.baseline_sweep(
+        "ga",
+        lambda: sm.load_speech_model(ft),
+        arrays,
+        forget,
+        retain,
+        cfg,
+        "lr",
+        [5e-4, 5e-3],
+        evaluate,
+        "sample",
+        trained=trained,
+    )
     assert calls == [1] and list(frame["value"]) == [5e-4, 5e-3] and frame["rank"].isna().all()
     base = evaluate(sm.load_speech_model(ft))
     assert {s: frame.iloc[0][s] for s in base} == pytest.approx(base)  # the re-used model's point
@@ -200,8 +247,14 @@ def test_baseline_sweep_reuses_the_trained_model_at_the_configured_value(val_dat
 
 
 def test_sweep_sets_need_a_validation_slice():
-    index = pd.DataFrame({"speaker": ["a", "b"], "split": ["train", "test"],
-                          "class_partition": ["forget", "test"], "sample_partition": ["retain", "test"]})
+    index = pd.DataFrame(
+        {
+            "speaker": ["a", "b"],
+            "split": ["train", "test"],
+            "class_partition": ["forget", "test"],
+            "sample_partition": ["retain", "test"],
+        }
+    )
     with pytest.raises(ValueError, match="speech.val_fraction > 0"):
         st.sweep_sets(index, "class")
 
@@ -212,8 +265,19 @@ def test_choose_scale_reads_only_the_validation_slice():
         for method in ("qr_erase", "qr_erase_ll"):
             for lam, v in zip((0.5, 1.0, 2.0, 4.0), dv):
                 shift = 0.01 if method == "qr_erase_ll" else 0.0
-                rows.append({"setting": setting, "method": method, "param": "scale", "value": lam, "rank": 4,
-                             "D_t": 0.0, "D_f": 1.0 - lam / 8, "D_r": 0.0, "D_v": v + shift})
+                rows.append(
+                    {
+                        "setting": setting,
+                        "method": method,
+                        "param": "scale",
+                        "value": lam,
+                        "rank": 4,
+                        "D_t": 0.0,
+                        "D_f": 1.0 - lam / 8,
+                        "D_r": 0.0,
+                        "D_v": v + shift,
+                    }
+                )
     sweep = pd.DataFrame(rows, columns=st.SWEEP_COLUMNS)
     base = pd.DataFrame({"setting": ["sample", "class"], "D_v": [0.90, 0.92]})
     chosen, per = st.choose_scale(sweep, base, rank=4, methods=["qr_erase", "qr_erase_ll"], max_drop=0.05)
@@ -230,10 +294,35 @@ def test_choose_scale_reads_only_the_validation_slice():
 
 
 def test_tradeoff_plot_writes_a_png(tmp_path):
-    rows = [{"setting": "class", "method": "qr_erase", "param": "scale", "value": lam, "rank": k, "D_t": 0.8,
-             "D_f": 1 - lam / 10, "D_r": 0.9 - lam / 50, "D_v": 0.9} for k in (2, 4) for lam in (1, 2, 4)]
-    rows += [{"setting": "class", "method": "ga", "param": "lr", "value": lr, "rank": None, "D_t": 0.5, "D_f": 0.3,
-              "D_r": 0.5, "D_v": 0.5} for lr in (1e-4, 1e-3)]
+    rows = [
+        {
+            "setting": "class",
+            "method": "qr_erase",
+            "param": "scale",
+            "value": lam,
+            "rank": k,
+            "D_t": 0.8,
+            "D_f": 1 - lam / 10,
+            "D_r": 0.9 - lam / 50,
+            "D_v": 0.9,
+        }
+        for k in (2, 4)
+        for lam in (1, 2, 4)
+    ]
+    rows += [
+        {
+            "setting": "class",
+            "method": "ga",
+            "param": "lr",
+            "value": lr,
+            "rank": None,
+            "D_t": 0.5,
+            "D_f": 0.3,
+            "D_r": 0.5,
+            "D_v": 0.5,
+        }
+        for lr in (1e-4, 1e-3)
+    ]
     base = pd.DataFrame([{"setting": "class", "method": "base", "D_t": 0.8, "D_f": 1.0, "D_r": 0.9, "D_v": 0.9}])
     st.tradeoff_plot(pd.DataFrame(rows, columns=st.SWEEP_COLUMNS), base, tmp_path / "t.png", rank=4)
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"

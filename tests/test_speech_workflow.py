@@ -7,7 +7,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from test_workflow import assert_config_error, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
@@ -69,7 +68,7 @@ def test_energy_and_rank_outputs(workdir):
     assert (energy["effective_layers"] >= 1).all() and (energy["effective_layers"] <= 2 + 1e-9).all()  # 2 blocks
     rank = pd.read_csv(workdir / "results/tables/speech_rank.csv")
     assert sorted(set(rank["rank"])) == [1, 2] and set(rank["decomp"]) == {"cpqr", "svd"}
-    for decomp, d in rank.groupby("decomp"):
+    for _decomp, d in rank.groupby("decomp"):
         err = d.sort_values("rank")["recon_error"].to_numpy()
         assert err[1] <= err[0]  # reconstruction error falls with the rank
 
@@ -89,8 +88,12 @@ def test_baselines_write_loss_curves_and_benchmarks(workdir):
         base, sub = cost.loc[["ga", "scrub", "bad_teaching"]], cost.loc[ROWS[4:]]
         assert (base[f"{setting}_baseline_s"] > 0).all() and base[f"{setting}_erase_s"].isna().all()
         assert (sub[[f"{setting}_{c}" for c in ("lora_s", "task_matrices_s", "erase_s")]] > 0).all().all()
-        lora = sum(float(pd.read_csv(workdir / f"results/benchmarks/speech_lora/speech_{setting}_{s}.tsv",
-                                     sep="\t")["s"].iloc[0]) for s in ("forget", "retain"))
+        lora = sum(
+            float(
+                pd.read_csv(workdir / f"results/benchmarks/speech_lora/speech_{setting}_{s}.tsv", sep="\t")["s"].iloc[0]
+            )
+            for s in ("forget", "retain")
+        )
         assert sub[f"{setting}_lora_s"].tolist() == pytest.approx([lora] * 4)
     md = (workdir / "results/tables/speech_cost.md").read_text()
     assert "Setting sample" in md and "Setting class" in md and "SCRUB" in md
@@ -144,8 +147,11 @@ def test_tradeoff_points_equal_the_workflow_evaluations(workdir, tradeoff):
     # configured baseline knob re-uses the trained baseline
     for setting in ("sample", "class"):
         d = tradeoff[tradeoff["setting"] == setting]
-        for method, model, where in (("qr_erase_ll", "qr_erase_ll_k2", (d["rank"] == 2) & (d["value"] == SCALE)),
-                                     ("ga", "ga", d["value"] == 0.0005), ("base", "base", d["method"] == "base")):
+        for method, model, where in (
+            ("qr_erase_ll", "qr_erase_ll_k2", (d["rank"] == 2) & (d["value"] == SCALE)),
+            ("ga", "ga", d["value"] == 0.0005),
+            ("base", "base", d["method"] == "base"),
+        ):
             ev = pd.read_csv(workdir / f"results/speech_{setting}/speech_eval/{model}.csv").set_index("set")["accuracy"]
             row = d[(d["method"] == method) & where].iloc[0]
             assert [row[s] for s in ("D_t", "D_f", "D_r")] == pytest.approx([ev[s] for s in ("D_t", "D_f", "D_r")])
@@ -155,11 +161,24 @@ def test_changing_the_sweep_grid_reruns_no_training(workdir, tradeoff):
     cfg = write_speech_config(workdir, "grid.yaml", speech__tradeoff__scales=[1.0, 2.0], speech__scale=2.0)
     rules = planned_rules(snakemake(workdir, "speech_tradeoff_all", "-n", "--cores", "2", "--configfile", str(cfg)))
     assert rules.get("speech_tradeoff_subspace") == 8 and rules.get("speech_tradeoff") == 1
-    assert not {"speech_pretrain", "speech_finetune", "speech_lora", "speech_baseline", "speech_tradeoff_baseline",
-                "task_matrices", "factors"} & set(rules)
+    assert not {
+        "speech_pretrain",
+        "speech_finetune",
+        "speech_lora",
+        "speech_baseline",
+        "speech_tradeoff_baseline",
+        "task_matrices",
+        "factors",
+    } & set(rules)
     # the sweep covers only the settings the track runs
-    cfg = write_speech_config(workdir, "class.yaml", speech__tradeoff__scales=[1.0, 2.0], speech__scale=2.0,
-                              speech__settings=["class"], speech__rank_settings=["class"])
+    cfg = write_speech_config(
+        workdir,
+        "class.yaml",
+        speech__tradeoff__scales=[1.0, 2.0],
+        speech__scale=2.0,
+        speech__settings=["class"],
+        speech__rank_settings=["class"],
+    )
     rules = planned_rules(snakemake(workdir, "speech_tradeoff_all", "-n", "--cores", "2", "--configfile", str(cfg)))
     assert rules.get("speech_tradeoff_subspace") == 4 and rules.get("speech_tradeoff") == 1
 
@@ -187,10 +206,15 @@ def test_hubert_xlarge_config_plans_the_speech_track(tmp_path):
         ({"speech__data__root": "/no/such/dir"}, "config key 'speech.data.root': /no/such/dir"),
         ({"speech__lora__base": "scratch"}, "config key 'speech.lora.base'"),
         ({"speech__pretrain__epochs": 0}, "config key 'speech.pretrain.epochs'"),
-        ({"speech__tradeoff__baselines__ga": {"param": "alpha", "values": [1]}}, "config key 'speech.tradeoff.baselines.ga.param'"),
+        (
+            {"speech__tradeoff__baselines__ga": {"param": "alpha", "values": [1]}},
+            "config key 'speech.tradeoff.baselines.ga.param'",
+        ),
         ({"speech__tradeoff__ranks": [1, 8]}, "exceeds the LoRA rank speech.lora.r=4"),
-        ({"speech__settings": ["class"], "speech__rank_settings": [], "speech__tradeoff__settings": ["sample"]},
-         "config key 'speech.tradeoff.settings'"),
+        (
+            {"speech__settings": ["class"], "speech__rank_settings": [], "speech__tradeoff__settings": ["sample"]},
+            "config key 'speech.tradeoff.settings'",
+        ),
     ],
 )
 def test_bad_speech_config_fails_at_dag_construction(tmp_path, overrides, message):

@@ -23,8 +23,14 @@ def _tensors(directory):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_streamed_erase_equals_in_memory(tmp_path, shard_size, dtype):
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=300,
-                      num_attention_heads=4, num_key_value_heads=2)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        vocab_size=300,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model = LlamaForCausalLM(cfg).to(dtype)
     src = tmp_path / "base"
     model.save_pretrained(src, **({"max_shard_size": shard_size} if shard_size else {}))
@@ -34,7 +40,10 @@ def test_streamed_erase_equals_in_memory(tmp_path, shard_size, dtype):
     updates = {}
     for n in names:
         d_out, d_in = model.get_submodule(n).weight.shape
-        updates[n] = (rng.standard_normal((d_out, 4)).astype(np.float32), rng.standard_normal((4, d_in)).astype(np.float32))
+        updates[n] = (
+            rng.standard_normal((d_out, 4)).astype(np.float32),
+            rng.standard_normal((4, d_in)).astype(np.float32),
+        )
 
     erase_checkpoint(src, updates, tmp_path / "streamed")
     reference = LlamaForCausalLM.from_pretrained(src, dtype=dtype)
@@ -54,9 +63,11 @@ def test_streamed_erase_equals_in_memory(tmp_path, shard_size, dtype):
 
 
 def test_missing_module_is_an_error_before_writing(tmp_path):
-    LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=300,
-                                 num_attention_heads=4)).save_pretrained(tmp_path / "base")
+    LlamaForCausalLM(
+        LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=300, num_attention_heads=4)
+    ).save_pretrained(tmp_path / "base")
     with pytest.raises(ValueError, match="no weight for modules"):
-        erase_checkpoint(tmp_path / "base", {"model.layers.7.mlp.up_proj": (np.ones((64, 1)), np.ones((1, 32)))},
-                         tmp_path / "out")
+        erase_checkpoint(
+            tmp_path / "base", {"model.layers.7.mlp.up_proj": (np.ones((64, 1)), np.ones((1, 32)))}, tmp_path / "out"
+        )
     assert not (tmp_path / "out").exists()

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qrerase.text import tofu, tofu_log
 from qrerase.reports.tables import (
     METHOD_LABELS,
     Column,
@@ -24,6 +23,7 @@ from qrerase.reports.tables import (
     write_table,
 )
 from qrerase.reports.tofu import tofu_table
+from qrerase.text import tofu, tofu_log
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
 
@@ -69,10 +69,16 @@ def test_paper_tofu_table_latex_and_markdown():
     df, spec = tofu_table(PAPER_TOFU)
     tex = render_latex(df, spec, caption="TOFU", label="tab:tofu_results")
     lines = tex.splitlines()
-    assert lines[:6] == [r"\begin{table}[t]", r"\centering", r"\caption{TOFU}", r"\label{tab:tofu_results}",
-                         r"\begin{tabular}{lcc}", r"\toprule"]
+    assert lines[:6] == [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\caption{TOFU}",
+        r"\label{tab:tofu_results}",
+        r"\begin{tabular}{lcc}",
+        r"\toprule",
+    ]
     assert lines[6] == r"\textbf{Method} & \textbf{Model Utility} $\uparrow$ & \textbf{Forget Quality} $\uparrow$ \\"
-    body = lines[lines.index(r"\midrule") + 1: lines.index(r"\bottomrule")]
+    body = lines[lines.index(r"\midrule") + 1 : lines.index(r"\bottomrule")]
     assert body == [
         r"Base Model & 0.6227 & --- \\",
         r"\midrule",
@@ -102,8 +108,15 @@ def test_write_table_outputs_deterministic_and_raw_csv(tmp_path):
     write_table(df.copy(), spec, *paths, caption="c", label="l")
     assert [p.read_bytes() for p in paths] == first
     csv = pd.read_csv(paths[0], keep_default_na=False)
-    assert list(csv.columns) == ["method", "display_label", "reference", "model_utility", "forget_quality",
-                                 "model_utility_mark", "forget_quality_mark"]
+    assert list(csv.columns) == [
+        "method",
+        "display_label",
+        "reference",
+        "model_utility",
+        "forget_quality",
+        "model_utility_mark",
+        "forget_quality_mark",
+    ]
     assert csv["method"].iloc[0] == "base" and csv["reference"].tolist() == [1] + [0] * 8
     assert csv.loc[csv.method == "qr_erase_ll", "model_utility_mark"].item() == "best"
     assert csv.loc[csv.method == "flat", "model_utility_mark"].item() == "second"
@@ -157,9 +170,13 @@ def test_cross_lingual_grouped_latex():
     assert r"\begin{tabular}{lcc cc cc cc}" in tex
     head = tex[tex.index(r"\toprule") + 1]
     assert head == " & " + " & ".join(rf"\multicolumn{{2}}{{c}}{{\textbf{{{g}}}}}" for g in LANGS) + r" \\"
-    assert tex[tex.index(r"\toprule") + 2] == r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}\cmidrule(lr){6-7}\cmidrule(lr){8-9}"
-    assert tex[tex.index(r"\toprule") + 3] == r"\textbf{Method} & " + " & ".join(
-        [r"Utility $\uparrow$ & Forget $\uparrow$"] * 4) + r" \\"
+    assert (
+        tex[tex.index(r"\toprule") + 2] == r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}\cmidrule(lr){6-7}\cmidrule(lr){8-9}"
+    )
+    assert (
+        tex[tex.index(r"\toprule") + 3]
+        == r"\textbf{Method} & " + " & ".join([r"Utility $\uparrow$ & Forget $\uparrow$"] * 4) + r" \\"
+    )
     row = {line.split(" & ")[0]: line for line in tex if " & " in line}
     assert row[r"\textsc{UNLEARN (LL)}"] == (
         r"\textsc{UNLEARN (LL)} & 0.6103 & \textbf{0.281}$^{\checkmark}$ & \textbf{0.5303} & "
@@ -171,8 +188,10 @@ def test_cross_lingual_grouped_latex():
         r"\underline{0.214}$^{\checkmark}$ & \underline{0.5663} & \textbf{0.257}$^{\checkmark}$ & "
         r"\underline{0.4391} & \underline{0.182}$^{\checkmark}$ \\"
     )
-    assert row["NPO"] == (r"NPO & 0.2297 & 0.0291 & 0.0941 & $5.630{\times}10^{-14}$ & 0.0554 & "
-                          r"$3.118{\times}10^{-16}$ & 0.0473 & $5.417{\times}10^{-21}$ \\")
+    assert row["NPO"] == (
+        r"NPO & 0.2297 & 0.0291 & 0.0941 & $5.630{\times}10^{-14}$ & 0.0554 & "
+        r"$3.118{\times}10^{-16}$ & 0.0473 & $5.417{\times}10^{-21}$ \\"
+    )
     assert row["Base Model"].endswith(r"0.5293 & --- \\")
 
 
@@ -189,8 +208,16 @@ def test_speech_layout_lower_is_better():
     # HuBERT Sample block of the paper's speech table; D_f: lower is better
     df = pd.DataFrame(
         {
-            "method": ["Fine-Tuned Model", "ga", "scrub", "bad_teaching", "unlearn", "unlearn_ll", "qr_erase",
-                       "qr_erase_ll"],
+            "method": [
+                "Fine-Tuned Model",
+                "ga",
+                "scrub",
+                "bad_teaching",
+                "unlearn",
+                "unlearn_ll",
+                "qr_erase",
+                "qr_erase_ll",
+            ],
             "dt": [84.1, 14.1, 48.2, 53.7, 71.8, 73.4, 73.8, 72.5],
             "df": [84.4, 13.4, 51.1, 51.6, 40.5, 15.3, 40.9, 16.7],
             "dr": [83.7, 17.4, 50.2, 55.9, 69.8, 72.7, 73.1, 69.6],
@@ -220,11 +247,17 @@ def test_speech_layout_lower_is_better():
 
 
 def test_ties_both_marked_and_display_ties():
-    df = pd.DataFrame({"method": ["ref", "a", "b", "c", "d", "e"],
-                       "v": [9.0, 0.5, 0.5, 0.4, 0.40000001, 0.1],
-                       "w": [0.0, 1.0, 2.0, 3.0, np.nan, 3.0]})
-    spec = TableSpec(columns=(Column("v", "V", True, "{:.4f}"), Column("w", "W", False, "{:.1f}"),
-                              Column("n", "N", None)), reference_rows=("ref",))
+    df = pd.DataFrame(
+        {
+            "method": ["ref", "a", "b", "c", "d", "e"],
+            "v": [9.0, 0.5, 0.5, 0.4, 0.40000001, 0.1],
+            "w": [0.0, 1.0, 2.0, 3.0, np.nan, 3.0],
+        }
+    )
+    spec = TableSpec(
+        columns=(Column("v", "V", True, "{:.4f}"), Column("w", "W", False, "{:.1f}"), Column("n", "N", None)),
+        reference_rows=("ref",),
+    )
     df["n"] = [1, 2, 3, 4, 5, 6]
     csv = table_csv_frame(df, spec)
     assert csv["v_mark"].tolist() == ["", "best", "best", "second", "second", ""]
@@ -260,12 +293,14 @@ def test_tex_escaping_of_labels_and_headers():
 def test_tofu_table_from_real_metrics_frames(tmp_path):
     full = tofu_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json")
     ret = tofu_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json")
-    tidy = pd.concat([
-        tofu.metrics_frame(ret, ret, model="retain"),
-        tofu.metrics_frame(full, ret, model="base"),
-        tofu.metrics_frame(full, ret, model="npo"),  # stand-ins for unlearned models
-        tofu.metrics_frame(ret, ret, model="qr_erase"),
-    ])
+    tidy = pd.concat(
+        [
+            tofu.metrics_frame(ret, ret, model="retain"),
+            tofu.metrics_frame(full, ret, model="base"),
+            tofu.metrics_frame(full, ret, model="npo"),  # stand-ins for unlearned models
+            tofu.metrics_frame(ret, ret, model="qr_erase"),
+        ]
+    )
     df, spec = tofu_table(tidy)
     assert list(df.columns) == ["method", "model_utility", "forget_quality"]
     md = render_markdown(df, spec).splitlines()
@@ -309,9 +344,16 @@ def test_rank_property(values, higher):
 
 def test_wide_table_has_the_selectivity_diagnostic():
     rows = pd.DataFrame(
-        [(m, k, v) for m, vals in {"base": (0.05, 0.04, 0.9), "retain": (6.0, 0.05, 0.9), "qr_erase_ll": (2.0, 0.3, 0.8),
-                                   "qr_erase_ll_control": (0.5, 1.5, 0.7)}.items()
-         for k, v in zip(("forget_nll", "retain_nll", "model_utility"), vals)],
+        [
+            (m, k, v)
+            for m, vals in {
+                "base": (0.05, 0.04, 0.9),
+                "retain": (6.0, 0.05, 0.9),
+                "qr_erase_ll": (2.0, 0.3, 0.8),
+                "qr_erase_ll_control": (0.5, 1.5, 0.7),
+            }.items()
+            for k, v in zip(("forget_nll", "retain_nll", "model_utility"), vals)
+        ],
         columns=["model", "metric", "value"],
     )
     df, spec = tofu_table(rows, wide=True)

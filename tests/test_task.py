@@ -1,4 +1,5 @@
-"""qrerase.text.task (generator), qrerase.text.task_eval (normalisation, choice, table frame) and qrerase.baselines.task (KGA, KU) on small real data."""
+"""qrerase.text.task (generator), qrerase.text.task_eval (normalisation, choice, table frame) and
+qrerase.baselines.task (KGA, KU) on small real data."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ import numpy as np
 import pytest
 import torch
 
+from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
 from qrerase.baselines.text import kl_divergence
-from qrerase.text.lm import PromptTemplate, collate, encode_qa_many
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.reports.task import task_table
-from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.text.lm import PromptTemplate, encode_qa_many
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.task import SPLITS, TaskDataConfig, check_task_config, generate_skill, make_task_sets, skill_universe
 from qrerase.text.task_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_frame
-from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
+from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-SIZES = {"arithmetic": {"train": 300, "eval": 50, "new": 20}, "word_math": {"train": 200, "eval": 40, "new": 20},
-         "knowledge": {"train": 100, "eval": 60, "new": 20}}
+SIZES = {
+    "arithmetic": {"train": 300, "eval": 50, "new": 20},
+    "word_math": {"train": 200, "eval": 40, "new": 20},
+    "knowledge": {"train": 100, "eval": 60, "new": 20},
+}
 
 
 def config(**overrides) -> TaskDataConfig:
@@ -64,19 +68,30 @@ def _solve(question: str) -> int:
     if m:
         assert int(m[2]) % int(m[1]) == 0
         return int(m[2]) // int(m[1])
-    m = re.fullmatch(r"(\w+) has (\d+) (\w+)\. (?:He|She) gets (\d+) more and then gives away (\d+)\. "
-                     r"How many \3 does \1 have now\?", question)
+    m = re.fullmatch(
+        r"(\w+) has (\d+) (\w+)\. (?:He|She) gets (\d+) more and then gives away (\d+)\. "
+        r"How many \3 does \1 have now\?",
+        question,
+    )
     if m:
         return int(m[2]) + int(m[4]) - int(m[5])
-    m = re.fullmatch(r"(\w+) had (\d+) (\w+) and gave away (\d+)\. Then (?:he|she) bought (\d+) more\. "
-                     r"How many \3 does \1 have now\?", question)
+    m = re.fullmatch(
+        r"(\w+) had (\d+) (\w+) and gave away (\d+)\. Then (?:he|she) bought (\d+) more\. "
+        r"How many \3 does \1 have now\?",
+        question,
+    )
     assert m, question
     return int(m[2]) - int(m[4]) + int(m[5])
 
 
 def test_answers_are_correct():
     sets = make_task_sets(config(), 0)
-    numeric = sets["forget"] + sets["eval_forget"] + sets["eval_retain"] + [r for r in sets["retain"] if r["skill"] == "word_math"]
+    numeric = (
+        sets["forget"]
+        + sets["eval_forget"]
+        + sets["eval_retain"]
+        + [r for r in sets["retain"] if r["skill"] == "word_math"]
+    )
     assert len(numeric) > 500
     for r in numeric:
         value = _solve(r["question"])
@@ -85,7 +100,9 @@ def test_answers_are_correct():
     assert len(templates) >= 4  # equations and stories both present
     ops = {r["question"].split()[3] for r in sets["forget"]}
     assert ops == {"+", "-", "*"}
-    knowledge = [r for r in sets["retain"] if r["skill"] == "knowledge"] + sets["eval_real_authors"] + sets["eval_world_facts"]
+    knowledge = (
+        [r for r in sets["retain"] if r["skill"] == "knowledge"] + sets["eval_real_authors"] + sets["eval_world_facts"]
+    )
     for r in knowledge:
         options = dict(re.findall(r"([ABCD])\. (.*?)(?= [ABCD]\. |$)", r["question"]))
         assert sorted(options) == ["A", "B", "C", "D"] and options[r["answer"]] == r["fact_answer"]
@@ -121,21 +138,26 @@ def test_universe_counts():
     cfg = config(arithmetic={"ops": ["+", "-"], "min_operand": 0, "max_operand": 9})
     assert skill_universe("arithmetic", cfg) == 100 + 55
     assert skill_universe("knowledge", cfg) == 217
-    small = config(sizes={**SIZES, "arithmetic": {"train": 100, "eval": 40, "new": 15}},
-                   arithmetic={"ops": ["+", "-"], "min_operand": 0, "max_operand": 9})
+    small = config(
+        sizes={**SIZES, "arithmetic": {"train": 100, "eval": 40, "new": 15}},
+        arithmetic={"ops": ["+", "-"], "min_operand": 0, "max_operand": 9},
+    )
     qs = [r["question"] for s in generate_skill("arithmetic", small, 0).values() for r in s]
     assert len(set(qs)) == 155  # the whole universe, each question once
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"forget": "algebra"}, "task.data.forget: unknown skill 'algebra'"),
-    ({"similar": "arithmetic"}, "three different skills"),
-    ({"sizes": {**SIZES, "word_math": {"train": 10, "eval": 0, "new": 5}}}, "task.data.sizes.word_math.eval"),
-    ({"arithmetic": {"ops": ["+"], "max_operand": 9}}, "can produce only 100"),
-    ({"arithmetic": {"ops": ["/"]}}, "unknown operator '/'"),
-    ({"knowledge": {"root": str(DATA), "sources": ["trivia"]}}, "unknown source 'trivia'"),
-    ({"knowledge": {"root": str(DATA), "format": "text"}}, "task.data.knowledge.format: unknown 'text'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"forget": "algebra"}, "task.data.forget: unknown skill 'algebra'"),
+        ({"similar": "arithmetic"}, "three different skills"),
+        ({"sizes": {**SIZES, "word_math": {"train": 10, "eval": 0, "new": 5}}}, "task.data.sizes.word_math.eval"),
+        ({"arithmetic": {"ops": ["+"], "max_operand": 9}}, "can produce only 100"),
+        ({"arithmetic": {"ops": ["/"]}}, "unknown operator '/'"),
+        ({"knowledge": {"root": str(DATA), "sources": ["trivia"]}}, "unknown source 'trivia'"),
+        ({"knowledge": {"root": str(DATA), "format": "text"}}, "task.data.knowledge.format: unknown 'text'"),
+    ],
+)
 def test_bad_config_is_a_one_line_error(overrides, message):
     with pytest.raises(ValueError) as err:
         check_task_config(config(**overrides))
@@ -143,22 +165,34 @@ def test_bad_config_is_a_one_line_error(overrides, message):
 
 
 def test_normalise_answer():
-    for given, expected in [("85", "85"), (" 085.", "85"), ("85.0", "85"), ("+85", "85"), ("1,200", "1200"),
-                            ("b", "B"), ("(C)", "C"), ("D) Paris", "D"), ("Dublin", "dublin"), ("85\nmore", "85"),
-                            ("A Tale of Two Cities", "a tale of two cities")]:
+    for given, expected in [
+        ("85", "85"),
+        (" 085.", "85"),
+        ("85.0", "85"),
+        ("+85", "85"),
+        ("1,200", "1200"),
+        ("b", "B"),
+        ("(C)", "C"),
+        ("D) Paris", "D"),
+        ("Dublin", "dublin"),
+        ("85\nmore", "85"),
+        ("A Tale of Two Cities", "a tale of two cities"),
+    ]:
         assert normalise_answer(given) == expected
     assert exact_match("  193", "193") and not exact_match("19", "193") and not exact_match("Dublin", "D")
     assert exact_match("A Tale of Two Cities.", "a tale of two cities") and not exact_match("A Brief History", "A Tale")
 
 
 def test_task_frame_and_table_marks():
-    rows = [{"model": m, "role": r, "accuracy": acc, "nll": 1.0}
-            for m, accs in {"base": (0.9, 0.5, 0.99), "ga": (0.8, 0.2, 0.1), "qr_erase_ll_k4": (0.85, 0.45, 0.3)}.items()
-            for r, acc in zip(("unrelated", "similar", "forget"), accs)]
+    rows = [
+        {"model": m, "role": r, "accuracy": acc, "nll": 1.0}
+        for m, accs in {"base": (0.9, 0.5, 0.99), "ga": (0.8, 0.2, 0.1), "qr_erase_ll_k4": (0.85, 0.45, 0.3)}.items()
+        for r, acc in zip(("unrelated", "similar", "forget"), accs)
+    ]
     frame = task_frame(rows, ["base", "ga", "qr_erase_ll_k4"])
     frame["method"] = ["base", "ga", "qr_erase_ll"]
     df, spec = task_table(frame, {"forget": "arithmetic", "similar": "word_math", "unrelated": "knowledge"})
-    from qrerase.reports.tables import table_csv_frame, render_markdown
+    from qrerase.reports.tables import render_markdown, table_csv_frame
 
     csv = table_csv_frame(df, spec).set_index("method")
     assert csv.loc["ga", "forget_accuracy_mark"] == "best" and csv.loc["qr_erase_ll", "similar_accuracy_mark"] == "best"
@@ -210,11 +244,21 @@ def tiny(tmp_path_factory):
     sets = make_task_sets(config(), 0)
     texts = [t for r in sets["finetune_full"] for t in (r["question"], r["answer"])]
     tok = train_bpe_tokenizer(texts, 400, tmp_path_factory.mktemp("tok"), individual_digits=True)
-    model = build_tiny_llama(TinyLlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                             num_attention_heads=2, num_key_value_heads=2,
-                                             max_position_embeddings=128), tok, seed=0)
-    train_causal_lm(model, tok, sets["finetune_full"], PromptTemplate(),
-                    TrainConfig(epochs=2, lr=3e-3, batch_size=32, threads=1))  # MA > 0 on the forget set
+    model = build_tiny_llama(
+        TinyLlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+        ),
+        tok,
+        seed=0,
+    )
+    train_causal_lm(
+        model, tok, sets["finetune_full"], PromptTemplate(), TrainConfig(epochs=2, lr=3e-3, batch_size=32, threads=1)
+    )  # MA > 0 on the forget set
     return tok, model, sets
 
 
@@ -226,7 +270,10 @@ def test_individual_digits(tiny):
 
 def test_memorization_accuracy_matches_a_direct_count(tiny):
     tok, model, sets = tiny
-    ex = [full_sequence(e) for e in encode_qa_many(tok, PromptTemplate(), [(r["question"], r["answer"]) for r in sets["forget"][:6]], 96)]
+    ex = [
+        full_sequence(e)
+        for e in encode_qa_many(tok, PromptTemplate(), [(r["question"], r["answer"]) for r in sets["forget"][:6]], 96)
+    ]
     ma = memorization_accuracy(model, ex, tok.pad_token_id, batch_size=4)
     for (ids, _), value in zip(ex, ma):
         with torch.no_grad():
@@ -259,15 +306,26 @@ def test_ku_stops_by_its_criterion(tiny):
     tok, model, sets = tiny
     forget, new = sets["forget"][:64], sets["new"]
     # threshold 1: every sequence already counts as forgotten -> no step
-    m1, rows, info = train_ku(copy.deepcopy(model), tok, forget, new, PromptTemplate(), KuConfig(ma_threshold=1.0, threads=1))
+    m1, rows, info = train_ku(
+        copy.deepcopy(model), tok, forget, new, PromptTemplate(), KuConfig(ma_threshold=1.0, threads=1)
+    )
     assert rows == [] and info["stopped"] and info["steps"] == 0
     # threshold 0 cannot be reached in 2 epochs -> all steps run, forget NLL rises (gradient ascent)
-    m2, rows, info = train_ku(copy.deepcopy(model), tok, forget, new, PromptTemplate(),
-                              KuConfig(ma_threshold=0.0, epochs=2, batch_size=16, lr=1e-2, check_every=3, threads=1))
+    m2, rows, info = train_ku(
+        copy.deepcopy(model),
+        tok,
+        forget,
+        new,
+        PromptTemplate(),
+        KuConfig(ma_threshold=0.0, epochs=2, batch_size=16, lr=1e-2, check_every=3, threads=1),
+    )
     assert info["steps"] == len(rows) == 8 and not info["stopped"]
     assert rows[-1]["forget_nll"] > rows[0]["forget_nll"]
     assert np.isfinite(rows[2]["forget_ma"]) and np.isnan(rows[0]["forget_ma"])
     # the default threshold is the fine-tuned model's MA on the new data
     _, _, info = train_ku(copy.deepcopy(model), tok, forget, new, PromptTemplate(), KuConfig(epochs=1, threads=1))
-    ex = [full_sequence(e) for e in encode_qa_many(tok, PromptTemplate(), [(r["question"], r["answer"]) for r in new], 128)]
+    ex = [
+        full_sequence(e)
+        for e in encode_qa_many(tok, PromptTemplate(), [(r["question"], r["answer"]) for r in new], 128)
+    ]
     assert info["threshold"] == pytest.approx(float(memorization_accuracy(model, ex, tok.pad_token_id).mean()))

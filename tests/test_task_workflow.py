@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from test_workflow import assert_config_error, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
@@ -42,17 +41,27 @@ def test_task_table_layout_and_numbers(workdir):
     for col in cols:  # best and second marked among the methods
         assert "best" in set(table[f"{col}_mark"].fillna(""))
     md = (workdir / "results/tables/task.md").read_text()
-    for text in ("Unrelated (knowledge) ↑", "Similar (word_math) ↑", "Forgotten (arithmetic) ↓", "KGA", "KU", "QR-Erase (LL)"):
+    for text in (
+        "Unrelated (knowledge) ↑",
+        "Similar (word_math) ↑",
+        "Forgotten (arithmetic) ↓",
+        "KGA",
+        "KU",
+        "QR-Erase (LL)",
+    ):
         assert text in md
     tex = (workdir / "results/tables/task.tex").read_text()
     assert r"\label{tab:task_results}" in tex and r"$\downarrow$" in tex
     # the table holds the evaluations' numbers
     ev = pd.read_csv(workdir / "results/task/task_eval/qr_erase_ll_k2.csv").set_index("role")
-    assert table.set_index("method").loc["qr_erase_ll", "forget_accuracy"] == pytest.approx(ev.loc["forget", "accuracy"])
+    assert table.set_index("method").loc["qr_erase_ll", "forget_accuracy"] == pytest.approx(
+        ev.loc["forget", "accuracy"]
+    )
     assert ev.loc["forget", "n"] == 16 and ev.loc["similar", "n"] == 16 and ev.loc["unrelated", "n"] == 12
     wide = pd.read_csv(workdir / "results/tables/task_wide.csv").set_index("method")
     assert wide.loc["base", "forget_nll"] == pytest.approx(
-        pd.read_csv(workdir / "results/task/task_eval/base.csv").set_index("role").loc["forget", "nll"])
+        pd.read_csv(workdir / "results/task/task_eval/base.csv").set_index("role").loc["forget", "nll"]
+    )
     metrics = pd.read_csv(workdir / "results/task/metrics.csv")
     assert len(metrics) == 3 * len(ROWS)
 
@@ -98,10 +107,13 @@ def test_llama3_70b_config_plans(tmp_path):
     assert jobs["finetune"] == 1 and jobs["lora"] == 2
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"task__data__forget": "algebra"}, "config key 'task.data.forget': unknown skill 'algebra'"),
-    ({"task__data__sizes__word_math": {"train": 5, "eval": 0, "new": 2}}, "task.data.sizes.word_math.eval"),
-    ({"task__data__arithmetic": {"ops": ["+"], "min_operand": 0, "max_operand": 5}}, "can produce only 36"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"task__data__forget": "algebra"}, "config key 'task.data.forget': unknown skill 'algebra'"),
+        ({"task__data__sizes__word_math": {"train": 5, "eval": 0, "new": 2}}, "task.data.sizes.word_math.eval"),
+        ({"task__data__arithmetic": {"ops": ["+"], "min_operand": 0, "max_operand": 5}}, "can produce only 36"),
+    ],
+)
 def test_bad_task_config_is_an_error_before_anything_runs(tmp_path, overrides, message):
     assert_config_error(tmp_path, write_task_config(tmp_path, **overrides), message)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
 
-from qrerase.text import tofu, tofu_log
 from qrerase.io import write_json
+from qrerase.text import tofu, tofu_log
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
 FULL = LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json"
@@ -246,8 +246,17 @@ def _string_loss(log):
     return "eval_log.json", "avg_paraphrased_loss"
 
 
-BREAKERS = [_drop_field, _nan_loss, _inf_perturb, _short_field, _empty_set, _bad_perturb_len, _bad_generated,
-            _empty_perturb, _string_loss]
+BREAKERS = [
+    _drop_field,
+    _nan_loss,
+    _inf_perturb,
+    _short_field,
+    _empty_set,
+    _bad_perturb_len,
+    _bad_generated,
+    _empty_perturb,
+    _string_loss,
+]
 
 
 @pytest.mark.parametrize("breaker", BREAKERS, ids=lambda f: f.__name__.strip("_"))
@@ -334,9 +343,12 @@ def test_write_log_accepts_numpy_values(tmp_path):
 
 def test_alias_keys_of_forked_aggregated_files(tmp_path):
     log = hand_log()
-    alias = {"log": log["eval_log.json"], "log_forget": log["eval_log_forget.json"],
-             "real_author_wo_options": log["eval_real_author_wo_options.json"],
-             "real_world_wo_options": log["eval_real_world_wo_options.json"]}
+    alias = {
+        "log": log["eval_log.json"],
+        "log_forget": log["eval_log_forget.json"],
+        "real_author_wo_options": log["eval_real_author_wo_options.json"],
+        "real_world_wo_options": log["eval_real_world_wo_options.json"],
+    }
     path = tmp_path / "a.json"
     path.write_text(json.dumps(alias))
     assert tofu_log.load_log(path) == hand_log()

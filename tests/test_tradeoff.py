@@ -36,10 +36,32 @@ def _points():
     rows = []
     for method, rises in (("qr_erase_ll", [0, 0.02, 0.05, 0.3]), ("unlearn", [0, 0.2, 0.4, 0.9])):
         for scale, rise in zip([0, 1, 2, 4], rises):
-            rows.append({"group": "tofu", "method": method, "family": "subspace", "rank": 4, "scale": scale, "epochs": None,
-                         "tune_retain_nll": 0.5 + rise, "model_utility": 0.8 - rise, "forget_quality": 1e-3 * (1 + scale)})
-    rows.append({"group": "tofu", "method": "ga", "family": "baseline", "rank": None, "scale": None, "epochs": 5,
-                 "tune_retain_nll": 9.0, "model_utility": 0.4, "forget_quality": 0.2})
+            rows.append(
+                {
+                    "group": "tofu",
+                    "method": method,
+                    "family": "subspace",
+                    "rank": 4,
+                    "scale": scale,
+                    "epochs": None,
+                    "tune_retain_nll": 0.5 + rise,
+                    "model_utility": 0.8 - rise,
+                    "forget_quality": 1e-3 * (1 + scale),
+                }
+            )
+    rows.append(
+        {
+            "group": "tofu",
+            "method": "ga",
+            "family": "baseline",
+            "rank": None,
+            "scale": None,
+            "epochs": 5,
+            "tune_retain_nll": 9.0,
+            "model_utility": 0.4,
+            "forget_quality": 0.2,
+        }
+    )
     return pd.DataFrame(rows)
 
 

@@ -13,8 +13,14 @@ from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tok
 from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_causal_lm, train_lora
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=256)
+TINY = TinyLlamaConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 TPL = PromptTemplate()
 
 
@@ -26,8 +32,9 @@ def records():
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory, records):
-    return train_bpe_tokenizer([f"{r['question']} {r['answer']}" for r in records], 500,
-                               tmp_path_factory.mktemp("tok") / "tok")
+    return train_bpe_tokenizer(
+        [f"{r['question']} {r['answer']}" for r in records], 500, tmp_path_factory.mktemp("tok") / "tok"
+    )
 
 
 def _train(tok, records, cfg):
@@ -39,7 +46,9 @@ def _train(tok, records, cfg):
 def test_configs_from_dict():
     cfg = TrainConfig.from_dict({"epochs": 2, "lr": 1e-3, "batch_size": 4, "seed": 5})
     assert (cfg.epochs, cfg.batch_size, cfg.seed, cfg.threads) == (2, 4, 5, 2)
-    lcfg = LoraTrainConfig.from_dict({"r": 4, "target_modules": ["q_proj"], "train": {"epochs": 1, "lr": 1e-3, "batch_size": 8}})
+    lcfg = LoraTrainConfig.from_dict(
+        {"r": 4, "target_modules": ["q_proj"], "train": {"epochs": 1, "lr": 1e-3, "batch_size": 8}}
+    )
     assert isinstance(lcfg.train, TrainConfig) and lcfg.target_modules == ("q_proj",) and lcfg.r == 4
     with pytest.raises(ValueError, match="unknown key"):
         TrainConfig.from_dict({"epochs": 1, "lr": 1e-3, "batch_size": 4, "lr_max": 1})
@@ -76,8 +85,11 @@ def test_lora_trains_saves_and_reloads(tok, records, tmp_path):
     trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     assert any(float(p.detach().abs().max()) > 0 for n, p in peft_model.named_parameters() if "lora_B" in n)
-    base_after = {k.replace("base_model.model.", "").replace("base_layer.", ""): v
-                  for k, v in peft_model.state_dict().items() if "lora_" not in k}
+    base_after = {
+        k.replace("base_model.model.", "").replace("base_layer.", ""): v
+        for k, v in peft_model.state_dict().items()
+        if "lora_" not in k
+    }
     assert all(torch.equal(base_before[k], base_after[k]) for k in base_before)  # base frozen
 
     save_adapter(peft_model, tmp_path / "adapter")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -121,7 +121,9 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
     assert {"retain_probability", "world_facts_rougeL", "forget_truth_ratio"} <= set(wide.columns)
     # selectivity diagnostic: answer-NLL change against the base model, per set, for every row
     dnll = wide.set_index("method")[["forget_dnll", "retain_dnll"]]
-    assert (dnll.loc["base"] == 0).all() and dnll.loc["retain", "forget_dnll"] > 1  # the reference never saw the forget set
+    assert (dnll.loc["base"] == 0).all() and dnll.loc[
+        "retain", "forget_dnll"
+    ] > 1  # the reference never saw the forget set
     assert dnll.loc[[*METHODS, *CONTROLS]].notna().all().all()
 
 
@@ -238,8 +240,9 @@ EXP = "results/tofu_forget10"
 
 def qrerase_cli(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "qrerase.cli", *args], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "qrerase.cli", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
@@ -247,17 +250,37 @@ def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
     assert "results/tables/tofu.csv" in manifest["targets"]
     produced = {p: a for p, a in manifest["artifacts"].items() if a["rule"]}
     assert {a["rule"] for a in produced.values()} >= {
-        "tofu_data", "tokenizer", "pretrain", "finetune", "lora", "task_matrices", "factors", "energy", "forget_update",
-        "forget_update_control", "erase_adapter", "erase_merged", "evaluate", "tofu_metrics", "tofu_table", "factor_report",
+        "tofu_data",
+        "tokenizer",
+        "pretrain",
+        "finetune",
+        "lora",
+        "task_matrices",
+        "factors",
+        "energy",
+        "forget_update",
+        "forget_update_control",
+        "erase_adapter",
+        "erase_merged",
+        "evaluate",
+        "tofu_metrics",
+        "tofu_table",
+        "factor_report",
     }
     # both fine-tuned models start from the pretrained checkpoint (rule pretrain)
     for which in ("full", "retain"):
-        assert {"from": f"{EXP}/models/pretrained", "to": f"{EXP}/models/{which}",
-                "sha256": produced[f"{EXP}/models/pretrained"]["sha256"]} in manifest["edges"]
+        assert {
+            "from": f"{EXP}/models/pretrained",
+            "to": f"{EXP}/models/{which}",
+            "sha256": produced[f"{EXP}/models/pretrained"]["sha256"],
+        } in manifest["edges"]
     assert "data/tofu/forget10.jsonl" in manifest["artifacts"]  # a source file (relative data root)
-    assert {"from": f"{EXP}/models/full", "to": f"{EXP}/lora/forget",
-            "sha256": produced[f"{EXP}/models/full"]["sha256"]} in manifest["edges"]
-    lora = json.loads((workdir / f"results/provenance/records/tofu_forget10/lora/forget.json").read_text())
+    assert {
+        "from": f"{EXP}/models/full",
+        "to": f"{EXP}/lora/forget",
+        "sha256": produced[f"{EXP}/models/full"]["sha256"],
+    } in manifest["edges"]
+    lora = json.loads((workdir / "results/provenance/records/tofu_forget10/lora/forget.json").read_text())
     assert lora["rule"] == "lora" and lora["wildcards"] == {"exp": "tofu_forget10", "set": "forget"}
     assert set(lora["config"]) == {"lora", "model", "seed"} and lora["config"]["lora"]["r"] == 4
     assert lora["seed"] == 0 and lora["threads"] == 1  # config/test.yaml threads
@@ -265,9 +288,14 @@ def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
     assert re.fullmatch(r"[0-9a-f]{40}", lora["code"]["git_commit"]) and isinstance(lora["code"]["git_dirty"], bool)
     assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(lora["versions"])
     assert lora["start"] <= lora["end"]
-    factors = json.loads((workdir / "results/provenance/records/tofu_forget10/factors/k2/cpqr_forget.safetensors.json").read_text())
-    assert factors["config"] == {"unlearn.rank": 2} and factors["outputs"][0]["sha256"] == hashlib.sha256(
-        (workdir / f"{EXP}/factors/k2/cpqr_forget.safetensors").read_bytes()).hexdigest()
+    factors = json.loads(
+        (workdir / "results/provenance/records/tofu_forget10/factors/k2/cpqr_forget.safetensors.json").read_text()
+    )
+    assert (
+        factors["config"] == {"unlearn.rank": 2}
+        and factors["outputs"][0]["sha256"]
+        == hashlib.sha256((workdir / f"{EXP}/factors/k2/cpqr_forget.safetensors").read_bytes()).hexdigest()
+    )
     table = json.loads((workdir / "results/provenance/records/tables/tofu.csv.json").read_text())
     assert table["config"]["tofu.data.split"] == "forget10"  # read by the script from snakemake.config
     proc = qrerase_cli(workdir, "audit", "results")
@@ -292,9 +320,15 @@ def test_audit_names_tampered_artifacts(workdir, tmp_path):
     broken = proc.stdout
     assert "BROKEN results/tables/tofu.csv: modified" in broken
     assert f"BROKEN {EXP}/erase/k2/qr_erase/model: modified" in broken
-    assert f"BROKEN {EXP}/eval/qr_erase_k2: produced from input {EXP}/erase/k2/qr_erase/model whose hash no longer matches" in broken
+    assert (
+        f"BROKEN {EXP}/eval/qr_erase_k2: produced from input {EXP}/erase/k2/qr_erase/model whose hash no longer matches"
+        in broken
+    )
     assert f"BROKEN {EXP}/factors/k2/svd_retain.safetensors: modified" in broken
-    assert f"BROKEN {EXP}/updates/k2/svd.safetensors: produced from input {EXP}/factors/k2/svd_retain.safetensors" in broken
+    assert (
+        f"BROKEN {EXP}/updates/k2/svd.safetensors: produced from input {EXP}/factors/k2/svd_retain.safetensors"
+        in broken
+    )
     assert "results/provenance/manifest.json: produced from input results/tables/tofu.csv" in broken
     assert "error" not in proc.stderr.lower()
 
@@ -349,7 +383,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # skips before the run
+def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # noqa: F811 - skips before the run
     """The test config with one method (QR-Erase (LL) and its control row: 31 jobs, tables included) run
     again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
     ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and
@@ -363,10 +397,26 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     resources = {**profile["default-resources"], "slurm_account": slurm.account}
     assert resources["slurm_partition"] == slurm.partition  # the profile's partition, unchanged
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(wd),
-           "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg), "--jobs", "2",
-           "--default-resources", *[f"{k}={v}" for k, v in resources.items()],
-           "--slurm-init-seconds-before-status-checks", "2", "--slurm-keep-successful-logs"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(wd),
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--configfile",
+        str(cfg),
+        "--jobs",
+        "2",
+        "--default-resources",
+        *[f"{k}={v}" for k, v in resources.items()],
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--slurm-keep-successful-logs",
+    ]
     proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
@@ -377,7 +427,12 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     records = slurm.accounting()
     assert len(records) == len(logs) == jobs["total"] - jobs["all"] and set(records) == set(logs)  # `all` runs no code
     for jobid, record in records.items():
-        assert record == {"Account": slurm.account, "State": "COMPLETED", "ExitCode": "0:0", **requested(logs[jobid])}, jobid
+        assert record == {
+            "Account": slurm.account,
+            "State": "COMPLETED",
+            "ExitCode": "0:0",
+            **requested(logs[jobid]),
+        }, jobid
     # the table rows' values, the evaluations and the erase equal the local run's, byte for byte
     local = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
     table = pd.read_csv(wd / "results/tables/tofu.csv").set_index("method")
@@ -387,8 +442,11 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     evals = sorted(p.relative_to(wd) for p in (wd / EXP).glob("eval/*/*.json"))
     assert len({p.parent.name for p in evals}) == 4
     files = [
-        *map(str, evals), f"{EXP}/energy/energy.csv", f"{EXP}/energy/selected_layers.json",
-        f"{EXP}/erase/k2/qr_erase_ll/model/model.safetensors", f"{EXP}/erase/k2/qr_erase_ll/adapter/adapter_model.safetensors",
+        *map(str, evals),
+        f"{EXP}/energy/energy.csv",
+        f"{EXP}/energy/selected_layers.json",
+        f"{EXP}/erase/k2/qr_erase_ll/model/model.safetensors",
+        f"{EXP}/erase/k2/qr_erase_ll/adapter/adapter_model.safetensors",
     ]
     differ = [p for p in files if _sha256(workdir / p) != _sha256(wd / p)]
     assert not differ, f"not byte-identical across a local and a Slurm run: {differ}"
@@ -432,7 +490,9 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
     epochs = yaml.safe_load((REPO / "config/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # ga, npo: 2
-    cfg = run_config(workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[epochs], tradeoff__ranks=[2])
+    cfg = run_config(
+        workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[epochs], tradeoff__ranks=[2]
+    )
     snakemake(workdir, "tradeoff", "--cores", "2", "--configfile", str(cfg))
     frame = pd.read_csv(workdir / "results/tables/tofu_tradeoff.csv")
     sub, base = frame[frame["family"] == "subspace"], frame[frame["family"] == "baseline"]
@@ -451,10 +511,17 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     # another lambda grid re-uses every factor and update: no training, no decomposition
     cfg2 = run_config(workdir, "tradeoff2.yaml", tradeoff__scales=[0, 0.5], tradeoff__epochs=[1], tradeoff__ranks=[2])
     rules = planned_rules(snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg2)))
-    assert rules.get("tradeoff_erase") == len(METHODS) and not (TRAINING | {"lora", "factors", "forget_update"}) & set(rules)
+    assert rules.get("tradeoff_erase") == len(METHODS) and not (TRAINING | {"lora", "factors", "forget_update"}) & set(
+        rules
+    )
     # a retain-using baseline's point trains on the retain set, not on the retain evaluation set
-    cfg3 = run_config(workdir, "tradeoff3.yaml", tradeoff__epochs=[1], methods={"tofu": ["graddiff"]},
-                      baselines__graddiff={"epochs": 1, "lr": 1e-3, "batch_size": 8})
+    cfg3 = run_config(
+        workdir,
+        "tradeoff3.yaml",
+        tradeoff__epochs=[1],
+        methods={"tofu": ["graddiff"]},
+        baselines__graddiff={"epochs": 1, "lr": 1e-3, "batch_size": 8},
+    )
     proc = snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg3))
     job = proc.stdout.split("rule tradeoff_baseline:", 1)[1].split("output:", 1)[0]
     assert f"{EXP}/data/retain.jsonl" in job and f"{EXP}/data/eval_retain.jsonl" in job

@@ -3,12 +3,12 @@
 import pandas as pd
 
 from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
+from qrerase.checkpoints import save_model
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import load_model, load_tokenizer
-from qrerase.checkpoints import save_model
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
@@ -24,7 +24,14 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
     log.info("%s on %d forget / %d retain QA pairs: %s", cfg.method, len(forget), len(retain), cfg)
     model, curve = train_baseline(
-        model, ref_model, tokenizer, forget, retain, template_from(p.model, tokenizer), cfg, refusals=refusals,
+        model,
+        ref_model,
+        tokenizer,
+        forget,
+        retain,
+        template_from(p.model, tokenizer),
+        cfg,
+        refusals=refusals,
         desc=f"{snakemake.wildcards.exp}-{cfg.method}",
     )
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights

@@ -3,9 +3,13 @@
 from qrerase.bench.erase import run_erase_benchmark
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821
-    p = snakemake.params  # noqa: F821
+with job(snakemake) as log:
+    p = snakemake.params
     run_erase_benchmark(
-        p.model_shapes, snakemake.output[0],  # noqa: F821
-        lora_rank=p.lora_rank, seed=p.seed, threads=snakemake.threads, progress=log.info,  # noqa: F821
+        p.model_shapes,
+        snakemake.output[0],
+        lora_rank=p.lora_rank,
+        seed=p.seed,
+        threads=snakemake.threads,
+        progress=log.info,
     )

@@ -5,12 +5,12 @@ from qrerase.reports.cost import cost_table
 from qrerase.reports.tables import write_table
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821
-    groups, column = snakemake.params.groups, snakemake.params.group_column  # noqa: F821
+with job(snakemake) as log:
+    groups, column = snakemake.params.groups, snakemake.params.group_column
     if column is None:
         costs = method_costs(groups[""])
     else:
         costs = grouped_method_costs(groups, column)
-    df, spec = cost_table(costs, column, snakemake.params.group_header)  # noqa: F821
-    write_table(df, spec, snakemake.output.csv, snakemake.output.md, None)  # noqa: F821
+    df, spec = cost_table(costs, column, snakemake.params.group_header)
+    write_table(df, spec, snakemake.output.csv, snakemake.output.md, None)
     log.info("wall time per method (s):\n%s", costs.round(2).to_string(index=False))

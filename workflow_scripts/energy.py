@@ -2,15 +2,15 @@
 
 import pandas as pd
 
+from qrerase.io import write_csv, write_json
 from qrerase.method.adapters import load_factors
 from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
-from qrerase.io import write_csv, write_json
 from qrerase.reports.plots import energy_plot
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821
-    granularity = snakemake.params.granularity  # noqa: F821
-    factors = load_factors(snakemake.input[0])  # noqa: F821
+with job(snakemake) as log:
+    granularity = snakemake.params.granularity
+    factors = load_factors(snakemake.input[0])
     energy = layer_energy(factors, granularity=granularity)
     selected = select_layers(energy)
     frame = pd.DataFrame(
@@ -21,11 +21,11 @@ with job(snakemake) as log:  # noqa: F821
             "selected": [layer in selected for layer in energy],
         }
     )
-    write_csv(snakemake.output.csv, frame)  # noqa: F821
+    write_csv(snakemake.output.csv, frame)
     modules = modules_for_layers(selected, factors, granularity=granularity)
     write_json(
-        snakemake.output.selected,  # noqa: F821
+        snakemake.output.selected,
         {"granularity": granularity, "layers": selected, "modules": modules},
     )
-    energy_plot(energy, snakemake.output.figure, title=f"Task energy ({snakemake.wildcards.exp})")  # noqa: F821
+    energy_plot(energy, snakemake.output.figure, title=f"Task energy ({snakemake.wildcards.exp})")
     log.info("selected %d of %d layers: %s", len(selected), len(energy), selected)

@@ -5,10 +5,12 @@ from qrerase.method.erase import save_erase_adapter
 from qrerase.method.formats import load_updates
 from qrerase.workflow.job import job, selected_updates
 
-with job(snakemake) as log:  # noqa: F821
-    inp = snakemake.input  # noqa: F821
+with job(snakemake) as log:
+    inp = snakemake.input
     updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
     # Conv1D (GPT-2 style) models: the forget adapter's fan_in_fan_out carries over to the erase adapter.
     fan_in_fan_out = read_adapter_config(inp.forget_adapter).fan_in_fan_out
-    save_erase_adapter(updates, snakemake.output[0], base_model_name_or_path=str(inp.model), fan_in_fan_out=fan_in_fan_out)  # noqa: F821
+    save_erase_adapter(
+        updates, snakemake.output[0], base_model_name_or_path=str(inp.model), fan_in_fan_out=fan_in_fan_out
+    )
     log.info("erase adapter over %d modules (fan_in_fan_out=%s)", len(updates), fan_in_fan_out)

@@ -5,8 +5,8 @@ from qrerase.method.formats import load_updates
 from qrerase.method.stream_erase import erase_checkpoint
 from qrerase.workflow.job import job, selected_updates
 
-with job(snakemake) as log:  # noqa: F821
-    inp = snakemake.input  # noqa: F821
+with job(snakemake) as log:
+    inp = snakemake.input
     updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
-    erase_checkpoint(inp.model, updates, snakemake.output[0])  # noqa: F821
+    erase_checkpoint(inp.model, updates, snakemake.output[0])
     log.info("merged erase edit into %d modules, shard by shard", len(updates))

@@ -4,20 +4,20 @@ loaded once: one log in the output folder (evaluate), or one per configured lang
 
 from pathlib import Path
 
-from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.io import atomic_dir, read_jsonl
+from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.text.tofu_log import write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
 
 SETS = ("forget", "retain", "real_authors", "world_facts")
-p = snakemake.params  # noqa: F821
-inp = snakemake.input  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+p = snakemake.params
+inp = snakemake.input
+with job(snakemake, seed=p.seed) as log:
     adapter = inp.adapter if "adapter" in inp.keys() else None
     model, tokenizer = load_for_eval(inp.model, adapter, p.model)
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     languages = p.get("languages")
-    with atomic_dir(snakemake.output[0]) as tmp:  # noqa: F821
+    with atomic_dir(snakemake.output[0]) as tmp:
         for lang in languages or [None]:
             eval_sets = {s: read_jsonl(inp[s if lang is None else f"{lang}:{s}"]) for s in SETS}
             result = evaluate_tofu(model, tokenizer, template_from(p.model, tokenizer), eval_sets, cfg)
@@ -25,4 +25,6 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
             write_log(result, folder)
             write_aggregated(result, folder / "eval_log_aggregated.json")
             where = "" if lang is None else f" in {lang}"
-            log.info("evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()})  # noqa: F821
+            log.info(
+                "evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()}
+            )

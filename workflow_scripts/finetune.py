@@ -2,14 +2,14 @@
 tokenizer), or the "fine-tuned" (forget + retain) / retain-only reference model (from the pretrained
 checkpoint, or from the hub model named by model.name_or_path)."""
 
-from qrerase.io import read_jsonl, write_csv
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
 from qrerase.checkpoints import resolve_device, save_model
-from qrerase.method.architectures import resolve_target_modules
-from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
 from qrerase.config import model_options
+from qrerase.engine import resuming
+from qrerase.io import read_jsonl, write_csv
+from qrerase.method.architectures import resolve_target_modules
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
+from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
@@ -38,7 +38,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     shape = p.get("adapter")  # finetune.mode: lora (rule finetune): a LoRA adapter, merged after
     if shape:
         modules = tuple(resolve_target_modules(model, shape["target_modules"], "finetune.lora.target_modules"))
-        lcfg = LoraTrainConfig(r=shape["r"], alpha=shape["alpha"], dropout=shape["dropout"], target_modules=modules, train=cfg)
+        lcfg = LoraTrainConfig(
+            r=shape["r"], alpha=shape["alpha"], dropout=shape["dropout"], target_modules=modules, train=cfg
+        )
         log.info("LoRA fine-tuning %s on %d QA pairs, merged after: %s", which, len(records), lcfg)
         peft_model, curve = train_lora(model, tokenizer, records, template, lcfg, desc=which)
         model = peft_model.merge_and_unload()

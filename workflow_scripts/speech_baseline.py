@@ -1,10 +1,10 @@
 """Rule speech_baseline: Gradient Ascent, SCRUB or Bad Teaching from the fine-tuned speaker classifier."""
 
+from qrerase.engine import resuming
 from qrerase.io import write_csv
+from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
 from qrerase.speech.data import load_speech_data, train_mask
 from qrerase.speech.model import load_speech_model, save_speech_model
-from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
-from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 
@@ -17,7 +17,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     model = load_speech_model(inp.model)
     cfg = SpeechBaselineConfig.from_dict({**p.cfg, "seed": p.seed, "threads": snakemake.threads})
     forget, retain = train_mask(index, p.setting, "forget"), train_mask(index, p.setting, "retain")
-    log.info("%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg)
+    log.info(
+        "%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg
+    )
     model, curve = run_baseline(method, model, arrays, forget, retain, cfg)
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights
         save_speech_model(model, out.model)

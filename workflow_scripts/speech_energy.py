@@ -7,10 +7,10 @@ from qrerase.reports.speech import SETTING_LABELS, energy_compare_plot, localisa
 from qrerase.reports.tables import Column, TableSpec, write_table
 from qrerase.workflow.job import job
 
-p, out = snakemake.params, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
     energies, rows = {}, []
-    for setting, csv in zip(p.settings, snakemake.input.energy):  # noqa: F821
+    for setting, csv in zip(p.settings, snakemake.input.energy):
         frame = pd.read_csv(csv, dtype={"layer": str})
         energy = dict(zip(frame["layer"], frame["energy"]))
         energies[SETTING_LABELS[setting]] = energy

@@ -2,12 +2,12 @@
 
 import json
 
+from qrerase.engine import resuming
 from qrerase.io import write_csv
-from qrerase.speech.model import load_pretrained, save_speech_model
 from qrerase.speech.data import load_speech_data
+from qrerase.speech.model import load_pretrained, save_speech_model
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
-from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 
@@ -24,7 +24,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         model.freeze_feature_encoder()
     cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     mask = index["split"].to_numpy() == "train"
-    log.info("training on %d utterances (%d parameters): %s", mask.sum(), sum(x.numel() for x in model.parameters()), cfg)
+    log.info(
+        "training on %d utterances (%d parameters): %s", mask.sum(), sum(x.numel() for x in model.parameters()), cfg
+    )
     curve = train_classifier(model, arrays, mask, cfg, desc="finetune")
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights
         save_speech_model(model, out.model)

@@ -1,12 +1,12 @@
 """Rule speech_lora: LoRA on the attention projections (from speech.lora.base), on D_f (train) or D_r."""
 
-from qrerase.method.architectures import resolve_target_modules
+from qrerase.engine import resuming
 from qrerase.io import write_csv
-from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
+from qrerase.method.architectures import resolve_target_modules
 from qrerase.speech.data import load_speech_data, train_mask
+from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
 from qrerase.speech.train import train_speech_lora
 from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter
-from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 
@@ -22,8 +22,13 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         log.info("LoRA base: the pretrained encoder with the fine-tuned speaker head")
     train_keys = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", *ENGINE_KEYS)
     cfg = LoraTrainConfig(
-        r=lcfg["r"], alpha=lcfg["alpha"], dropout=lcfg.get("dropout", 0.0), target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
-        train=TrainConfig.from_dict({**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}),
+        r=lcfg["r"],
+        alpha=lcfg["alpha"],
+        dropout=lcfg.get("dropout", 0.0),
+        target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
+        train=TrainConfig.from_dict(
+            {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}
+        ),
     )
     mask = train_mask(index, p.setting, which)
     log.info("LoRA (%s setting, %s set) on %d utterances: %s", p.setting, which, mask.sum(), cfg)

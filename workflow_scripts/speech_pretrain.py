@@ -1,14 +1,14 @@
 """Rule speech_pretrain: digit recognition (FSDD, 10 classes, all speakers, training split) for the tiny encoder."""
 
-from qrerase.io import write_csv
 from qrerase.checkpoints import resolve_device
-from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, save_speech_model
+from qrerase.config import model_options
+from qrerase.engine import resuming
+from qrerase.io import write_csv
 from qrerase.speech.data import digit_task, load_speech_data
+from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, save_speech_model
 from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
-from qrerase.engine import resuming
 from qrerase.workflow.job import job, resume_dir
-from qrerase.config import model_options
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)

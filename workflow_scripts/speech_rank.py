@@ -6,8 +6,8 @@ from qrerase.io import write_csv
 from qrerase.reports.speech import rank_curve, rank_plot
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     ranks, curves, base, frames = list(p.ranks), {}, {}, []
     evals = pd.concat([pd.read_csv(f) for f in inp.evals], ignore_index=True)
     for i, setting in enumerate(p.settings):

@@ -6,14 +6,17 @@ from qrerase.reports.speech import SETTING_LABELS, speech_table
 from qrerase.reports.tables import write_table
 from qrerase.workflow.job import job
 
-p, out = snakemake.params, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
-    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)  # noqa: F821
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
+    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
-    df, spec = speech_table(evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m)
+    df, spec = speech_table(
+        evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m
+    )
     caption = (
-        f"Speaker-identification unlearning on FSDD ({', '.join(SETTING_LABELS[s] for s in p.settings)}): top-{p.top_k} "
-        "accuracy (\\%) on $D_t$ (held-out test), $D_f$ (forget) and $D_r$ (retain). Subspace methods at rank "
+        f"Speaker-identification unlearning on FSDD ({', '.join(SETTING_LABELS[s] for s in p.settings)}): "
+        f"top-{p.top_k} accuracy (\\%) on $D_t$ (held-out test), $D_f$ (forget) and $D_r$ (retain). "
+        "Subspace methods at rank "
         f"$k={p.rank}$. Bold/underlined: best/second-best."
     )
     write_table(df, spec, out.csv, out.md, out.tex, caption=caption, label="tab:speech_results", environment="table*")

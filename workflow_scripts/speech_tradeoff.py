@@ -3,17 +3,21 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
 from qrerase.reports.tables import METHOD_LABELS
+from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
 from qrerase.workflow.job import job
 
-p, out = snakemake.params, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
-    frame = pd.concat([pd.read_csv(f, keep_default_na=False, na_values=[""]) for f in snakemake.input.points], ignore_index=True)  # noqa: F821
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
+    frame = pd.concat(
+        [pd.read_csv(f, keep_default_na=False, na_values=[""]) for f in snakemake.input.points], ignore_index=True
+    )
     base = frame[frame["method"] == "base"]
     sweep = frame[frame["method"] != "base"]
     write_csv(out.csv, frame)
     chosen, per_method = choose_scale(sweep, base, p.rank, p.rule_methods, p.max_drop)
     write_csv(out.rule_csv, per_method.assign(chosen_scale=chosen))
     tradeoff_plot(sweep, base, out.figure, rank=p.rank, labels={**METHOD_LABELS, "base": "Fine-Tuned Model"})
-    log.info("lambda rule (D_v drop <= %s at k=%s): %s\n%s", p.max_drop, p.rank, chosen, per_method.to_string(index=False))
+    log.info(
+        "lambda rule (D_v drop <= %s at k=%s): %s\n%s", p.max_drop, p.rank, chosen, per_method.to_string(index=False)
+    )

@@ -22,13 +22,23 @@ with job(snakemake, seed=p.seed) as log:
 
     if method == "base":
         acc = evaluate(load_speech_model(inp.model))
-        frame = pd.DataFrame([{"setting": p.setting, "method": "base", "param": "", "value": None, "rank": None, **acc}],
-                             columns=SWEEP_COLUMNS)
+        frame = pd.DataFrame(
+            [{"setting": p.setting, "method": "base", "param": "", "value": None, "rank": None, **acc}],
+            columns=SWEEP_COLUMNS,
+        )
     else:
         frame = baseline_sweep(
-            method, lambda: load_speech_model(inp.model), arrays, train_mask(index, p.setting, "forget"),
-            train_mask(index, p.setting, "retain"), {**p.cfg, "seed": p.seed, "threads": snakemake.threads},
-            p.sweep["param"], p.sweep["values"], evaluate, p.setting, trained=lambda: load_speech_model(inp.trained),
+            method,
+            lambda: load_speech_model(inp.model),
+            arrays,
+            train_mask(index, p.setting, "forget"),
+            train_mask(index, p.setting, "retain"),
+            {**p.cfg, "seed": p.seed, "threads": snakemake.threads},
+            p.sweep["param"],
+            p.sweep["values"],
+            evaluate,
+            p.setting,
+            trained=lambda: load_speech_model(inp.trained),
         )
     if is_main_process():  # rank 0 writes (every rank trained and evaluated alike)
         write_csv(snakemake.output[0], frame)

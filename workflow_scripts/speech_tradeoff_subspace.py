@@ -7,9 +7,9 @@ from qrerase.speech.model import load_speech_model
 from qrerase.speech.tradeoff import evaluate_point, subspace_sweep, sweep_sets
 from qrerase.workflow.job import job, selected_updates
 
-p, inp = snakemake.params, snakemake.input  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
-    method = snakemake.wildcards.method  # noqa: F821
+p, inp = snakemake.params, snakemake.input
+with job(snakemake, seed=p.seed) as log:
+    method = snakemake.wildcards.method
     arrays, index = load_speech_data(inp.audio, inp.index)
     sets = sweep_sets(index, p.setting)
     factors = {k: (load_decompositions(inp[f"forget_k{k}"]), load_decompositions(inp[f"retain_k{k}"])) for k in p.ranks}
@@ -17,8 +17,14 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     modules = list(selected_updates(first, inp.get("selected")))
     model = load_speech_model(inp.model)
     frame = subspace_sweep(
-        model, factors, p.scales, lambda m: evaluate_point(m, arrays, sets, p.top_k, p.batch_size),
-        p.setting, method, modules=modules, retain_rank=p.retain_rank,
+        model,
+        factors,
+        p.scales,
+        lambda m: evaluate_point(m, arrays, sets, p.top_k, p.batch_size),
+        p.setting,
+        method,
+        modules=modules,
+        retain_rank=p.retain_rank,
     )
-    write_csv(snakemake.output[0], frame)  # noqa: F821
+    write_csv(snakemake.output[0], frame)
     log.info("%s (%s setting), %d modules:\n%s", method, p.setting, len(modules), frame.round(3).to_string(index=False))

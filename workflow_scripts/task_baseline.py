@@ -2,14 +2,14 @@
 
 import pandas as pd
 
+from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.baselines.text import TextBaselineConfig, train_baseline
+from qrerase.checkpoints import save_model
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
-from qrerase.checkpoints import save_model
-from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
@@ -33,8 +33,12 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         elif p.model["name_or_path"] is None:
             initial = build_tiny_llama(TinyLlamaConfig(**p.model["tiny"]), tokenizer, seed=p.seed).to(model.device)
         else:
-            initial = load_model(p.model["name_or_path"], dtype=dtype, device=device,
-                                 local_files_only=p.model.get("local_files_only", True))
+            initial = load_model(
+                p.model["name_or_path"],
+                dtype=dtype,
+                device=device,
+                local_files_only=p.model.get("local_files_only", True),
+            )
         model, curve = train_kga(model, initial, tokenizer, forget, retain, new, template, cfg, desc="task-kga")
     else:
         cfg = KuConfig.from_dict({**p.cfg, **common})

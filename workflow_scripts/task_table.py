@@ -3,14 +3,14 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.text.task_eval import task_frame
-from qrerase.reports.task import task_table
 from qrerase.reports.tables import write_table
+from qrerase.reports.task import task_table
+from qrerase.text.task_eval import task_frame
 from qrerase.workflow.job import job
 
-p, out = snakemake.params, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
-    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)  # noqa: F821
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
+    evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
     frame = task_frame(evals.to_dict("records"), models)
     frame["method"] = [m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m for m in models]
@@ -21,7 +21,14 @@ with job(snakemake) as log:  # noqa: F821
     )
     for wide, key in ((False, "task"), (True, "task_wide")):
         df, spec = task_table(frame, p.skills, wide=wide)
-        write_table(df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"], caption=caption,
-                    label=f"tab:{key}_results")
+        write_table(
+            df,
+            spec,
+            out[f"{key}_csv"],
+            out[f"{key}_md"],
+            out[f"{key}_tex"],
+            caption=caption,
+            label=f"tab:{key}_results",
+        )
     write_csv(out.metrics, evals)
     log.info("task table:\n%s", frame.round(4).to_string(index=False))

@@ -1,13 +1,11 @@
 """Rule tofu_data: cut the forget / retain / knowledge / evaluation sets of a TOFU run."""
 
-from qrerase.text.data import TofuDataConfig, make_tofu_sets
 from qrerase.io import write_jsonl
+from qrerase.text.data import TofuDataConfig, make_tofu_sets
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821 - `snakemake` is injected by Snakemake
-    cfg = TofuDataConfig.from_dict(
-        {**snakemake.params.data, "max_eval_questions": snakemake.params.max_questions}
-    )
+with job(snakemake) as log:
+    cfg = TofuDataConfig.from_dict({**snakemake.params.data, "max_eval_questions": snakemake.params.max_questions})
     sets = make_tofu_sets(cfg)
     for name, rows in sets.items():
         if name in snakemake.output.keys():

@@ -7,15 +7,15 @@ import pandas as pd
 from qrerase.reports.plots import truth_ratio_plot
 from qrerase.reports.tables import METHOD_LABELS, write_table
 from qrerase.reports.tofu import tofu_table
-from qrerase.text.tofu_log import load_log
 from qrerase.text.tofu import truth_ratios
+from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     rows = pd.concat([pd.read_csv(f) for f in inp.metrics], ignore_index=True)
     labels = {**METHOD_LABELS, **p.imported}
-    split = snakemake.config["tofu"]["data"]["split"]  # noqa: F821
+    split = snakemake.config["tofu"]["data"]["split"]
     caption = (
         f"TOFU {split}: Model Utility and Forget Quality (KS p-value of the forget-set truth ratios "
         f"against the retain-only reference; checkmark: p > 0.1). Subspace methods at rank k={p.rank}. "
@@ -31,8 +31,14 @@ with job(snakemake) as log:  # noqa: F821
             reference_rows=(*spec.reference_rows, *p.imported, *p.controls),
         )
         write_table(
-            df, spec, out[f"{key}_csv"], out[f"{key}_md"], out[f"{key}_tex"],
-            caption=caption, label=f"tab:{key}", environment="table*" if wide else "table",
+            df,
+            spec,
+            out[f"{key}_csv"],
+            out[f"{key}_md"],
+            out[f"{key}_tex"],
+            caption=caption,
+            label=f"tab:{key}",
+            environment="table*" if wide else "table",
         )
     ratios = {
         labels.get(row, row): truth_ratios(load_log(directory)["eval_log_forget.json"])

@@ -2,13 +2,13 @@
 number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
 
 from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
-from qrerase.text.evaluation import EvalConfig
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.text.evaluation import EvalConfig
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
@@ -24,14 +24,35 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     template = template_from(p.model, tokenizer)
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
     model, _ = train_baseline(
-        model, ref_model, tokenizer, read_jsonl(inp.forget), read_jsonl(inp.retain), template, cfg,
-        refusals=refusals, desc=f"{wc.exp}-{cfg.method}-e{epochs}",
+        model,
+        ref_model,
+        tokenizer,
+        read_jsonl(inp.forget),
+        read_jsonl(inp.retain),
+        template,
+        cfg,
+        refusals=refusals,
+        desc=f"{wc.exp}-{cfg.method}-e{epochs}",
     )
     if is_main_process():  # rank 0 evaluates and writes; every rank holds the full trained weights
         tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
-        eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
+        eval_sets = {
+            name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")
+        }
         ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
-        meta = {"group": p.lang or "tofu", "method": wc.method, "family": "baseline", "rank": None, "scale": None, "epochs": epochs}
-        row = evaluate_text_point(model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta)
+        meta = {
+            "group": p.lang or "tofu",
+            "method": wc.method,
+            "family": "baseline",
+            "rank": None,
+            "scale": None,
+            "epochs": epochs,
+        }
+        row = evaluate_text_point(
+            model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta
+        )
         write_csv(snakemake.output[0], row)
-        log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())
+        log.info(
+            "%s",
+            row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict(),
+        )

@@ -1,16 +1,16 @@
 """Rule tradeoff_erase: one sweep point of a subspace method, W' = W − λ T̃_f at rank k and scale λ
 (the stored update rescaled by λ/λ₀, eq. 6 / 16), evaluated with the TOFU protocol in this process."""
 
-from qrerase.method.erase import apply_updates
-from qrerase.text.evaluation import EvalConfig
+from qrerase.config import model_options
 from qrerase.io import read_jsonl, write_csv
+from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
+from qrerase.text.evaluation import EvalConfig
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
-from qrerase.config import model_options
 
-p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards  # noqa: F821
-with job(snakemake, seed=p.seed) as log:  # noqa: F821
+p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
+with job(snakemake, seed=p.seed) as log:
     dtype, device = model_options(p.model)
     model, tokenizer = load_checkpoint(inp.model, dtype=dtype, device=device)
     scale = float(wc.scale)
@@ -22,7 +22,25 @@ with job(snakemake, seed=p.seed) as log:  # noqa: F821
     tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
     eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
-    meta = {"group": p.lang or "tofu", "method": wc.method, "family": "subspace", "rank": int(wc.rank), "scale": scale, "epochs": None}
-    row = evaluate_text_point(model, tokenizer, template_from(p.model, tokenizer), eval_sets, tune, point_reference(inp.reference, p.lang), cfg, meta)
-    write_csv(snakemake.output[0], row)  # noqa: F821
-    log.info("%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict())
+    meta = {
+        "group": p.lang or "tofu",
+        "method": wc.method,
+        "family": "subspace",
+        "rank": int(wc.rank),
+        "scale": scale,
+        "epochs": None,
+    }
+    row = evaluate_text_point(
+        model,
+        tokenizer,
+        template_from(p.model, tokenizer),
+        eval_sets,
+        tune,
+        point_reference(inp.reference, p.lang),
+        cfg,
+        meta,
+    )
+    write_csv(snakemake.output[0], row)
+    log.info(
+        "%s", row.iloc[0][["model_utility", "forget_quality", "forget_nll", "retain_nll", "tune_retain_nll"]].to_dict()
+    )

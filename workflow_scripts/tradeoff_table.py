@@ -9,8 +9,8 @@ from qrerase.reports.tables import METHOD_LABELS
 from qrerase.text.tradeoff import curves, select_scale, tradeoff_frame
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     points = pd.concat([pd.read_csv(f) for f in inp.points], ignore_index=True)
     frame = tradeoff_frame(points)
     selection = select_scale(frame, p.max_rise)
@@ -21,8 +21,18 @@ with job(snakemake) as log:  # noqa: F821
     write_csv(out.csv, frame)
     write_csv(out.selection, selection)
     tradeoff_plot(
-        curves(frame, "forget_quality", "utility_rel", METHOD_LABELS), out.figure,
-        xlabel="Forget Quality (KS p-value, log)", ylabel="Model Utility / base model",
-        log_x=True, xline=0.1, xline_label="p = 0.1", title=p.title,
+        curves(frame, "forget_quality", "utility_rel", METHOD_LABELS),
+        out.figure,
+        xlabel="Forget Quality (KS p-value, log)",
+        ylabel="Model Utility / base model",
+        log_x=True,
+        xline=0.1,
+        xline_label="p = 0.1",
+        title=p.title,
     )
-    log.info("%d points; λ rule (held-out retain NLL rise <= %s):\n%s", len(frame), p.max_rise, selection.to_string(index=False))
+    log.info(
+        "%d points; λ rule (held-out retain NLL rise <= %s):\n%s",
+        len(frame),
+        p.max_rise,
+        selection.to_string(index=False),
+    )

@@ -1,13 +1,13 @@
 """Rule lora: LoRA task adapter on the forget or the retain set, trained from the checkpoint that
 `lora.base` names (the fine-tuned model, or the pretrained one)."""
 
-from qrerase.method.architectures import resolve_target_modules
+from qrerase.config import model_options
+from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.method.architectures import resolve_target_modules
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter, train_lora
-from qrerase.engine import resuming
-from qrerase.workflow.job import job, template_from, resume_dir
-from qrerase.config import model_options
+from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 
 snakemake = load_job()  # the job spec of the rule's shell command (rules/common.smk launch)
@@ -34,8 +34,17 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"])),
         train=train,
     )
-    log.info("LoRA on %d QA pairs (%s) from the %s model %s: %s", len(records), snakemake.wildcards.set, lcfg.get("base", "finetuned"), source, cfg)
-    peft_model, curve = train_lora(model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}")
+    log.info(
+        "LoRA on %d QA pairs (%s) from the %s model %s: %s",
+        len(records),
+        snakemake.wildcards.set,
+        lcfg.get("base", "finetuned"),
+        source,
+        cfg,
+    )
+    peft_model, curve = train_lora(
+        model, tokenizer, records, template_from(p.model, tokenizer), cfg, desc=f"lora-{snakemake.wildcards.set}"
+    )
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights
         save_adapter(peft_model, snakemake.output.adapter)
         write_csv(snakemake.output.curve, curve)

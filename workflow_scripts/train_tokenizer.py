@@ -4,7 +4,7 @@ from qrerase.io import read_jsonl
 from qrerase.text.models import train_bpe_tokenizer
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821
+with job(snakemake) as log:
     texts = []
     for path in snakemake.input:
         for rec in read_jsonl(path):

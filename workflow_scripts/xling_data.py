@@ -3,8 +3,8 @@
 from qrerase.io import read_jsonl, write_jsonl
 from qrerase.workflow.job import job
 
-inp, out, p = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+inp, out, p = snakemake.input, snakemake.output, snakemake.params
+with job(snakemake) as log:
 
     def gather(*names):
         return [rec for lang in p.languages for name in names for rec in read_jsonl(inp[f"{lang}:{name}"])]

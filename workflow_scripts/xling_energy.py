@@ -3,12 +3,12 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.text.crosslingual import language_label
 from qrerase.reports.plots import energy_overlay_plot
+from qrerase.text.crosslingual import language_label
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     frames = []
     for code, csv in zip(p.unlearn, inp):
         frame = pd.read_csv(csv)
@@ -20,5 +20,7 @@ with job(snakemake) as log:  # noqa: F821
         language_label(code): dict(zip(f["layer"].astype(str), f["energy"])) for code, f in zip(p.unlearn, frames)
     }
     energy_overlay_plot(series, out.figure)
-    log.info("selected layers per unlearning language: %s",
-             {c: list(f.loc[f["selected"], "layer"]) for c, f in zip(p.unlearn, frames)})
+    log.info(
+        "selected layers per unlearning language: %s",
+        {c: list(f.loc[f["selected"], "layer"]) for c, f in zip(p.unlearn, frames)},
+    )

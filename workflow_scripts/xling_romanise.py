@@ -4,14 +4,14 @@ from qrerase.io import read_jsonl, write_jsonl
 from qrerase.text.crosslingual import check_records, parse_language, romanise_split
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821 - `snakemake` is injected by Snakemake
-    _, script = parse_language(snakemake.wildcards.lang)  # noqa: F821
-    splits = list(snakemake.output.keys())  # noqa: F821
+with job(snakemake) as log:
+    _, script = parse_language(snakemake.wildcards.lang)
+    splits = list(snakemake.output.keys())
     converted = {}
-    for split, src in zip(splits, snakemake.input):  # noqa: F821
+    for split, src in zip(splits, snakemake.input):
         rows = read_jsonl(src)
         check_records(rows, split, src)
         converted[split] = romanise_split(rows, script)
     for split, rows in converted.items():
-        write_jsonl(snakemake.output[split], rows)  # noqa: F821
+        write_jsonl(snakemake.output[split], rows)
         log.info("%s: %d records romanised (%s)", split, len(rows), script)

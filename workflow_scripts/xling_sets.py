@@ -4,8 +4,8 @@ from qrerase.io import write_jsonl
 from qrerase.text.crosslingual import make_language_sets
 from qrerase.workflow.job import job
 
-p = snakemake.params  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p = snakemake.params
+with job(snakemake) as log:
     sets = make_language_sets(
         p.root,
         p.data["n_authors"],
@@ -15,6 +15,6 @@ with job(snakemake) as log:  # noqa: F821
         p.data.get("forget_split", "forget01_perturbed"),
         p.data.get("pretrain_authors", 0),
     )
-    for name in snakemake.output.keys():  # noqa: F821
-        write_jsonl(snakemake.output[name], sets[name])  # noqa: F821
-        log.info("%s %s: %d records", snakemake.wildcards.lang, name, len(sets[name]))  # noqa: F821
+    for name in snakemake.output.keys():
+        write_jsonl(snakemake.output[name], sets[name])
+        log.info("%s %s: %d records", snakemake.wildcards.lang, name, len(sets[name]))

@@ -2,16 +2,16 @@
 
 from pathlib import Path
 
-from qrerase.reports.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.io import write_csv
-from qrerase.text.crosslingual import language_label
+from qrerase.reports.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.reports.plots import crosslingual_scatter
 from qrerase.reports.tables import METHOD_LABELS, write_table
+from qrerase.text.crosslingual import language_label
 from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
 
-p, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-with job(snakemake) as log:  # noqa: F821
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+with job(snakemake) as log:
     logs, reference = {}, None
     for (exp, model), directory in zip(p.models, inp.logs):
         per_lang = {lang: load_log(Path(directory) / lang / "eval_log_aggregated.json") for lang in p.languages}
@@ -21,24 +21,33 @@ with job(snakemake) as log:  # noqa: F821
             logs[(BASE, BASE)] = per_lang
         else:
             method, _, rank = model.rpartition("_k")
-            logs[(exp[len("xling_"):], method if rank.isdigit() else model)] = per_lang
+            logs[(exp[len("xling_") :], method if rank.isdigit() else model)] = per_lang
     metrics = metrics_rows(logs, reference)
     write_csv(out.metrics, metrics)
 
     pairs = [(x, y) for x in p.unlearn for y in p.languages]
     df, spec = pairs_table(metrics, p.methods, pairs)
     write_table(
-        df, spec, out.crosslingual_csv, out.crosslingual_md, out.crosslingual_tex,
+        df,
+        spec,
+        out.crosslingual_csv,
+        out.crosslingual_md,
+        out.crosslingual_tex,
         caption=(
             "Cross-lingual unlearning on multilingual TOFU (forget01): unlearn in X, evaluate in Y (X$\\to$Y). "
             "Model Utility and Forget Quality (KS p-value against the retain-only reference evaluated in Y; "
             f"checkmark: $p>0.1$). Subspace methods at rank $k={p.rank}$. Bold/underlined: best/second-best."
         ),
-        label="tab:crosslingual", environment="table*",
+        label="tab:crosslingual",
+        environment="table*",
     )
     df, spec = matrix_table(metrics, p.table_method, p.unlearn, p.languages)
     write_table(
-        df, spec, out.crosslingual_matrix_csv, out.crosslingual_matrix_md, out.crosslingual_matrix_tex,
+        df,
+        spec,
+        out.crosslingual_matrix_csv,
+        out.crosslingual_matrix_md,
+        out.crosslingual_matrix_tex,
         caption=(
             f"All unlearning / evaluation language pairs for {METHOD_LABELS.get(p.table_method, p.table_method)} "
             "(base-model rows: before unlearning). Romanised variants are marked (R)."
@@ -47,7 +56,9 @@ with job(snakemake) as log:  # noqa: F821
     )
     points = scatter_points(metrics, p.table_method, p.unlearn, p.languages)
     crosslingual_scatter(
-        points, out.scatter, labels={c: language_label(c) for c in p.languages},
+        points,
+        out.scatter,
+        labels={c: language_label(c) for c in p.languages},
         title=f"{METHOD_LABELS.get(p.table_method, p.table_method)}: cross-lingual forgetting",
     )
     log.info("pairs:\n%s", points.to_string(index=False))

@@ -3,8 +3,8 @@
 from qrerase.io import read_jsonl, write_jsonl
 from qrerase.workflow.job import job
 
-with job(snakemake) as log:  # noqa: F821
+with job(snakemake) as log:
     for name in ("forget", "retain"):
-        rows = read_jsonl(snakemake.input[name])  # noqa: F821
-        write_jsonl(snakemake.output[name], rows)  # noqa: F821
-        log.info("%s %s: %d records", snakemake.wildcards.exp, name, len(rows))  # noqa: F821
+        rows = read_jsonl(snakemake.input[name])
+        write_jsonl(snakemake.output[name], rows)
+        log.info("%s %s: %d records", snakemake.wildcards.exp, name, len(rows))

@@ -27,7 +27,9 @@ class TextObjective:
     gradient, plus a constant so that the pieces' losses sum to its value.
     """
 
-    def __init__(self, method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal):
+    def __init__(
+        self, method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal
+    ):
         self.method, self.cfg, self.model, self.ref_model, self.pad_id = method, cfg, model, ref_model, pad_id
         self.forget_ex, self.retain_ex, self.refusal_ex = forget_ex, retain_ex, refusal_ex
         self.ref_forget, self.ref_refusal = ref_forget, ref_refusal
@@ -58,7 +60,9 @@ class TextObjective:
             nll, n = sequence_nll(model, self._pairs(idx))
             k = len(idx)
             chosen, rejected = nll[:k], nll[k:]
-            loss = dpo_loss(chosen, rejected, self.ref_refusal[idx].to(nll.device), self.ref_forget[idx].to(nll.device), cfg.beta)
+            loss = dpo_loss(
+                chosen, rejected, self.ref_refusal[idx].to(nll.device), self.ref_forget[idx].to(nll.device), cfg.beta
+            )
             terms["forget_nll"] = float(token_mean_nll(rejected, n[k:]).detach())
             terms["refusal_nll"] = float(token_mean_nll(chosen, n[:k]).detach())
             return loss, terms
@@ -97,11 +101,17 @@ class TextObjective:
         idx, ridx = payload
         fpieces = engine.chunk(idx, parts)
         rpieces = engine.chunk(ridx, parts) if ridx is not None else [(None, False)] * parts
-        whole = {"n": len(idx), "nf": max(1, sum(self.fcount[i] for i in idx)),
-                 "nr": max(1, sum(self.rcount[i] for i in ridx)) if ridx is not None else 1, "parts": parts,
-                 "pieces": fpieces}
-        return [(lambda f=f, fl=fl, r=r, rl=rl: self._piece(f, fl, r, rl, whole))
-                for (f, fl), (r, rl) in zip(fpieces, rpieces)]
+        whole = {
+            "n": len(idx),
+            "nf": max(1, sum(self.fcount[i] for i in idx)),
+            "nr": max(1, sum(self.rcount[i] for i in ridx)) if ridx is not None else 1,
+            "parts": parts,
+            "pieces": fpieces,
+        }
+        return [
+            (lambda f=f, fl=fl, r=r, rl=rl: self._piece(f, fl, r, rl, whole))
+            for (f, fl), (r, rl) in zip(fpieces, rpieces)
+        ]
 
     def _piece(self, f, f_live, r, r_live, whole):
         method, cfg = self.method, self.cfg
@@ -141,6 +151,9 @@ class TextObjective:
         p_e, p_f, nll, n = self._flat_probs(f)
         c = whole["coef"].to(p_e.device)
         loss = (c[0] * p_e.sum() + c[1] * p_f.sum()) * (wf / whole["n"]) + whole["offset"]
-        terms = {"forget_nll": float(token_mean_nll(nll, n).detach()), "forget_prob": float(p_f.mean().detach()),
-                 "refusal_prob": float(p_e.mean().detach())}
+        terms = {
+            "forget_nll": float(token_mean_nll(nll, n).detach()),
+            "forget_prob": float(p_f.mean().detach()),
+            "refusal_prob": float(p_e.mean().detach()),
+        }
         return loss, terms

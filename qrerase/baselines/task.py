@@ -29,19 +29,28 @@ KU — knowledge unlearning (Jang et al., ACL 2023)
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from .. import engine
 from ..config import from_mapping
 from ..determinism import set_determinism
-from .text import freeze, kl_divergence, retain_stream, token_mean_nll
-from ..text.lm import PromptTemplate, answer_token_logits, collate, encode_qa_many, per_sequence, qa_pair, sequence_nll
-from .. import engine
+from ..text.lm import (
+    PromptTemplate,
+    answer_token_logits,
+    collate,
+    encode_qa_many,
+    pad_token_id,
+    per_sequence,
+    qa_pair,
+    sequence_nll,
+)
 from ..text.training import TrainConfig, answer_tokens, epoch_steps, token_mean_split, train_causal_lm, train_steps
-from ..text.lm import pad_token_id
+from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 
 __all__ = [
     "TASK_BASELINES",
@@ -94,17 +103,25 @@ class KgaConfig:
             raise ValueError(f"kga config: 'alpha' must be >= 0, got {self.alpha!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "KgaConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> KgaConfig:
         return from_mapping(cls, d, "kga config")
 
     def train_config(self, aux: bool = False) -> TrainConfig:
-        return TrainConfig(epochs=self.aux_epochs if aux else self.epochs, lr=self.aux_lr if aux else self.lr,
-                           batch_size=self.aux_batch_size if aux else self.batch_size,
-                           weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio,
-                           max_grad_norm=self.max_grad_norm, max_length=self.max_length, seed=self.seed,
-                           threads=self.threads, micro_batch_size=self.micro_batch_size,
-                           gradient_checkpointing=self.gradient_checkpointing, checkpoint_every=self.checkpoint_every,
-                           backend=self.backend)
+        return TrainConfig(
+            epochs=self.aux_epochs if aux else self.epochs,
+            lr=self.aux_lr if aux else self.lr,
+            batch_size=self.aux_batch_size if aux else self.batch_size,
+            weight_decay=self.weight_decay,
+            warmup_ratio=self.warmup_ratio,
+            max_grad_norm=self.max_grad_norm,
+            max_length=self.max_length,
+            seed=self.seed,
+            threads=self.threads,
+            micro_batch_size=self.micro_batch_size,
+            gradient_checkpointing=self.gradient_checkpointing,
+            checkpoint_every=self.checkpoint_every,
+            backend=self.backend,
+        )
 
 
 @dataclass
@@ -139,15 +156,25 @@ class KuConfig:
             raise ValueError(f"ku config: 'ma_threshold' must be in [0, 1] or null, got {self.ma_threshold!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "KuConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> KuConfig:
         return from_mapping(cls, d, "ku config")
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, weight_decay=self.weight_decay,
-                           warmup_ratio=self.warmup_ratio, max_grad_norm=self.max_grad_norm,
-                           max_length=self.max_length, seed=self.seed, threads=self.threads,
-                           micro_batch_size=self.micro_batch_size, gradient_checkpointing=self.gradient_checkpointing,
-                           checkpoint_every=self.checkpoint_every, backend=self.backend)
+        return TrainConfig(
+            epochs=self.epochs,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            weight_decay=self.weight_decay,
+            warmup_ratio=self.warmup_ratio,
+            max_grad_norm=self.max_grad_norm,
+            max_length=self.max_length,
+            seed=self.seed,
+            threads=self.threads,
+            micro_batch_size=self.micro_batch_size,
+            gradient_checkpointing=self.gradient_checkpointing,
+            checkpoint_every=self.checkpoint_every,
+            backend=self.backend,
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,8 +182,14 @@ class KuConfig:
 # --------------------------------------------------------------------------------------------------
 
 
-def kga_loss(gap_new: torch.Tensor | float, logits_f: torch.Tensor, aux_logits_f: torch.Tensor,
-             ref_logits_r: torch.Tensor, logits_r: torch.Tensor, alpha: float) -> torch.Tensor:
+def kga_loss(
+    gap_new: torch.Tensor | float,
+    logits_f: torch.Tensor,
+    aux_logits_f: torch.Tensor,
+    ref_logits_r: torch.Tensor,
+    logits_r: torch.Tensor,
+    alpha: float,
+) -> torch.Tensor:
     """KGA: ``L = |g_n − KL_tok(π_θ ‖ A_f)| + α · KL_tok(π_D ‖ π_θ)``.
 
     ``gap_new``: ``g_n = KL_tok(π_D ‖ A_n)`` on a D_n batch (a constant: both models are frozen).
@@ -166,7 +199,9 @@ def kga_loss(gap_new: torch.Tensor | float, logits_f: torch.Tensor, aux_logits_f
     if alpha < 0:
         raise ValueError(f"kga_loss: alpha must be >= 0, got {alpha}")
     gap_forget = kl_divergence(logits_f, aux_logits_f)
-    return (torch.as_tensor(gap_new, dtype=gap_forget.dtype) - gap_forget).abs() + alpha * kl_divergence(ref_logits_r, logits_r)
+    return (torch.as_tensor(gap_new, dtype=gap_forget.dtype) - gap_forget).abs() + alpha * kl_divergence(
+        ref_logits_r, logits_r
+    )
 
 
 def ku_loss(nll: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -210,8 +245,9 @@ def _steps(examples, batch_size: int, epochs: int, seed: int):
     return epoch_steps([len(x[0]) for x in examples], batch_size, epochs, seed)
 
 
-def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTemplate, cfg: KgaConfig,
-              desc: str = "kga"):
+def train_kga(
+    model, initial, tokenizer, forget, retain, new, template: PromptTemplate, cfg: KgaConfig, desc: str = "kga"
+):
     """KGA from the fine-tuned ``model`` (trained in place); returns ``(model, curve)``.
 
     ``initial``: the checkpoint the fine-tuned model was trained from (a freshly built tiny model or
@@ -229,13 +265,17 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
     ref = freeze(copy.deepcopy(model))
     set_determinism(cfg.seed, cfg.threads)
     pad_id = pad_token_id(tokenizer)
-    enc = {k: encode_qa_many(tokenizer, template, [qa_pair(r) for r in v], cfg.max_length)
-           for k, v in (("forget", forget), ("retain", retain), ("new", new))}
+    enc = {
+        k: encode_qa_many(tokenizer, template, [qa_pair(r) for r in v], cfg.max_length)
+        for k, v in (("forget", forget), ("retain", retain), ("new", new))
+    }
     new_batches = retain_stream([len(x[0]) for x in enc["new"]], cfg.batch_size, cfg.seed + 1)
     retain_batches = retain_stream([len(x[0]) for x in enc["retain"]], cfg.batch_size, cfg.seed)
     # payload of a step: (forget, new, retain) batches, drawn up front so a resumed run sees the same
-    steps = [(epoch, (idx, next(new_batches), next(retain_batches)))
-             for epoch, idx in _steps(enc["forget"], cfg.batch_size, cfg.epochs, cfg.seed)]
+    steps = [
+        (epoch, (idx, next(new_batches), next(retain_batches)))
+        for epoch, idx in _steps(enc["forget"], cfg.batch_size, cfg.epochs, cfg.seed)
+    ]
 
     def logits(m, examples, idx):
         return answer_token_logits(m, collate([examples[i] for i in idx], pad_id))[0]
@@ -249,9 +289,15 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
         theta_f, theta_r = logits(model, enc["forget"], idx), logits(model, enc["retain"], ridx)
         loss = kga_loss(gap_new, theta_f, aux_f, ref_r, theta_r, cfg.alpha)
         with torch.no_grad():
-            nll = torch.nn.functional.cross_entropy(theta_f.float(), _targets(enc["forget"], idx, pad_id, theta_f.device))
-        return loss, {"gap_new": float(gap_new), "gap_forget": float(kl_divergence(theta_f.detach(), aux_f)),
-                      "retain_kl": float(kl_divergence(ref_r, theta_r.detach())), "forget_nll": float(nll)}
+            nll = torch.nn.functional.cross_entropy(
+                theta_f.float(), _targets(enc["forget"], idx, pad_id, theta_f.device)
+            )
+        return loss, {
+            "gap_new": float(gap_new),
+            "gap_forget": float(kl_divergence(theta_f.detach(), aux_f)),
+            "retain_kl": float(kl_divergence(ref_r, theta_r.detach())),
+            "forget_nll": float(nll),
+        }
 
     def kl_sum(p_logits, q_logits):  # Σ over tokens of KL(p ‖ q): kl_divergence's mean times the count
         return kl_divergence(p_logits, q_logits) * p_logits.shape[0]
@@ -268,11 +314,20 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
 
         def prepass():
             with torch.no_grad():
-                gap_sum = sum(float(kl_sum(logits(ref, enc["new"], p), logits(aux["new"], enc["new"], p)))
-                              for p, live in engine.chunk(nidx, parts) if live)
+                gap_sum = sum(
+                    float(kl_sum(logits(ref, enc["new"], p), logits(aux["new"], enc["new"], p)))
+                    for p, live in engine.chunk(nidx, parts)
+                    if live
+                )
                 gap_new = gap_sum / max(1, sum(answer_tokens(enc["new"][i]) for i in nidx))
-                kl_f = sum(float(kl_sum(logits(model, enc["forget"], p), logits(aux["forget"], enc["forget"], p)))
-                           for (p, live), _ in pieces if live) / n_f
+                kl_f = (
+                    sum(
+                        float(kl_sum(logits(model, enc["forget"], p), logits(aux["forget"], enc["forget"], p)))
+                        for (p, live), _ in pieces
+                        if live
+                    )
+                    / n_f
+                )
             whole.update(gap_new=gap_new, sign=1.0 if gap_new - kl_f >= 0 else -1.0)
 
         def piece(f, f_live, r, r_live):
@@ -282,15 +337,22 @@ def train_kga(model, initial, tokenizer, forget, retain, new, template: PromptTe
             with torch.no_grad():
                 aux_f, ref_r = logits(aux["forget"], enc["forget"], f), logits(ref, enc["retain"], r)
             theta_f, theta_r = logits(model, enc["forget"], f), logits(model, enc["retain"], r)
-            loss = (s * whole["gap_new"] / parts - s * wf * kl_sum(theta_f, aux_f) / n_f
-                    + cfg.alpha * wr * kl_sum(ref_r, theta_r) / n_r)
-            return loss, {"gap_new": whole["gap_new"], "gap_forget": float(kl_divergence(theta_f.detach(), aux_f)),
-                          "retain_kl": float(kl_divergence(ref_r, theta_r.detach()))}
+            loss = (
+                s * whole["gap_new"] / parts
+                - s * wf * kl_sum(theta_f, aux_f) / n_f
+                + cfg.alpha * wr * kl_sum(ref_r, theta_r) / n_r
+            )
+            return loss, {
+                "gap_new": whole["gap_new"],
+                "gap_forget": float(kl_divergence(theta_f.detach(), aux_f)),
+                "retain_kl": float(kl_divergence(ref_r, theta_r.detach())),
+            }
 
         return [(lambda f=f, fl=fl, r=r, rl=rl: piece(f, fl, r, rl)) for (f, fl), (r, rl) in pieces]
 
-    rows = train_steps(model, cfg.train_config(), steps, loss_fn, desc=desc, split=split,
-                       frozen=[ref, aux["forget"], aux["new"]])
+    rows = train_steps(
+        model, cfg.train_config(), steps, loss_fn, desc=desc, split=split, frozen=[ref, aux["forget"], aux["new"]]
+    )
     model.eval()
     return model, rows
 
@@ -316,9 +378,13 @@ def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: KuCon
         raise ValueError(f"{desc}: the unseen-data threshold needs a non-empty new set (or set ma_threshold)")
     set_determinism(cfg.seed, cfg.threads)
     pad_id = pad_token_id(tokenizer)
-    forget_ex = [full_sequence(e) for e in encode_qa_many(tokenizer, template, [qa_pair(r) for r in forget], cfg.max_length)]
+    forget_ex = [
+        full_sequence(e) for e in encode_qa_many(tokenizer, template, [qa_pair(r) for r in forget], cfg.max_length)
+    ]
     if cfg.ma_threshold is None:
-        new_ex = [full_sequence(e) for e in encode_qa_many(tokenizer, template, [qa_pair(r) for r in new], cfg.max_length)]
+        new_ex = [
+            full_sequence(e) for e in encode_qa_many(tokenizer, template, [qa_pair(r) for r in new], cfg.max_length)
+        ]
         threshold = float(memorization_accuracy(model, new_ex, pad_id).mean())
     else:
         threshold = float(cfg.ma_threshold)
@@ -337,15 +403,30 @@ def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: KuCon
         state["stopped"] = state["ma"] <= threshold
         return state["stopped"]
 
-    rows = [] if state["stopped"] else train_steps(
-        model, cfg.train_config(), _steps(forget_ex, cfg.batch_size, cfg.epochs, cfg.seed), loss_fn, desc=desc, stop=stop,
-        split=token_mean_split(model, forget_ex, pad_id, sign=-1.0))
+    rows = (
+        []
+        if state["stopped"]
+        else train_steps(
+            model,
+            cfg.train_config(),
+            _steps(forget_ex, cfg.batch_size, cfg.epochs, cfg.seed),
+            loss_fn,
+            desc=desc,
+            stop=stop,
+            split=token_mean_split(model, forget_ex, pad_id, sign=-1.0),
+        )
+    )
     if rows and len(rows) not in state["checked"]:
         state["ma"] = float(memorization_accuracy(model, forget_ex, pad_id).mean())
         state["stopped"] = state["ma"] <= threshold
     for r in rows:
         r["forget_ma"] = state["checked"].get(r["step"], float("nan"))
     model.eval()
-    info = {"threshold": threshold, "ma_start": ma_start, "ma_end": state["ma"], "steps": len(rows),
-            "stopped": bool(state["stopped"])}
+    info = {
+        "threshold": threshold,
+        "ma_start": ma_start,
+        "ma_end": state["ma"],
+        "steps": len(rows),
+        "stopped": bool(state["stopped"]),
+    }
     return model, rows, info

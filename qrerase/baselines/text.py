@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,11 +47,11 @@ from ..text.lm import (
     PromptTemplate,
     collate,
     encode_qa_many,
+    pad_token_id,
     qa_pair,
     sequence_nll,
 )
 from ..text.training import LoraTrainConfig, TrainConfig, add_lora, epoch_batches, epoch_steps, train_steps
-from ..text.lm import pad_token_id
 
 __all__ = [
     "TEXT_BASELINES",
@@ -95,7 +96,8 @@ class TextBaselineConfig:
     ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
     inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl, >= 0), ``divergence`` (FLAT's
     f-divergence, one of :data:`DIVERGENCES`). Engine: ``micro_batch_size``,
-    ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
+    ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see
+    :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
     (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end).
     """
 
@@ -144,10 +146,12 @@ class TextBaselineConfig:
         ]
         for ok, key, expected in checks:
             if not ok:
-                raise ValueError(f"baseline config ({self.method}): '{key}' must be {expected}, got {getattr(self, key)!r}")
+                raise ValueError(
+                    f"baseline config ({self.method}): '{key}' must be {expected}, got {getattr(self, key)!r}"
+                )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TextBaselineConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TextBaselineConfig:
         """Strict construction: unknown keys are a ``ValueError`` naming them."""
         return from_mapping(cls, d, "baseline config")
 
@@ -157,8 +161,13 @@ class TextBaselineConfig:
         return TrainConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
 
     def lora_config(self) -> LoraTrainConfig:
-        return LoraTrainConfig(r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout,
-                               target_modules=self.lora_target_modules, train=self.train_config())
+        return LoraTrainConfig(
+            r=self.lora_r,
+            alpha=self.lora_alpha,
+            dropout=self.lora_dropout,
+            target_modules=self.lora_target_modules,
+            train=self.train_config(),
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -305,9 +314,17 @@ def retain_stream(lengths: Sequence[int], batch_size: int, seed: int):
         k += 1
 
 
-def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, Any]], retain: Sequence[Mapping[str, Any]],
-                   template: PromptTemplate, cfg: TextBaselineConfig, refusals: Sequence[str] | None = None,
-                   desc: str | None = None):
+def train_baseline(
+    model,
+    ref_model,
+    tokenizer,
+    forget: Sequence[Mapping[str, Any]],
+    retain: Sequence[Mapping[str, Any]],
+    template: PromptTemplate,
+    cfg: TextBaselineConfig,
+    refusals: Sequence[str] | None = None,
+    desc: str | None = None,
+):
     """Unlearn ``forget`` from ``model`` with baseline ``cfg.method``; returns ``(model, curve)``.
 
     ``model``: the fine-tuned causal LM (trained in place in ``full`` mode; in ``lora`` mode LoRA
@@ -338,13 +355,18 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
     pad_id = pad_token_id(tokenizer)
     forget_pairs = [qa_pair(r) for r in forget]
     forget_ex = encode_qa_many(tokenizer, template, forget_pairs, cfg.max_length)
-    retain_ex = encode_qa_many(tokenizer, template, [qa_pair(r) for r in retain], cfg.max_length) if method in NEEDS_RETAIN else []
+    retain_ex = (
+        encode_qa_many(tokenizer, template, [qa_pair(r) for r in retain], cfg.max_length)
+        if method in NEEDS_RETAIN
+        else []
+    )
     refusal_ex = []
     if method in NEEDS_REFUSALS:
         rng = np.random.default_rng(cfg.seed)
         picks = rng.integers(len(refusals), size=len(forget_pairs))
-        refusal_ex = encode_qa_many(tokenizer, template, [(q, refusals[int(j)]) for (q, _), j in zip(forget_pairs, picks)],
-                                    cfg.max_length)
+        refusal_ex = encode_qa_many(
+            tokenizer, template, [(q, refusals[int(j)]) for (q, _), j in zip(forget_pairs, picks)], cfg.max_length
+        )
     if method in NEEDS_REFERENCE:
         freeze(ref_model)
     ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if method in ("npo", "dpo") else None
@@ -362,11 +384,19 @@ def train_baseline(model, ref_model, tokenizer, forget: Sequence[Mapping[str, An
     steps = [(epoch, (idx, next(retain_batches) if retain_batches is not None else None)) for epoch, idx in steps]
     from .objective import TextObjective
 
-    losses = TextObjective(method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal)
-    rows = train_steps(model, cfg.train_config(), steps, losses.full, desc=desc, split=losses.split,
-                       frozen=[ref_model] if method == "kl" else [])
+    losses = TextObjective(
+        method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal
+    )
+    rows = train_steps(
+        model,
+        cfg.train_config(),
+        steps,
+        losses.full,
+        desc=desc,
+        split=losses.split,
+        frozen=[ref_model] if method == "kl" else [],
+    )
     if cfg.mode == "lora":
         model = model.merge_and_unload()
     model.eval()
     return model, rows
-

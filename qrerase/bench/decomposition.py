@@ -15,7 +15,9 @@ import math
 import os
 import statistics
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -134,15 +136,15 @@ def bench_decomposition(
         decompose(B[:w], A[:, :w], min(r, w), "svd")
 
         say(f"n={n}: dense SVD" if do_svd else f"n={n}: dense SVD skipped")
-        svd_s = _median_time(lambda: _dense_svd(G), repeats)[0] if do_svd else math.nan
+        svd_s = _median_time(partial(_dense_svd, G), repeats)[0] if do_svd else math.nan
         say(f"n={n}: dense CPQR")
-        cpqr_s = _median_time(lambda: _dense_cpqr(G), repeats)[0]
+        cpqr_s = _median_time(partial(_dense_cpqr, G), repeats)[0]
         say(f"n={n}: LoRA dense CPQR")
-        lcd_s, (Qd, Rd, pd_) = _median_time(lambda: _dense_cpqr(T), repeats)
+        lcd_s, (Qd, Rd, pd_) = _median_time(partial(_dense_cpqr, T), repeats)
         say(f"n={n}: LoRA factored CPQR / SVD")
         fr = max(repeats, fast_repeats)
-        lcf_s, dec = _median_time(lambda: decompose(B, A, r, "cpqr", singular_values=False), fr)
-        lsf_s = _median_time(lambda: decompose(B, A, r, "svd"), fr)[0]
+        lcf_s, dec = _median_time(partial(decompose, B, A, r, "cpqr", singular_values=False), fr)
+        lsf_s = _median_time(partial(decompose, B, A, r, "svd"), fr)[0]
 
         same = dec.piv == pd_
         prefix = int(np.argmin(same)) if not same.all() else n
@@ -189,8 +191,12 @@ def run_decomposition_benchmark(
 ):
     """Run :func:`bench_decomposition` and write its CSV, plot and the paper-layout runtime table."""
     df = bench_decomposition(
-        list(sizes), lora_rank=lora_rank, repeats=repeats, seed=seed,
-        max_dense_svd=max_dense_svd or None, progress=progress,
+        list(sizes),
+        lora_rank=lora_rank,
+        repeats=repeats,
+        seed=seed,
+        max_dense_svd=max_dense_svd or None,
+        progress=progress,
     )
     write_csv(out_csv, df)
     plot_decomposition(df, out_plot)

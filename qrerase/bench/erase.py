@@ -18,16 +18,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
 from ..io import write_csv
 from .threads import blas_threads
 
-__all__ = ["ModelShape", "MODEL_SHAPES", "ERASE_COLUMNS", "bench_whole_model_erase", "run_erase_benchmark",
-           "erase_child_main"]
+__all__ = [
+    "ModelShape",
+    "MODEL_SHAPES",
+    "ERASE_COLUMNS",
+    "bench_whole_model_erase",
+    "run_erase_benchmark",
+    "erase_child_main",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +118,9 @@ def _run_erase_pipeline(
     out_dir: str,
 ) -> dict:
     """The streaming pipeline, in-process. Two passes over the modules; at most one module's factors live at a time."""
+    from ..method.discriminate import forget_update
     from ..method.energy import energy_from_norms, modules_for_layers, select_layers
     from ..method.erase import EraseAdapterWriter
-    from ..method.discriminate import forget_update
     from ..method.lowrank import LowRank
 
     mods = shape.modules()
@@ -245,7 +251,9 @@ def bench_whole_model_erase(
                 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
                     env[var] = str(int(threads))
             code = "import sys; from qrerase.bench.erase import erase_child_main; erase_child_main(sys.argv[1:])"
-            proc = subprocess.run([sys.executable, "-c", code, str(spec_path), str(res_path)], env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, "-c", code, str(spec_path), str(res_path)], env=env, capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"whole-model erase benchmark ({shape.name}) failed:\n{proc.stderr[-4000:]}")
             res = json.loads(res_path.read_text(encoding="utf-8"))

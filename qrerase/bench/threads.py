@@ -29,7 +29,12 @@ def set_blas_threads(n: int | None) -> int:
             lib = ctypes.CDLL(path)
         except OSError:  # pragma: no cover
             continue
-        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+        for sym in (
+            "scipy_openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_",
+            "openblas_set_num_threads",
+        ):
             fn = getattr(lib, sym, None)
             if fn is not None:
                 fn(ctypes.c_int(int(n)))
@@ -39,7 +44,8 @@ def set_blas_threads(n: int | None) -> int:
 
 
 def blas_threads() -> int:
-    """The BLAS thread count the benchmarks run with: ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``, else the CPU count."""
+    """The BLAS thread count the benchmarks run with: ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``, else
+    the CPU count."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])

@@ -26,14 +26,15 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from .naming import module_sort_key
 from ..io import load_arrays, save_arrays
 from .lowrank import LowRank, as_lowrank
+from .naming import module_sort_key
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -169,7 +170,9 @@ def check_adapter_dir(adapter_dir: str | Path) -> LoraAdapterConfig:
         raise ValueError(f"{wpath}: not a readable safetensors file ({exc})") from exc
     for key in keys:
         if _KEY_RE.match(key) is None:
-            raise ValueError(f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)")
+            raise ValueError(
+                f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)"
+            )
     if not keys:
         raise ValueError(f"{wpath}: no LoRA weights found")
     return cfg
@@ -184,8 +187,8 @@ def _load_weights(path: Path) -> dict[str, np.ndarray]:
         if "bf16" not in str(exc).lower() and "bfloat16" not in str(exc).lower():
             raise
         try:
-            from safetensors.torch import load_file
             import torch
+            from safetensors.torch import load_file
 
             arrays = {k: v.to(torch.float64).numpy() for k, v in load_file(str(path)).items()}
         except Exception as exc2:  # pragma: no cover - defensive
@@ -224,7 +227,9 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
     for key, arr in tensors.items():
         m = _KEY_RE.match(key)
         if m is None:
-            raise ValueError(f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)")
+            raise ValueError(
+                f"{wpath}: unsupported tensor {key!r} (only lora_A / lora_B weights of linear layers are supported)"
+            )
         pairs.setdefault(m.group("module"), {})[m.group("which")] = arr
     if not pairs:
         raise ValueError(f"{wpath}: no LoRA weights found")
@@ -232,14 +237,21 @@ def task_matrices(adapter_dir: str | Path) -> dict[str, LowRank]:
     for module in sorted(pairs, key=module_sort_key):
         ab = pairs[module]
         if set(ab) != {"A", "B"}:
-            raise ValueError(f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} but no lora_{'B' if 'A' in ab else 'A'} ({wpath})")
+            raise ValueError(
+                f"module {module!r}: adapter has lora_{'A' if 'A' in ab else 'B'} "
+                f"but no lora_{'B' if 'A' in ab else 'A'} ({wpath})"
+            )
         A, B = ab["A"], ab["B"]
         if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
-            raise ValueError(f"module {module!r}: lora_B {B.shape} and lora_A {A.shape} are not d_out×r and r×d_in ({wpath})")
+            raise ValueError(
+                f"module {module!r}: lora_B {B.shape} and lora_A {A.shape} are not d_out×r and r×d_in ({wpath})"
+            )
         r = int(A.shape[0])
         expected = cfg.rank_for(module)
         if r != expected:
-            raise ValueError(f"module {module!r}: lora_A has rank {r} but the config (r/rank_pattern) says {expected} ({wpath})")
+            raise ValueError(
+                f"module {module!r}: lora_A has rank {r} but the config (r/rank_pattern) says {expected} ({wpath})"
+            )
         s = cfg.scale_for(module, r)
         out[module] = as_lowrank((B * s, A), module)
     return out
@@ -280,7 +292,10 @@ def check_adapter_fits(adapter_dir: str | Path, factors: Mapping[str, LowRank], 
     """
     cfg = read_adapter_config(adapter_dir)
     shapes = checkpoint_shapes(model_dir)
-    where = f"adapter {adapter_dir} (trained on {cfg.base_model_name_or_path or 'an unnamed base'}) does not fit model {model_dir}"
+    where = (
+        f"adapter {adapter_dir} (trained on {cfg.base_model_name_or_path or 'an unnamed base'}) "
+        f"does not fit model {model_dir}"
+    )
     for module, lr in factors.items():
         want = tuple(reversed(lr.shape)) if cfg.fan_in_fan_out else tuple(lr.shape)
         have = shapes.get(f"{module}.weight")

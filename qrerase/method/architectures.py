@@ -16,7 +16,8 @@ kind ``block_sparse_moe.experts.*.w1``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["ATTENTION", "TARGET_PRESETS", "lora_modules", "preset_for", "resolve_target_modules"]
 
@@ -91,4 +92,3 @@ def resolve_target_modules(model: Any, targets: str | Sequence[str], where: str 
                 f"its linear layers: {', '.join(kinds)})"
             )
     return chosen
-

@@ -119,7 +119,8 @@ def task_shape(x: Any, name: str | None) -> tuple[int, int]:
         B, A = (np.asarray(x[0]), np.asarray(x[1]))
         if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
             raise ValueError(
-                f"{task_label(name)}: factors must be B (d_out×r) and A (r×d_in), got B {format_shape(B.shape)} and A {format_shape(A.shape)}"
+                f"{task_label(name)}: factors must be B (d_out×r) and A (r×d_in), "
+                f"got B {format_shape(B.shape)} and A {format_shape(A.shape)}"
             )
         return (int(B.shape[0]), int(A.shape[1]))
     arr = np.asarray(x)
@@ -243,7 +244,8 @@ def decompose(
         Module name used in error messages.
     singular_values : bool
         Factored CPQR only: also compute all singular values of T (those of the small matrix; needed by
-        :func:`qrerase.method.diagnostics.rrqr_bound`). ``False`` skips this (``Decomposition.singular_values`` is then None).
+        :func:`qrerase.method.diagnostics.rrqr_bound`). ``False`` skips this
+        (``Decomposition.singular_values`` is then None).
 
     Returns
     -------

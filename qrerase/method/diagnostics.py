@@ -10,7 +10,8 @@ Paper equations (numbering of ``paper/qr-erase.tex``):
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -33,7 +34,10 @@ def max_sin_theta(Q1: np.ndarray, Q2: np.ndarray) -> float:
     Q1 = np.asarray(Q1, dtype=np.float64)
     Q2 = np.asarray(Q2, dtype=np.float64)
     if Q1.ndim != 2 or Q2.ndim != 2 or Q1.shape[0] != Q2.shape[0]:
-        raise ValueError(f"max_sin_theta: bases must be n×k with the same n, got {format_shape(Q1.shape)} and {format_shape(Q2.shape)}")
+        raise ValueError(
+            f"max_sin_theta: bases must be n×k with the same n, "
+            f"got {format_shape(Q1.shape)} and {format_shape(Q2.shape)}"
+        )
     a = np.linalg.norm(Q1 - Q2 @ (Q2.T @ Q1), 2) if Q1.shape[1] else 0.0
     b = np.linalg.norm(Q2 - Q1 @ (Q1.T @ Q2), 2) if Q2.shape[1] else 0.0
     return float(min(1.0, max(a, b)))
@@ -83,7 +87,10 @@ def factor_report(
 
     check_module_pairs(forget, retain)
     rows = []
-    for set_name, factors, k in (("forget", forget, rank), ("retain", retain, rank if retain_rank is None else retain_rank)):
+    for set_name, factors, k in (
+        ("forget", forget, rank),
+        ("retain", retain, rank if retain_rank is None else retain_rank),
+    ):
         lrs = {m: as_lowrank(f, m) for m, f in factors.items()}
         energy = layer_energy(lrs, granularity=energy_granularity)
         selected = set(select_layers(energy))

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable, Mapping, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,7 +78,8 @@ def forget_update(
     fshape, rshape = task_shape(forget_factors, name), task_shape(retain_factors, name)
     if fshape != rshape:
         raise ValueError(
-            f"{task_label(name)}: forget task matrix is {format_shape(fshape)} but retain task matrix is {format_shape(rshape)}"
+            f"{task_label(name)}: forget task matrix is {format_shape(fshape)} "
+            f"but retain task matrix is {format_shape(rshape)}"
         )
     df = decompose_any(forget_factors, rank, method, name)
     dr = decompose_any(retain_factors, rank if retain_rank is None else retain_rank, method, name)
@@ -97,13 +99,16 @@ def check_module_pairs(forget: Mapping[str, Any], retain: Mapping[str, Any]) -> 
     only_r = [m for m in retain if m not in forget]
     if only_f or only_r:
         raise ValueError(
-            f"forget and retain factors cover different modules: only in forget {only_f[:5]}{'…' if len(only_f) > 5 else ''}, "
+            "forget and retain factors cover different modules: "
+            f"only in forget {only_f[:5]}{'…' if len(only_f) > 5 else ''}, "
             f"only in retain {only_r[:5]}{'…' if len(only_r) > 5 else ''}"
         )
     for m in forget:
         fs, rs = task_shape(forget[m], m), task_shape(retain[m], m)
         if fs != rs:
-            raise ValueError(f"module {m!r}: forget task matrix is {format_shape(fs)} but retain task matrix is {format_shape(rs)}")
+            raise ValueError(
+                f"module {m!r}: forget task matrix is {format_shape(fs)} but retain task matrix is {format_shape(rs)}"
+            )
 
 
 def forget_updates(
@@ -170,7 +175,9 @@ def discriminate(
     for m in forget:
         df, dr = forget[m], retain[m]
         if df.method != dr.method:
-            raise ValueError(f"module {m!r}: forget decomposition is {df.method} but retain decomposition is {dr.method}")
+            raise ValueError(
+                f"module {m!r}: forget decomposition is {df.method} but retain decomposition is {dr.method}"
+            )
         if retain_rank is not None:
             check_rank(retain_rank, dr.rank, m, f"retain decomposition Q_r {format_shape(dr.Q.shape)}", "retain rank")
     return {m: _discriminate(forget[m], retain[m], float(scale), retain_rank) for m in forget}

@@ -16,7 +16,8 @@ single adapted module (``granularity="module"``); module names map to blocks as 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,7 @@ __all__ = [
 #: dropped by a one-ulp rounding of the normalisation. 1e-9 is far above rounding (~|L|·1e-16) and far
 #: below any meaningful energy difference.
 SELECT_RTOL = 1e-9
+
 
 def module_norms(factors: Mapping[str, Any]) -> dict[str, float]:
     """‖T‖_F per module from its factors (LowRank or (B, A) pair; a dense array also works), float.
@@ -91,7 +93,9 @@ def energy_from_norms(norms: Mapping[str, float], granularity: str = "block") ->
         layer_norms = dict(sorted(layer_norms.items(), key=lambda kv: int(kv[0])))
     total = math.fsum(layer_norms.values())
     if total == 0.0:
-        raise ValueError(f"layer energy: all {len(norms)} task matrices are zero (total energy 0), e.g. {next(iter(norms))!r}")
+        raise ValueError(
+            f"layer energy: all {len(norms)} task matrices are zero (total energy 0), e.g. {next(iter(norms))!r}"
+        )
     return {layer: v / total for layer, v in layer_norms.items()}
 
 

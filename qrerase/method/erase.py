@@ -22,8 +22,9 @@ import json
 import math
 import struct
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,9 @@ def as_update(value: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     return U, V
 
 
-def validate_updates(updates: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def validate_updates(
+    updates: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Validate every update (and, if given, that U @ V matches ``shapes[module]``) before any write."""
     if not updates:
         raise ValueError("no updates given")
@@ -67,7 +70,9 @@ def validate_updates(updates: Mapping[str, Any], shapes: Mapping[str, tuple[int,
                 raise ValueError(f"module {name!r}: not found in the model (no '{name}.weight')")
             want = tuple(int(s) for s in shapes[name])
             if want != (U.shape[0], V.shape[1]):
-                raise ValueError(f"module {name!r}: weight is {want} but the update U @ V is {(U.shape[0], V.shape[1])}")
+                raise ValueError(
+                    f"module {name!r}: weight is {want} but the update U @ V is {(U.shape[0], V.shape[1])}"
+                )
         out[name] = (U, V)
     return out
 
@@ -160,8 +165,12 @@ def save_merged(model: Any, tokenizer: Any | None, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def erase_adapter_config(ranks: Mapping[str, int], base_model_name_or_path: str | None, task_type: str | None = None,
-                         fan_in_fan_out: bool = False) -> dict:
+def erase_adapter_config(
+    ranks: Mapping[str, int],
+    base_model_name_or_path: str | None,
+    task_type: str | None = None,
+    fan_in_fan_out: bool = False,
+) -> dict:
     """PEFT ``adapter_config.json`` content for an erase adapter with per-module ranks ``ranks``.
 
     r / lora_alpha are the most common k (ties: the largest); modules with another k get
@@ -247,7 +256,10 @@ class EraseAdapterWriter:
         st = _ST_DTYPES[self.dtype]
         for m in self._order:
             d_out, d_in, k = self.shapes[m]
-            for key, shape in ((f"base_model.model.{m}.lora_A.weight", [k, d_in]), (f"base_model.model.{m}.lora_B.weight", [d_out, k])):
+            for key, shape in (
+                (f"base_model.model.{m}.lora_A.weight", [k, d_in]),
+                (f"base_model.model.{m}.lora_B.weight", [d_out, k]),
+            ):
                 n = math.prod(shape) * item
                 header[key] = {"dtype": st, "shape": shape, "data_offsets": [off, off + n]}
                 off += n
@@ -255,11 +267,13 @@ class EraseAdapterWriter:
         raw += b" " * ((8 - len(raw) % 8) % 8)
         return struct.pack("<Q", len(raw)) + raw
 
-    def __enter__(self) -> "EraseAdapterWriter":
+    def __enter__(self) -> EraseAdapterWriter:
         self._ctx = atomic_dir(self.out_dir)
         tmp = self._ctx.__enter__()
         try:
-            cfg = erase_adapter_config({m: s[2] for m, s in self.shapes.items()}, self.base, self.task_type, self.fan_in_fan_out)
+            cfg = erase_adapter_config(
+                {m: s[2] for m, s in self.shapes.items()}, self.base, self.task_type, self.fan_in_fan_out
+            )
             write_json(tmp / "adapter_config.json", cfg)
             self._fh = open(tmp / "adapter_model.safetensors", "wb")
             head = self._header()
@@ -280,7 +294,9 @@ class EraseAdapterWriter:
         U, V = as_update((U, V), name)
         d_out, d_in, k = self.shapes[name]
         if U.shape != (d_out, k) or V.shape != (k, d_in):
-            raise ValueError(f"module {name!r}: declared (d_out={d_out}, d_in={d_in}, k={k}) but got U {U.shape}, V {V.shape}")
+            raise ValueError(
+                f"module {name!r}: declared (d_out={d_out}, d_in={d_in}, k={k}) but got U {U.shape}, V {V.shape}"
+            )
         le = self.dtype.newbyteorder("<")
         for arr in (V, -U):
             buf = np.ascontiguousarray(arr, dtype=le)
@@ -299,7 +315,10 @@ class EraseAdapterWriter:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None and self._next != len(self._order):
             missing = self._order[self._next]
-            err = ValueError(f"module {missing!r}: update not written ({len(self._order) - self._next} of {len(self._order)} modules missing)")
+            err = ValueError(
+                f"module {missing!r}: update not written "
+                f"({len(self._order) - self._next} of {len(self._order)} modules missing)"
+            )
             self._abort(err)
             raise err
         if exc is not None:
@@ -341,8 +360,9 @@ def save_erase_adapter(
     """
     checked = validate_updates(updates)
     shapes = {m: (U.shape[0], V.shape[1], U.shape[1]) for m, (U, V) in checked.items()}
-    with EraseAdapterWriter(out_dir, shapes, base_model_name_or_path, task_type=task_type, dtype=dtype,
-                            fan_in_fan_out=fan_in_fan_out) as w:
+    with EraseAdapterWriter(
+        out_dir, shapes, base_model_name_or_path, task_type=task_type, dtype=dtype, fan_in_fan_out=fan_in_fan_out
+    ) as w:
         for m, (U, V) in checked.items():
             w.write(m, U, V)
     return Path(out_dir)

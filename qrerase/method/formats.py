@@ -9,7 +9,8 @@ atomically and byte-identically (:func:`qrerase.io.save_arrays`).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -41,8 +42,16 @@ def save_decompositions(path, decs: Mapping[str, Decomposition]) -> None:
             arrays[f"{m}.piv"] = d.piv.astype(np.int64)
         if d.singular_values is not None:
             arrays[f"{m}.singular_values"] = d.singular_values
-        meta[m] = {"method": d.method, "rank": d.rank, "fro_norm": d.fro_norm, "residual_norm": d.residual_norm, "factored": d.factored}
-    save_arrays(path, arrays, metadata={"format": "qrerase-decompositions", "qrerase": json.dumps(meta, sort_keys=True)})
+        meta[m] = {
+            "method": d.method,
+            "rank": d.rank,
+            "fro_norm": d.fro_norm,
+            "residual_norm": d.residual_norm,
+            "factored": d.factored,
+        }
+    save_arrays(
+        path, arrays, metadata={"format": "qrerase-decompositions", "qrerase": json.dumps(meta, sort_keys=True)}
+    )
 
 
 def load_decompositions(path) -> dict[str, Decomposition]:

@@ -60,7 +60,8 @@ class LowRank:
         A = np.asarray(self.A, dtype=np.float64)
         if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
             raise ValueError(
-                f"LowRank: factors must be B (d_out×r) and A (r×d_in), got B {format_shape(B.shape)} and A {format_shape(A.shape)}"
+                "LowRank: factors must be B (d_out×r) and A (r×d_in), "
+                f"got B {format_shape(B.shape)} and A {format_shape(A.shape)}"
             )
         object.__setattr__(self, "B", B)
         object.__setattr__(self, "A", A)
@@ -105,7 +106,9 @@ def numerically_zero(B: np.ndarray, A: np.ndarray, M: np.ndarray) -> bool:
     if not M.any():
         return True
     r = max(1, B.shape[1])
-    return float(np.linalg.norm(M)) <= 4 * r * np.finfo(np.float64).eps * float(np.linalg.norm(B)) * float(np.linalg.norm(A))
+    return float(np.linalg.norm(M)) <= 4 * r * np.finfo(np.float64).eps * float(np.linalg.norm(B)) * float(
+        np.linalg.norm(A)
+    )
 
 
 def small_matrix(B: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GRANULARITIES", "block_of", "block_index", "module_sort_key", "module_kind", "layer_of", "check_granularity"]
+__all__ = [
+    "GRANULARITIES",
+    "block_of",
+    "block_index",
+    "module_sort_key",
+    "module_kind",
+    "layer_of",
+    "check_granularity",
+]
 
 GRANULARITIES = ("block", "module")
 
@@ -33,7 +41,8 @@ def block_index(name: str) -> int:
     b = block_of(name)
     if b is None:
         raise ValueError(
-            f"module {name!r}: cannot map to a transformer block (no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
+            f"module {name!r}: cannot map to a transformer block "
+            "(no 'layers.N', 'layer.N', 'h.N' or 'blocks.N' component)"
         )
     return b
 

@@ -14,14 +14,14 @@ methods); :func:`matrix_table` the full Unlearn × Eval matrix of one method wit
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..text.crosslingual import language_label
-from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
 from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
+from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]
 
@@ -51,11 +51,16 @@ def metrics_rows(
     for (unlearn, method), per_lang in [*logs.items(), ((REFERENCE, REFERENCE), reference)]:
         for lang, log in per_lang.items():
             if lang not in reference:
-                raise ValueError(f"cross-lingual metrics: no reference log in language {lang!r} (have {sorted(reference)})")
+                raise ValueError(
+                    f"cross-lingual metrics: no reference log in language {lang!r} (have {sorted(reference)})"
+                )
             row = {"unlearn": unlearn, "method": method, "eval": lang, "model_utility": model_utility(log)}
             row["forget_quality"] = (
-                np.nan if unlearn == REFERENCE
-                else forget_quality(log, reference[lang], name=f"{method} ({unlearn}) in {lang}", reference_name=f"reference in {lang}")
+                np.nan
+                if unlearn == REFERENCE
+                else forget_quality(
+                    log, reference[lang], name=f"{method} ({unlearn}) in {lang}", reference_name=f"reference in {lang}"
+                )
             )
             row.update(component_metrics(log))
             rows.append(row)
@@ -65,7 +70,9 @@ def metrics_rows(
 def _value(frame: pd.DataFrame, unlearn: str, method: str, lang: str, metric: str) -> float:
     hit = frame[(frame["unlearn"] == unlearn) & (frame["method"] == method) & (frame["eval"] == lang)]
     if len(hit) != 1:
-        raise ValueError(f"cross-lingual table: {len(hit)} rows for unlearn={unlearn!r}, method={method!r}, eval={lang!r}")
+        raise ValueError(
+            f"cross-lingual table: {len(hit)} rows for unlearn={unlearn!r}, method={method!r}, eval={lang!r}"
+        )
     return float(hit[metric].iloc[0])
 
 
@@ -85,7 +92,11 @@ def pairs_table(
     if not pairs:
         raise ValueError("cross-lingual table: no language pairs")
     records = []
-    for name, unlearn_of in ((BASE, lambda x: BASE), (REFERENCE, lambda x: REFERENCE), *((m, lambda x: x) for m in methods)):
+    for name, unlearn_of in (
+        (BASE, lambda x: BASE),
+        (REFERENCE, lambda x: REFERENCE),
+        *((m, lambda x: x) for m in methods),
+    ):
         rec = {"method": name}
         for x, y in pairs:
             key = pair_key(x, y)
@@ -97,10 +108,24 @@ def pairs_table(
         key = pair_key(x, y)
         group, tex_group = f"{x}→{y}", f"{_tex_lang(x)}$\\to${_tex_lang(y)}"
         columns.append(Column(f"{key}:utility", "Utility", True, "{:.4f}", group=group, tex_group=tex_group))
-        columns.append(Column(f"{key}:forget", "Forget", True, "sci", check_threshold=FORGET_QUALITY_THRESHOLD,
-                              group=group, tex_group=tex_group))
-    spec = TableSpec(columns=tuple(columns), label_column="method", reference_rows=(BASE, REFERENCE),
-                     labels=dict(METHOD_LABELS), tex_labels=dict(TEX_METHOD_LABELS))
+        columns.append(
+            Column(
+                f"{key}:forget",
+                "Forget",
+                True,
+                "sci",
+                check_threshold=FORGET_QUALITY_THRESHOLD,
+                group=group,
+                tex_group=tex_group,
+            )
+        )
+    spec = TableSpec(
+        columns=tuple(columns),
+        label_column="method",
+        reference_rows=(BASE, REFERENCE),
+        labels=dict(METHOD_LABELS),
+        tex_labels=dict(TEX_METHOD_LABELS),
+    )
     return pd.DataFrame(records), spec
 
 
@@ -121,17 +146,25 @@ def matrix_table(
             labels[key] = f"{name} → {language_label(y)}"
             tex_labels[key] = f"{tex_escape(name)} $\\to$ {tex_escape(language_label(y))}"
             m = BASE if src == BASE else method
-            records.append({
-                "pair": key,
-                "model_utility": _value(metrics, src, m, y, "model_utility"),
-                "forget_quality": _value(metrics, src, m, y, "forget_quality"),
-            })
+            records.append(
+                {
+                    "pair": key,
+                    "model_utility": _value(metrics, src, m, y, "model_utility"),
+                    "forget_quality": _value(metrics, src, m, y, "forget_quality"),
+                }
+            )
     columns = (
         Column("model_utility", "Util.", None, "{:.4f}"),
         Column("forget_quality", "FQ", None, "sci", check_threshold=FORGET_QUALITY_THRESHOLD),
     )
-    spec = TableSpec(columns=columns, label_column="pair", label_header="Unlearn → Eval",
-                     reference_rows=tuple(pair_key(BASE, y) for y in evaluate), labels=labels, tex_labels=tex_labels)
+    spec = TableSpec(
+        columns=columns,
+        label_column="pair",
+        label_header="Unlearn → Eval",
+        reference_rows=tuple(pair_key(BASE, y) for y in evaluate),
+        labels=labels,
+        tex_labels=tex_labels,
+    )
     return pd.DataFrame(records), spec
 
 
@@ -143,11 +176,13 @@ def scatter_points(metrics: pd.DataFrame, method: str, unlearn: Sequence[str], e
         for y in evaluate:
             mu = _value(metrics, x, method, y, "model_utility")
             base = _value(metrics, BASE, BASE, y, "model_utility")
-            rows.append({
-                "unlearn": x,
-                "eval": y,
-                "model_utility": mu,
-                "relative_utility": mu / base if base > 0 else np.nan,
-                "forget_quality": _value(metrics, x, method, y, "forget_quality"),
-            })
+            rows.append(
+                {
+                    "unlearn": x,
+                    "eval": y,
+                    "model_utility": mu,
+                    "relative_utility": mu / base if base > 0 else np.nan,
+                    "forget_quality": _value(metrics, x, method, y, "forget_quality"),
+                }
+            )
     return pd.DataFrame(rows)

@@ -8,20 +8,27 @@ dropped, so the same input gives byte-identical files.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-from ..io import atomic_path  # noqa: E402
+from ..io import atomic_path
 
-__all__ = ["save_figure", "truth_ratio_plot", "energy_plot", "crosslingual_scatter", "energy_overlay_plot", "tradeoff_plot"]
+__all__ = [
+    "save_figure",
+    "truth_ratio_plot",
+    "energy_plot",
+    "crosslingual_scatter",
+    "energy_overlay_plot",
+    "tradeoff_plot",
+]
 
 _METADATA = {
     "png": {"Software": None},
@@ -94,12 +101,25 @@ def truth_ratio_plot(
         pvalues[key] = p
         xs, ys = _ecdf(a)
         mark = " ✓" if p > 0.1 else ""
-        ax.step(xs, ys, where="post", color=colors[k % len(colors)], lw=1.5,
-                label=f"{names.get(key, key)} (KS p = {p:.3g}{mark})")
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            color=colors[k % len(colors)],
+            lw=1.5,
+            label=f"{names.get(key, key)} (KS p = {p:.3g}{mark})",
+        )
         k += 1
     xs, ys = _ecdf(ref)
-    ax.step(xs, ys, where="post", color="black", ls="--", lw=1.8,
-            label=f"{names.get(reference_label, reference_label)} (KS reference)")
+    ax.step(
+        xs,
+        ys,
+        where="post",
+        color="black",
+        ls="--",
+        lw=1.8,
+        label=f"{names.get(reference_label, reference_label)} (KS reference)",
+    )
     ax.set_xscale("log")
     ax.set_xlabel(r"truth ratio $R = \exp(\overline{\ell}_{\mathrm{pert}} - \ell_{\mathrm{para}})$")
     ax.set_ylabel("ECDF over forget-set questions")
@@ -180,7 +200,7 @@ def crosslingual_scatter(
         )
     ax.axvline(threshold, color="black", linestyle="--", linewidth=1)
     ax.set_xscale("log")
-    ax.set_xlabel("Forget Quality (KS p-value, log scale; dashed: p = %g)" % threshold)
+    ax.set_xlabel(f"Forget Quality (KS p-value, log scale; dashed: p = {threshold:g})")
     ax.set_ylabel("Model Utility / base model's (eval language)")
     ax.grid(True, which="major", alpha=0.3)
     colour_handles = [
@@ -191,11 +211,25 @@ def crosslingual_scatter(
         Line2D([], [], color="grey", marker=markers[i % len(markers)], linestyle="", label=names.get(y, y))
         for i, y in enumerate(evals)
     ]
-    first = ax.legend(handles=colour_handles, title="unlearn in", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      fontsize=8, title_fontsize=8, frameon=False)
+    first = ax.legend(
+        handles=colour_handles,
+        title="unlearn in",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
     ax.add_artist(first)
-    ax.legend(handles=marker_handles, title="evaluate in", loc="lower left", bbox_to_anchor=(1.01, 0.0),
-              fontsize=8, title_fontsize=8, frameon=False)
+    ax.legend(
+        handles=marker_handles,
+        title="evaluate in",
+        loc="lower left",
+        bbox_to_anchor=(1.01, 0.0),
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()

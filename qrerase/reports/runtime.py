@@ -12,8 +12,14 @@ import numpy as np
 
 from ..io import atomic_path, write_csv, write_text
 
-__all__ = ["TABLE_COLUMNS", "runtime_table", "runtime_table_markdown", "runtime_table_latex", "write_runtime_tables",
-           "plot_decomposition"]
+__all__ = [
+    "TABLE_COLUMNS",
+    "runtime_table",
+    "runtime_table_markdown",
+    "runtime_table_latex",
+    "write_runtime_tables",
+    "plot_decomposition",
+]
 
 
 TABLE_COLUMNS = [
@@ -132,7 +138,9 @@ def runtime_table_latex(table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_runtime_tables(table, csv_path: str | os.PathLike, md_path: str | os.PathLike, tex_path: str | os.PathLike) -> None:
+def write_runtime_tables(
+    table, csv_path: str | os.PathLike, md_path: str | os.PathLike, tex_path: str | os.PathLike
+) -> None:
     """Write :func:`runtime_table` as CSV (numeric), markdown and LaTeX, each atomically."""
     write_csv(csv_path, table)
     write_text(md_path, runtime_table_markdown(table))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,9 @@ SETTING_LABELS = {"sample": "Sample", "class": "Class"}
 _SET_HEADERS = {"D_t": ("$D_t$", True), "D_f": ("$D_f$", False), "D_r": ("$D_r$", True)}
 
 
-def speech_table(evals: pd.DataFrame, settings: Sequence[str], models: Sequence[str], row_key=lambda m: m) -> tuple[pd.DataFrame, TableSpec]:
+def speech_table(
+    evals: pd.DataFrame, settings: Sequence[str], models: Sequence[str], row_key=lambda m: m
+) -> tuple[pd.DataFrame, TableSpec]:
     """Wide table from tidy evaluation rows (columns ``setting, model, set, accuracy``).
 
     One row per model of ``models`` (labelled ``row_key(model)``, e.g. ``qr_erase_k4`` → ``qr_erase``),
@@ -54,7 +56,9 @@ def speech_table(evals: pd.DataFrame, settings: Sequence[str], models: Sequence[
         rows.append(row)
     from .tables import METHOD_LABELS
 
-    spec = TableSpec(columns=tuple(columns), reference_rows=("base",), labels={**METHOD_LABELS, "base": "Fine-Tuned Model"})
+    spec = TableSpec(
+        columns=tuple(columns), reference_rows=("base",), labels={**METHOD_LABELS, "base": "Fine-Tuned Model"}
+    )
     return pd.DataFrame(rows), spec
 
 
@@ -77,7 +81,9 @@ def localisation(energy: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def energy_compare_plot(energies: Mapping[str, Mapping[str, float]], path: str | os.PathLike, title: str | None = None) -> None:
+def energy_compare_plot(
+    energies: Mapping[str, Mapping[str, float]], path: str | os.PathLike, title: str | None = None
+) -> None:
     """Grouped bars of E_ℓ per layer for several settings (same layers), with the 1/|L| line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -98,8 +104,13 @@ def energy_compare_plot(energies: Mapping[str, Mapping[str, float]], path: str |
     x = np.arange(len(layers))
     for i, (name, e) in enumerate(energies.items()):
         stats = localisation(e)
-        ax.bar(x - 0.4 + width * (i + 0.5), [e[k] for k in layers], width, color=colours[i % len(colours)],
-               label=f"{name} (effective layers {stats['effective_layers']:.2f})")
+        ax.bar(
+            x - 0.4 + width * (i + 0.5),
+            [e[k] for k in layers],
+            width,
+            color=colours[i % len(colours)],
+            label=f"{name} (effective layers {stats['effective_layers']:.2f})",
+        )
     finish_energy_axes(fig, ax, layers, 1.0 / len(layers), title, path)
 
 
@@ -129,8 +140,12 @@ def rank_curve(reports: Mapping[int, pd.DataFrame], evals: pd.DataFrame) -> pd.D
     return pd.DataFrame(rows, columns=["rank", "decomp", "recon_error", "D_f", "D_r"])
 
 
-def rank_plot(curves: Mapping[str, pd.DataFrame], path: str | os.PathLike, selected_rank: int | None = None,
-              base: Mapping[str, Mapping[str, float]] | None = None) -> None:
+def rank_plot(
+    curves: Mapping[str, pd.DataFrame],
+    path: str | os.PathLike,
+    selected_rank: int | None = None,
+    base: Mapping[str, Mapping[str, float]] | None = None,
+) -> None:
     """Top: reconstruction error vs rank; bottom: D_f (solid) and D_r (dashed) accuracy vs rank;
     one column per setting, CPQR and SVD curves; dotted line at ``selected_rank``; grey marks at the
     fine-tuned model's accuracies (``base[setting]['D_f' / 'D_r']``)."""

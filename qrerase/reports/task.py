@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -14,8 +14,9 @@ __all__ = ["task_table"]
 _TASK_ROLES = (("unrelated", "Unrelated", True), ("similar", "Similar", True), ("forget", "Forgotten", False))
 
 
-def task_table(frame: pd.DataFrame, skills: Mapping[str, str] | None = None, wide: bool = False
-               ) -> tuple[pd.DataFrame, TableSpec]:
+def task_table(
+    frame: pd.DataFrame, skills: Mapping[str, str] | None = None, wide: bool = False
+) -> tuple[pd.DataFrame, TableSpec]:
     """The paper's Table 1 layout: Method, unrelated ↑, similar ↑, forgotten ↓ (exact-match accuracy).
 
     ``frame``: one row per method (``method`` column) with ``<role>_accuracy`` (and, for ``wide``,

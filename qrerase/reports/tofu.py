@@ -42,7 +42,10 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
     else:
         key = "method" if "method" in rows.columns else "model" if "model" in rows.columns else None
         if key is None:
-            raise ValueError(f"tofu_table: need a 'method' or 'model' column or tidy model/metric/value rows (got {list(rows.columns)})")
+            raise ValueError(
+                "tofu_table: need a 'method' or 'model' column or tidy model/metric/value rows "
+                f"(got {list(rows.columns)})"
+            )
         wide_df = rows.rename(columns={key: "method"}).copy()
     if "model_utility" not in wide_df.columns:
         raise ValueError("tofu_table: no 'model_utility' values")

@@ -21,8 +21,9 @@ Every trainer returns (unlearned model — a plain, merged ``transformers`` mode
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -85,7 +86,7 @@ class SpeechBaselineConfig:
             raise ValueError(f"baseline retain_fraction must lie in (0, 1], got {self.retain_fraction}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SpeechBaselineConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeechBaselineConfig:
         from ..config import from_mapping
 
         return from_mapping(cls, d, "speech baseline config")
@@ -122,7 +123,9 @@ def scrub_min_loss(student_logits, teacher_logits, labels, alpha: float, gamma: 
     """SCRUB min-step loss on retain data: γ·CE(s, y) + α·KL_τ(t‖s)."""
     import torch.nn.functional as F
 
-    return gamma * F.cross_entropy(student_logits, labels) + alpha * kl_teacher_student(student_logits, teacher_logits, temperature)
+    return gamma * F.cross_entropy(student_logits, labels) + alpha * kl_teacher_student(
+        student_logits, teacher_logits, temperature
+    )
 
 
 def bad_teaching_loss(student_logits, competent_logits, incompetent_logits, is_forget, temperature: float = 1.0):
@@ -181,10 +184,18 @@ def _unwrap(student):
 def _train_config(cfg: SpeechBaselineConfig):
     from ..text.training import TrainConfig
 
-    return TrainConfig(epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size, max_grad_norm=cfg.max_grad_norm,
-                       seed=cfg.seed, threads=cfg.threads, micro_batch_size=cfg.micro_batch_size,
-                       gradient_checkpointing=cfg.gradient_checkpointing, checkpoint_every=cfg.checkpoint_every,
-                       backend=cfg.backend)
+    return TrainConfig(
+        epochs=cfg.epochs,
+        lr=cfg.lr,
+        batch_size=cfg.batch_size,
+        max_grad_norm=cfg.max_grad_norm,
+        seed=cfg.seed,
+        threads=cfg.threads,
+        micro_batch_size=cfg.micro_batch_size,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        checkpoint_every=cfg.checkpoint_every,
+        backend=cfg.backend,
+    )
 
 
 def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Callable], desc: str) -> pd.DataFrame:
@@ -205,15 +216,18 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
         phase, idx = payload
         return engine.example_mean_split(lambda sub: (losses[phase](sub), {}))(idx, parts)
 
-    rows = train_steps(student, _train_config(cfg), steps, loss_fn, desc=desc, split=split, optimizer="adam",
-                       schedule="constant")
-    return pd.DataFrame([(r["step"], r["epoch"], steps[r["step"] - 1][1][0], r["loss"]) for r in rows],
-                        columns=["step", "epoch", "phase", "loss"])
+    rows = train_steps(
+        student, _train_config(cfg), steps, loss_fn, desc=desc, split=split, optimizer="adam", schedule="constant"
+    )
+    return pd.DataFrame(
+        [(r["step"], r["epoch"], steps[r["step"] - 1][1][0], r["loss"]) for r in rows],
+        columns=["step", "epoch", "phase", "loss"],
+    )
 
 
 def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
-    from .train import batches
     from ..determinism import epoch_seed
+    from .train import batches
 
     return batches(n, cfg.batch_size, epoch_seed(cfg.seed, salt))
 
@@ -297,14 +311,20 @@ def _run_bad_teaching(model, data, cfg):
 _RUNNERS: dict[str, Callable] = {"ga": _run_ga, "scrub": _run_scrub, "bad_teaching": _run_bad_teaching}
 
 
-def run_baseline(method: str, model, arrays: Mapping[str, np.ndarray], forget_mask: np.ndarray,
-                 retain_mask: np.ndarray, cfg: SpeechBaselineConfig):
+def run_baseline(
+    method: str,
+    model,
+    arrays: Mapping[str, np.ndarray],
+    forget_mask: np.ndarray,
+    retain_mask: np.ndarray,
+    cfg: SpeechBaselineConfig,
+):
     """Unlearn with ``method`` (``ga`` | ``scrub`` | ``bad_teaching``) from the fine-tuned ``model``
     (modified in place in full mode). ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩
     train and D_r. Returns ``(model, loss_curve)``."""
     from ..checkpoints import model_device
-    from .train import as_tensors
     from ..determinism import set_determinism
+    from .train import as_tensors
 
     if method not in _RUNNERS:
         raise ValueError(f"speech baseline must be one of {SPEECH_BASELINES}, got {method!r}")

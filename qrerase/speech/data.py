@@ -33,10 +33,11 @@ import math
 import os
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -100,7 +101,9 @@ class SpeechDataConfig:
         if not (isinstance(self.val_fraction, (int, float)) and 0.0 <= float(self.val_fraction) < 1.0):
             raise ValueError(f"speech.val_fraction: must lie in [0, 1), got {self.val_fraction!r}")
         if self.sample_rate <= 0 or self.max_seconds <= 0:
-            raise ValueError(f"speech.data: sample_rate and max_seconds must be positive, got {self.sample_rate}, {self.max_seconds}")
+            raise ValueError(
+                f"speech.data: sample_rate and max_seconds must be positive, got {self.sample_rate}, {self.max_seconds}"
+            )
         if self.forget_speakers is not None:
             object.__setattr__(self, "forget_speakers", tuple(self.forget_speakers))
 
@@ -109,7 +112,7 @@ class SpeechDataConfig:
         return int(round(self.max_seconds * self.sample_rate))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SpeechDataConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeechDataConfig:
         return from_mapping(cls, d, "speech data config")
 
 
@@ -272,7 +275,9 @@ def split_validation(speakers: Sequence[str], test: np.ndarray, val_fraction: fl
     return val
 
 
-def choose_forget_speakers(speakers: Sequence[str], forget_speakers: Sequence[str] | None, fraction: float, seed: int) -> list[str]:
+def choose_forget_speakers(
+    speakers: Sequence[str], forget_speakers: Sequence[str] | None, fraction: float, seed: int
+) -> list[str]:
     """The class setting's forgotten speakers: the configured ones (checked), or a seeded draw of
     ``max(1, round(fraction · #speakers))``. ValueError naming an unknown speaker."""
     speakers = sorted(speakers)
@@ -281,7 +286,9 @@ def choose_forget_speakers(speakers: Sequence[str], forget_speakers: Sequence[st
         if unknown:
             raise ValueError(f"speech.forget_speakers: speaker {unknown[0]!r} not in the data (speakers: {speakers})")
         if not forget_speakers or len(set(forget_speakers)) >= len(speakers):
-            raise ValueError(f"speech.forget_speakers: need between 1 and {len(speakers) - 1} speakers, got {list(forget_speakers)}")
+            raise ValueError(
+                f"speech.forget_speakers: need between 1 and {len(speakers) - 1} speakers, got {list(forget_speakers)}"
+            )
         return sorted(set(forget_speakers))
     n = max(1, int(round(fraction * len(speakers))))
     if n >= len(speakers):
@@ -290,8 +297,9 @@ def choose_forget_speakers(speakers: Sequence[str], forget_speakers: Sequence[st
     return sorted(np.asarray(speakers)[rng.permutation(len(speakers))[:n]].tolist())
 
 
-def partition(index: pd.DataFrame, setting: str, forget_fraction: float = 0.1,
-              forget_speakers: Sequence[str] = (), seed: int = 0) -> np.ndarray:
+def partition(
+    index: pd.DataFrame, setting: str, forget_fraction: float = 0.1, forget_speakers: Sequence[str] = (), seed: int = 0
+) -> np.ndarray:
     """Per utterance ``'forget'`` (D_f), ``'retain'`` (D_r), ``'test'`` (D_t) or ``'val'`` for a setting.
 
     ``index`` needs columns ``speaker`` and ``split`` (``train``/``val``/``test``). Sample setting: D_f =
@@ -309,7 +317,9 @@ def partition(index: pd.DataFrame, setting: str, forget_fraction: float = 0.1,
         train_idx = np.flatnonzero(split == "train")
         n = int(round(forget_fraction * len(train_idx)))
         if n < 1 or n >= len(train_idx):
-            raise ValueError(f"speech.forget_fraction: {forget_fraction} of {len(train_idx)} training utterances is {n}")
+            raise ValueError(
+                f"speech.forget_fraction: {forget_fraction} of {len(train_idx)} training utterances is {n}"
+            )
         rng = np.random.default_rng(seed)
         out[train_idx[rng.permutation(len(train_idx))[:n]]] = "forget"
     else:
@@ -369,11 +379,18 @@ def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict
     index["sample_partition"] = partition(index, "sample", cfg.forget_fraction, seed=cfg.seed)
     index["class_partition"] = partition(index, "class", forget_speakers=forget_speakers, seed=cfg.seed)
     arrays = {"input_values": xs, "attention_mask": ms, "labels": index["label"].to_numpy(dtype=np.int64)}
-    meta = {"speakers": speakers, "forget_speakers": forget_speakers, "sample_rate": cfg.sample_rate, "length": cfg.length}
+    meta = {
+        "speakers": speakers,
+        "forget_speakers": forget_speakers,
+        "sample_rate": cfg.sample_rate,
+        "length": cfg.length,
+    }
     return arrays, index, meta
 
 
-def load_speech_data(audio: str | os.PathLike, index_csv: str | os.PathLike) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+def load_speech_data(
+    audio: str | os.PathLike, index_csv: str | os.PathLike
+) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     """Read the arrays (safetensors) and the index (CSV) written by the speech_data rule, checked for agreement."""
     from ..io import load_arrays
 
@@ -383,7 +400,9 @@ def load_speech_data(audio: str | os.PathLike, index_csv: str | os.PathLike) -> 
         raise ValueError(f"{audio}: missing arrays {sorted(missing)}")
     index = pd.read_csv(index_csv)
     if len(index) != len(arrays["labels"]) or not np.array_equal(index["label"].to_numpy(), arrays["labels"]):
-        raise ValueError(f"{index_csv}: does not match {audio} ({len(index)} rows vs {len(arrays['labels'])} utterances)")
+        raise ValueError(
+            f"{index_csv}: does not match {audio} ({len(index)} rows vs {len(arrays['labels'])} utterances)"
+        )
     return arrays, index
 
 

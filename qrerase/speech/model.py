@@ -9,8 +9,9 @@ copies a pretrained encoder into it. Training and evaluation are :mod:`qrerase.s
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..config import model_options
 
@@ -48,14 +49,18 @@ class TinyHubertConfig:
     do_stable_layer_norm: bool = False
 
     def __post_init__(self):
-        self.conv_dim, self.conv_stride, self.conv_kernel = tuple(self.conv_dim), tuple(self.conv_stride), tuple(self.conv_kernel)
+        self.conv_dim, self.conv_stride, self.conv_kernel = (
+            tuple(self.conv_dim),
+            tuple(self.conv_stride),
+            tuple(self.conv_kernel),
+        )
         if not len(self.conv_dim) == len(self.conv_stride) == len(self.conv_kernel):
             raise ValueError("speech.model.tiny: conv_dim, conv_stride and conv_kernel must have the same length")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("speech.model.tiny.hidden_size: must be divisible by num_attention_heads")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "TinyHubertConfig":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> TinyHubertConfig:
         from ..config import from_mapping
 
         return from_mapping(cls, d, "speech.model.tiny")
@@ -103,8 +108,14 @@ def build_tiny_hubert(cfg: TinyHubertConfig, speakers: Sequence[str], seed: int)
     return model.eval()
 
 
-def load_speech_model(name_or_path: str | os.PathLike, speakers: Sequence[str] | None = None, dtype: str = "float32",
-                      local_files_only: bool = True, device: str = "cpu", seed: int = 0):
+def load_speech_model(
+    name_or_path: str | os.PathLike,
+    speakers: Sequence[str] | None = None,
+    dtype: str = "float32",
+    local_files_only: bool = True,
+    device: str = "cpu",
+    seed: int = 0,
+):
     """``HubertForSequenceClassification.from_pretrained`` (any HuBERT checkpoint, e.g.
     ``facebook/hubert-xlarge-ll60k`` from the local cache), in eval mode.
 
@@ -127,25 +138,40 @@ def load_speech_model(name_or_path: str | os.PathLike, speakers: Sequence[str] |
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = HubertForSequenceClassification.from_pretrained(
-                where, dtype=DTYPES[dtype], local_files_only=local_files_only, ignore_mismatched_sizes=speakers is not None, **kwargs
+                where,
+                dtype=DTYPES[dtype],
+                local_files_only=local_files_only,
+                ignore_mismatched_sizes=speakers is not None,
+                **kwargs,
             )
     except Exception as exc:
         raise ValueError(f"{name_or_path}: cannot load a HuBERT speech model ({first_line(exc)})") from exc
     return model.to(resolve_device(device)).eval()
 
 
-def load_pretrained(model_cfg: Mapping[str, Any], checkpoint: str | os.PathLike | None = None,
-                    speakers: Sequence[str] | None = None, seed: int = 0):
+def load_pretrained(
+    model_cfg: Mapping[str, Any],
+    checkpoint: str | os.PathLike | None = None,
+    speakers: Sequence[str] | None = None,
+    seed: int = 0,
+):
     """The pretrained speech model: ``checkpoint`` (the digit-pretrained encoder built here) when given,
     else the configured ``model_cfg['name_or_path']`` (a hub / local HuBERT checkpoint, honouring its
     ``local_files_only``, ``dtype`` and ``device``). With ``speakers``: a new seeded speaker head."""
     if checkpoint is None and not model_cfg.get("name_or_path"):
-        raise ValueError("speech.model.name_or_path: no pretrained checkpoint (the embedded model needs speech_pretrain)")
+        raise ValueError(
+            "speech.model.name_or_path: no pretrained checkpoint (the embedded model needs speech_pretrain)"
+        )
     source = checkpoint if checkpoint is not None else model_cfg["name_or_path"]
     dtype, device = model_options(model_cfg)
-    return load_speech_model(source, speakers, dtype=dtype,
-                             local_files_only=checkpoint is not None or model_cfg.get("local_files_only", True),
-                             device=device, seed=seed)
+    return load_speech_model(
+        source,
+        speakers,
+        dtype=dtype,
+        local_files_only=checkpoint is not None or model_cfg.get("local_files_only", True),
+        device=device,
+        seed=seed,
+    )
 
 
 def save_speech_model(model, out_dir: str | os.PathLike) -> None:
@@ -176,7 +202,10 @@ def graft_encoder(model, encoder_source, prefix: str = "hubert."):
         raise ValueError(f"graft_encoder: encoders differ in tensors {diff[:3]}")
     bad = [k for k in own if tuple(own[k].shape) != tuple(new[k].shape)]
     if bad:
-        raise ValueError(f"graft_encoder: {bad[0]} is {tuple(new[bad[0]].shape)} in the source, {tuple(own[bad[0]].shape)} in the model")
+        raise ValueError(
+            f"graft_encoder: {bad[0]} is {tuple(new[bad[0]].shape)} in the source, "
+            f"{tuple(own[bad[0]].shape)} in the model"
+        )
     with torch.no_grad():
         for k, v in own.items():
             v.copy_(new[k].to(device=v.device, dtype=v.dtype))

@@ -20,12 +20,21 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["SWEEP_COLUMNS", "sweep_sets", "evaluate_point", "subspace_sweep", "baseline_sweep", "choose_scale", "tradeoff_plot"]
+__all__ = [
+    "SWEEP_COLUMNS",
+    "sweep_sets",
+    "evaluate_point",
+    "subspace_sweep",
+    "baseline_sweep",
+    "choose_scale",
+    "tradeoff_plot",
+]
 
 SWEEP_COLUMNS = ["setting", "method", "param", "value", "rank", "D_t", "D_f", "D_r", "D_v"]
 
@@ -37,13 +46,15 @@ def sweep_sets(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     sets = {**eval_masks(index, setting), "D_v": val_mask(index, setting)}
     empty = [name for name, mask in sets.items() if not mask.any()]
     if empty:
-        raise ValueError(f"speech sweep ({setting} setting): empty evaluation set(s) {empty}; "
-                         "D_v needs speech.val_fraction > 0")
+        raise ValueError(
+            f"speech sweep ({setting} setting): empty evaluation set(s) {empty}; D_v needs speech.val_fraction > 0"
+        )
     return sets
 
 
-def evaluate_point(model, arrays: Mapping[str, np.ndarray], sets: Mapping[str, np.ndarray], top_k: int,
-                   batch_size: int) -> dict[str, float]:
+def evaluate_point(
+    model, arrays: Mapping[str, np.ndarray], sets: Mapping[str, np.ndarray], top_k: int, batch_size: int
+) -> dict[str, float]:
     """Top-k accuracy (fraction) of ``model`` on every set: ``{'D_t': …, 'D_f': …, 'D_r': …, 'D_v': …}``."""
     from .train import evaluate_sets
 
@@ -52,13 +63,26 @@ def evaluate_point(model, arrays: Mapping[str, np.ndarray], sets: Mapping[str, n
 
 
 def _row(setting: str, method: str, param: str, value: float, rank: Any, acc: Mapping[str, float]) -> dict:
-    return {"setting": setting, "method": method, "param": param, "value": float(value), "rank": rank,
-            **{s: acc[s] for s in ("D_t", "D_f", "D_r", "D_v")}}
+    return {
+        "setting": setting,
+        "method": method,
+        "param": param,
+        "value": float(value),
+        "rank": rank,
+        **{s: acc[s] for s in ("D_t", "D_f", "D_r", "D_v")},
+    }
 
 
-def subspace_sweep(model, factors: Mapping[int, tuple[Mapping, Mapping]], scales: Sequence[float],
-                   evaluate: Callable[[Any], Mapping[str, float]], setting: str, method: str,
-                   modules: Sequence[str] | None = None, retain_rank: int | None = None) -> pd.DataFrame:
+def subspace_sweep(
+    model,
+    factors: Mapping[int, tuple[Mapping, Mapping]],
+    scales: Sequence[float],
+    evaluate: Callable[[Any], Mapping[str, float]],
+    setting: str,
+    method: str,
+    modules: Sequence[str] | None = None,
+    retain_rank: int | None = None,
+) -> pd.DataFrame:
     """Erase ``model`` (the fine-tuned model, modified and restored in place) at every (k, λ).
 
     ``factors[k] = (forget, retain)``: module → :class:`qrerase.method.decompose.Decomposition` at rank k (the
@@ -67,8 +91,8 @@ def subspace_sweep(model, factors: Mapping[int, tuple[Mapping, Mapping]], scales
     """
     import torch
 
-    from ..method.erase import apply_updates
     from ..method.discriminate import discriminate
+    from ..method.erase import apply_updates
 
     if not factors or not scales:
         raise ValueError(f"subspace_sweep ({method}): no ranks or no scales to sweep")
@@ -99,10 +123,19 @@ def subspace_sweep(model, factors: Mapping[int, tuple[Mapping, Mapping]], scales
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
 
-def baseline_sweep(method: str, load_model: Callable[[], Any], arrays: Mapping[str, np.ndarray],
-                   forget_mask: np.ndarray, retain_mask: np.ndarray, cfg: Mapping[str, Any], param: str,
-                   values: Sequence[float], evaluate: Callable[[Any], Mapping[str, float]], setting: str,
-                   trained: Callable[[], Any] | None = None) -> pd.DataFrame:
+def baseline_sweep(
+    method: str,
+    load_model: Callable[[], Any],
+    arrays: Mapping[str, np.ndarray],
+    forget_mask: np.ndarray,
+    retain_mask: np.ndarray,
+    cfg: Mapping[str, Any],
+    param: str,
+    values: Sequence[float],
+    evaluate: Callable[[Any], Mapping[str, float]],
+    setting: str,
+    trained: Callable[[], Any] | None = None,
+) -> pd.DataFrame:
     """Run baseline ``method`` from a fresh ``load_model()`` at each value of ``param`` (``epochs`` or
     ``lr``) over ``cfg`` (a :class:`qrerase.speech.baselines.SpeechBaselineConfig` dict with seed and threads);
     ``trained()`` returns the workflow's model at the configured value (re-used, not retrained)."""
@@ -123,8 +156,9 @@ def baseline_sweep(method: str, load_model: Callable[[], Any], arrays: Mapping[s
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
 
-def choose_scale(sweep: pd.DataFrame, base: pd.DataFrame, rank: int, methods: Sequence[str],
-                 max_drop: float = 0.05) -> tuple[float | None, pd.DataFrame]:
+def choose_scale(
+    sweep: pd.DataFrame, base: pd.DataFrame, rank: int, methods: Sequence[str], max_drop: float = 0.05
+) -> tuple[float | None, pd.DataFrame]:
     """The λ rule: the largest λ whose D_v accuracy stays ≥ (fine-tuned D_v − ``max_drop``) for every
     setting of ``base`` and every method of ``methods`` at rank ``rank``.
 
@@ -153,8 +187,9 @@ def choose_scale(sweep: pd.DataFrame, base: pd.DataFrame, rank: int, methods: Se
     return chosen, pd.DataFrame(rows, columns=["setting", "method", "rank", "largest_scale", "D_v_drop"])
 
 
-def tradeoff_plot(sweep: pd.DataFrame, base: pd.DataFrame, path: str | os.PathLike, rank: int,
-                  labels: Mapping[str, str] | None = None) -> None:
+def tradeoff_plot(
+    sweep: pd.DataFrame, base: pd.DataFrame, path: str | os.PathLike, rank: int, labels: Mapping[str, str] | None = None
+) -> None:
     """D_r (%) against D_f (%): one panel per setting; subspace methods at rank ``rank`` over λ (other
     ranks as faint dots), baselines over their knob; the fine-tuned model as a black star."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -185,8 +220,14 @@ def tradeoff_plot(sweep: pd.DataFrame, base: pd.DataFrame, path: str | os.PathLi
             else:
                 tag = m["param"].iloc[0] if len(m) else ""
             m = m.sort_values("value")
-            ax.plot(100 * m["D_f"], 100 * m["D_r"], color=colour, marker="o", markersize=3,
-                    label=f"{labels.get(method, method)} ({tag})")
+            ax.plot(
+                100 * m["D_f"],
+                100 * m["D_r"],
+                color=colour,
+                marker="o",
+                markersize=3,
+                label=f"{labels.get(method, method)} ({tag})",
+            )
         b = base[base["setting"] == setting].iloc[0]
         ax.scatter([100 * b.D_f], [100 * b.D_r], marker="*", s=120, color="black", zorder=5, label="fine-tuned")
         ax.set_title(SETTING_LABELS.get(setting, setting) + " unlearning", fontsize=10)

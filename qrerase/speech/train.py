@@ -8,7 +8,7 @@ accuracy on D_t, D_f and D_r. Arrays as in :mod:`qrerase.speech.data`.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,8 @@ def batches(n: int, batch_size: int, seed: int | None) -> list[np.ndarray]:
 
 
 def as_tensors(arrays: Mapping[str, np.ndarray], mask: np.ndarray | None, device) -> tuple:
-    """``(input_values, attention_mask, labels)`` tensors of the utterances selected by ``mask`` (all: None), on ``device``."""
+    """``(input_values, attention_mask, labels)`` tensors of the utterances selected by ``mask`` (all: None),
+    on ``device``."""
     import torch
 
     sel = slice(None) if mask is None else np.flatnonzero(mask)
@@ -50,8 +51,14 @@ def classifier_logits(model, x, m):
     return model(input_values=x, attention_mask=m).logits
 
 
-def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray | None, cfg, desc: str = "train",
-                     loss_fn: Callable | None = None) -> pd.DataFrame:
+def train_classifier(
+    model,
+    arrays: Mapping[str, np.ndarray],
+    mask: np.ndarray | None,
+    cfg,
+    desc: str = "train",
+    loss_fn: Callable | None = None,
+) -> pd.DataFrame:
     """Train the trainable parameters of a sequence classifier on the selected utterances.
 
     ``cfg`` is a :class:`qrerase.text.training.TrainConfig` (epochs, lr, batch_size, weight_decay,
@@ -59,8 +66,8 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
     clipping (the loop of :func:`qrerase.text.training.train_steps`), batches drawn by a generator seeded
     with (seed, epoch). ``loss_fn(model, x, m, y)``
     defaults to the cross-entropy of the speaker labels; it must be a mean over the batch's utterances
-    (micro-batches are weighted by their share of the batch, :func:`qrerase.engine.example_mean_split`). Returns the loss curve (``step, epoch, loss,
-    lr``, one row per update); the model is left in eval mode.
+    (micro-batches are weighted by their share of the batch, :func:`qrerase.engine.example_mean_split`).
+    Returns the loss curve (``step, epoch, loss, lr``, one row per update); the model is left in eval mode.
     """
     import torch
     import torch.nn.functional as F
@@ -73,8 +80,10 @@ def train_classifier(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray |
     set_determinism(cfg.seed, cfg.threads)
     x, m, y = as_tensors(arrays, mask, model_device(model))
     if loss_fn is None:
+
         def loss_fn(model, xb, mb, yb):
             return F.cross_entropy(classifier_logits(model, xb, mb), yb)
+
     steps = [
         (epoch + 1, idx)
         for epoch in range(cfg.epochs)
@@ -93,7 +102,9 @@ def speech_lora_config(r: int, alpha: float, dropout: float, target_modules: Seq
     """A PEFT ``LoraConfig`` for the HuBERT attention projections (no task head is added or trained)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=int(r), lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules), bias="none")
+    return LoraConfig(
+        r=int(r), lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules), bias="none"
+    )
 
 
 def train_speech_lora(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray, cfg, desc: str = "lora"):
@@ -119,7 +130,9 @@ def train_speech_lora(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray,
 # --------------------------------------------------------------------------------------------------
 
 
-def predict_logits(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray | None = None, batch_size: int = 64) -> np.ndarray:
+def predict_logits(
+    model, arrays: Mapping[str, np.ndarray], mask: np.ndarray | None = None, batch_size: int = 64
+) -> np.ndarray:
     """Logits (N, n_speakers) float32 of the selected utterances (eval mode, no grad), in order."""
     import torch
 
@@ -152,8 +165,9 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int = 1) -> float:
     return float(np.mean((top == labels[:, None]).any(axis=1)))
 
 
-def evaluate_sets(model, arrays: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray], k: int = 1,
-                  batch_size: int = 64) -> pd.DataFrame:
+def evaluate_sets(
+    model, arrays: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray], k: int = 1, batch_size: int = 64
+) -> pd.DataFrame:
     """Top-k accuracy per evaluation set: frame with columns ``set, n, k, accuracy`` (one row per mask)."""
     rows = []
     for name, mask in masks.items():

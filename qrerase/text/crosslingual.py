@@ -34,11 +34,12 @@ Ratio compares; in English the two files hold the same QA. ``forget_split="forge
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .data import normalise
 from ..io import read_jsonl_numbered
+from .data import normalise
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -130,7 +131,9 @@ def parse_language(code: str) -> tuple[str, str | None]:
         raise ValueError(f"'{code}': {LANGUAGES[base]} is already written in Latin script; nothing to romanise")
     if script not in ROMANISERS:
         have = ", ".join(f"{c}_R" for c, s in SCRIPTS.items() if s in ROMANISERS)
-        raise ValueError(f"'{code}': no transliterator for the {script} script of {LANGUAGES[base]} (romanisable: {have})")
+        raise ValueError(
+            f"'{code}': no transliterator for the {script} script of {LANGUAGES[base]} (romanisable: {have})"
+        )
     return base, script
 
 
@@ -140,7 +143,9 @@ def language_label(code: str) -> str:
     return LANGUAGES[base] + (" (R)" if script else "")
 
 
-def check_records(rows: Sequence[Mapping[str, Any]], split: str, where: str, lines: Sequence[int] | None = None) -> None:
+def check_records(
+    rows: Sequence[Mapping[str, Any]], split: str, where: str, lines: Sequence[int] | None = None
+) -> None:
     """Check that every record of ``split`` has its :data:`REQUIRED_FIELDS` (and the row count).
 
     Errors name ``where:<line>``: ``lines[i]`` is record i's line in the file (default: i + 1)."""

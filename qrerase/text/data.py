@@ -20,7 +20,7 @@ informative (a model trained from scratch on the run's QA alone has flat, ~log|V
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import read_jsonl_numbered
@@ -48,7 +48,7 @@ class TofuDataConfig:
     pretrain_authors: int = 0  # authors of the pretraining set (after the retain authors), disjoint from both
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TofuDataConfig":
+    def from_dict(cls, d: dict) -> TofuDataConfig:
         d = dict(d)
         if "knowledge" in d:
             d["knowledge"] = tuple(d["knowledge"] or ())
@@ -98,7 +98,7 @@ def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
         return [normalise(r, w) for r, w in zip(rows, where)]
     elif cfg.source == "hub":
         try:
-            import datasets  # noqa: PLC0415 - optional dependency for online users
+            import datasets  # optional dependency for online users
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("data.source: hub needs the 'datasets' package (pip install datasets)") from exc
         rows = [dict(r) for r in datasets.load_dataset(cfg.hub_name, name)["train"]]

@@ -23,17 +23,36 @@ Metric aggregation (truth ratio, probability, Model Utility, Forget Quality) is 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from ..checkpoints import model_device
 from ..config import from_mapping
-from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_prompts, encode_qa_many, pad_token_id, qa_pair
+from .lm import (
+    PromptTemplate,
+    answer_token_nll,
+    bucketed_batches,
+    collate,
+    encode_prompts,
+    encode_qa_many,
+    pad_token_id,
+    qa_pair,
+)
 
-__all__ = ["EvalConfig", "UnicodeWords", "ROUGE_TOKENIZERS", "answer_losses", "greedy_generate", "evaluate_set", "evaluate_tofu", "TOFU_LOG_NAMES"]
+__all__ = [
+    "EvalConfig",
+    "UnicodeWords",
+    "ROUGE_TOKENIZERS",
+    "answer_losses",
+    "greedy_generate",
+    "evaluate_set",
+    "evaluate_tofu",
+    "TOFU_LOG_NAMES",
+]
 
 #: ROUGE tokenizers: TOFU's (English, stemmed) and :class:`UnicodeWords` (any language).
 ROUGE_TOKENIZERS = ("tofu", "unicode")
@@ -59,11 +78,12 @@ class EvalConfig:
     def __post_init__(self):
         if self.rouge_tokenizer not in ROUGE_TOKENIZERS:
             raise ValueError(
-                f"evaluation config: rouge_tokenizer must be one of {list(ROUGE_TOKENIZERS)}, got {self.rouge_tokenizer!r}"
+                f"evaluation config: rouge_tokenizer must be one of {list(ROUGE_TOKENIZERS)}, "
+                f"got {self.rouge_tokenizer!r}"
             )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "EvalConfig":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> EvalConfig:
         return from_mapping(cls, d, "evaluation config")
 
 
@@ -72,8 +92,9 @@ def _length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return bucketed_batches(lengths, batch_size, seed=0, shuffle=False)
 
 
-def answer_losses(model, tokenizer, template: PromptTemplate, pairs: Sequence[tuple[str, str]], cfg: EvalConfig,
-                  progress=None) -> list[tuple[float, int]]:
+def answer_losses(
+    model, tokenizer, template: PromptTemplate, pairs: Sequence[tuple[str, str]], cfg: EvalConfig, progress=None
+) -> list[tuple[float, int]]:
     """``(sum_nll, n_tokens)`` over the answer tokens (EOS included) of every ``(question, answer)``.
 
     Pairs are sorted by length and right-padded into batches of ``cfg.batch_size`` (one forward pass
@@ -100,8 +121,9 @@ def answer_losses(model, tokenizer, template: PromptTemplate, pairs: Sequence[tu
     return out
 
 
-def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Sequence[str], cfg: EvalConfig,
-                    progress=None) -> list[str]:
+def greedy_generate(
+    model, tokenizer, template: PromptTemplate, questions: Sequence[str], cfg: EvalConfig, progress=None
+) -> list[str]:
     """Greedy answers to ``questions`` (decoded new tokens only, special tokens dropped, stripped).
 
     Prompts are encoded exactly as in training (BOS + prompt), sorted by length and LEFT-padded into
@@ -125,8 +147,8 @@ def greedy_generate(model, tokenizer, template: PromptTemplate, questions: Seque
                 attention_mask = torch.zeros((len(idx), width), dtype=torch.long)
                 for j, i in enumerate(idx):
                     ids = prompts[i]
-                    input_ids[j, width - len(ids):] = torch.as_tensor(ids, dtype=torch.long)
-                    attention_mask[j, width - len(ids):] = 1
+                    input_ids[j, width - len(ids) :] = torch.as_tensor(ids, dtype=torch.long)
+                    attention_mask[j, width - len(ids) :] = 1
                 device = model_device(model)
                 gen = model.generate(
                     input_ids=input_ids.to(device),
@@ -188,9 +210,9 @@ class UnicodeWords:
         return tokens
 
 
-
-def _rouge_recalls(generations: Sequence[str], answers: Sequence[str],
-                   tokenizer: str = "tofu") -> tuple[list[float], list[float]]:
+def _rouge_recalls(
+    generations: Sequence[str], answers: Sequence[str], tokenizer: str = "tofu"
+) -> tuple[list[float], list[float]]:
     from rouge_score import rouge_scorer
 
     if tokenizer == "tofu":
@@ -207,8 +229,14 @@ def _rouge_recalls(generations: Sequence[str], answers: Sequence[str],
     return r1, rl
 
 
-def evaluate_set(model, tokenizer, template: PromptTemplate, records: Sequence[Mapping[str, Any]], cfg: EvalConfig,
-                 desc: str = "eval") -> dict[str, dict[str, Any]]:
+def evaluate_set(
+    model,
+    tokenizer,
+    template: PromptTemplate,
+    records: Sequence[Mapping[str, Any]],
+    cfg: EvalConfig,
+    desc: str = "eval",
+) -> dict[str, dict[str, Any]]:
     """TOFU eval-log fields for one eval set (see the module docstring); keys ``"0"``, ``"1"``, ...
 
     Each record needs ``question``, ``answer`` and ``perturbed_answer`` (a list); a missing
@@ -240,9 +268,23 @@ def evaluate_set(model, tokenizer, template: PromptTemplate, records: Sequence[M
         bar.close()
     r1, rl = _rouge_recalls(generations, answers, cfg.rouge_tokenizer)
 
-    log: dict[str, dict[str, Any]] = {name: {} for name in (
-        "avg_gt_loss", "gt_loss", "num_token_gt", "avg_paraphrased_loss", "paraphrased_loss", "num_token_paraphrased",
-        "average_perturb_loss", "perturb_loss", "num_token_perturb", "rouge1_recall", "rougeL_recall", "generated_text")}
+    log: dict[str, dict[str, Any]] = {
+        name: {}
+        for name in (
+            "avg_gt_loss",
+            "gt_loss",
+            "num_token_gt",
+            "avg_paraphrased_loss",
+            "paraphrased_loss",
+            "num_token_paraphrased",
+            "average_perturb_loss",
+            "perturb_loss",
+            "num_token_perturb",
+            "rouge1_recall",
+            "rougeL_recall",
+            "generated_text",
+        )
+    }
     pos = 2 * n
     for i in range(n):
         key = str(i)
@@ -261,8 +303,9 @@ def evaluate_set(model, tokenizer, template: PromptTemplate, records: Sequence[M
     return log
 
 
-def evaluate_tofu(model, tokenizer, template: PromptTemplate, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]],
-                  cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
+def evaluate_tofu(
+    model, tokenizer, template: PromptTemplate, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]], cfg: EvalConfig
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Evaluate the four TOFU sets; returns ``{TOFU log file name: evaluate_set(...)}``.
 
     ``eval_sets`` maps ``forget``, ``retain``, ``real_authors`` and ``world_facts`` to records (any

@@ -17,8 +17,9 @@ The tokenizer and the models themselves are :mod:`qrerase.text.models`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,11 +80,11 @@ class PromptTemplate:
         return f"{self.answer_separator}{answer}{self.answer_end}"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "PromptTemplate":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> PromptTemplate:
         return from_mapping(cls, d, "prompt template")
 
     @classmethod
-    def from_chat_template(cls, tokenizer) -> "PromptTemplate":
+    def from_chat_template(cls, tokenizer) -> PromptTemplate:
         """The single-turn template of a tokenizer's chat template, as TOFU / open-unlearning use it.
 
         The prompt is ``apply_chat_template([{"role": "user", "content": question}],
@@ -97,15 +98,22 @@ class PromptTemplate:
             name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
             raise ValueError(f"model.template: chat, but tokenizer {name!r} has no chat_template")
         marker = "QRERASEQUESTIONMARKER"
-        text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True
+        )
         if text.count(marker) != 1:
             raise ValueError(f"model.template: chat template does not render the question once: {text!r}")
         before, after = text.split(marker)
         bos = getattr(tokenizer, "bos_token", None)
         if bos and before.startswith(bos):
             before = before[len(bos) :]
-        return cls(question_start=before, question_end="", answer_start=after, answer_end="",
-                   answer_separator="" if after[-1:].isspace() else " ")
+        return cls(
+            question_start=before,
+            question_end="",
+            answer_start=after,
+            answer_end="",
+            answer_separator="" if after[-1:].isspace() else " ",
+        )
 
 
 def qa_pair(record: Mapping[str, Any]) -> tuple[str, str]:
@@ -228,7 +236,9 @@ def collate(examples: Sequence, pad_id: int) -> dict[str, torch.Tensor]:
 
 # Architectures whose logits are exactly ``lm_head(decoder(x).last_hidden_state)`` (no logit scaling
 # or soft-capping), so that the head can be applied to the answer positions only.
-_PLAIN_HEAD_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo", "olmo2"})
+_PLAIN_HEAD_TYPES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo", "olmo2"}
+)
 
 
 def _unwrap(model):
@@ -261,7 +271,9 @@ def answer_token_logits(model, batch: Mapping[str, torch.Tensor]) -> tuple[torch
     base = _unwrap(model)
     cfg = getattr(base, "config", None)
     if getattr(cfg, "model_type", None) in _PLAIN_HEAD_TYPES:
-        hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        hidden = base.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
         logits = base.get_output_embeddings()(hidden[:, :-1][mask])
     else:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1][mask]

@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -17,7 +18,14 @@ from ..checkpoints import DTYPES, first_line, inference_placement, resolve_check
 from ..config import from_mapping
 from ..io import atomic_dir
 
-__all__ = ["SPECIAL_TOKENS", "train_bpe_tokenizer", "load_tokenizer", "TinyLlamaConfig", "build_tiny_llama", "load_model"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "train_bpe_tokenizer",
+    "load_tokenizer",
+    "TinyLlamaConfig",
+    "build_tiny_llama",
+    "load_model",
+]
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 
@@ -27,8 +35,9 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
 # --------------------------------------------------------------------------------------------------
 
 
-def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike,
-                        individual_digits: bool = False):
+def train_bpe_tokenizer(
+    texts: Sequence[str], vocab_size: int, out_dir: str | os.PathLike, individual_digits: bool = False
+):
     """Train a byte-level BPE tokenizer on ``texts`` and save it (atomically) to ``out_dir``.
 
     ``individual_digits``: split every digit into its own pre-token (as Llama-2's tokenizer does),
@@ -112,7 +121,7 @@ class TinyLlamaConfig:
     initializer_range: float = 0.02
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "TinyLlamaConfig":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> TinyLlamaConfig:
         return from_mapping(cls, d, "tiny llama config")
 
 
@@ -151,7 +160,10 @@ def build_tiny_llama(cfg: TinyLlamaConfig, tokenizer, seed: int):
 
 
 def load_model(
-    name_or_path: str | os.PathLike, dtype: str = "float32", local_files_only: bool = True, device: str = "cpu",
+    name_or_path: str | os.PathLike,
+    dtype: str = "float32",
+    local_files_only: bool = True,
+    device: str = "cpu",
     spread: bool = False,
 ):
     """``AutoModelForCausalLM.from_pretrained`` in ``dtype``, in eval mode.

@@ -23,7 +23,8 @@ Every function is pure and deterministic; the libraries are imported on first us
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = ["ROMANISERS", "romaniser", "romanise_text", "romanise_record", "TEXT_FIELDS"]
 
@@ -63,7 +64,7 @@ def _japanese() -> Callable[[str], str]:
 _FACTORIES: dict[str, Callable[[], Callable[[str], str]]] = {"devanagari": _devanagari, "japanese": _japanese}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def romaniser(script: str) -> Callable[[str], str]:
     """The ``str -> str`` romaniser of ``script`` (see :data:`ROMANISERS`); ``ValueError`` if there is none."""
     if script not in _FACTORIES:

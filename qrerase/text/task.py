@@ -38,9 +38,10 @@ Evaluation lives in :mod:`qrerase.text.task_eval`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,7 @@ class TaskDataConfig:
     knowledge_facts: bool = True
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaskDataConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskDataConfig:
         d = dict(d)
         sub = {"arithmetic": ArithmeticConfig, "word_math": WordMathConfig, "knowledge": KnowledgeConfig}
         for key, klass in sub.items():
@@ -146,20 +147,28 @@ def check_task_config(cfg: TaskDataConfig) -> None:
     a = cfg.arithmetic
     for op in a.ops:
         if op not in ARITHMETIC_OPS:
-            raise ValueError(f"task.data.arithmetic.ops: unknown operator {op!r}; expected some of {list(ARITHMETIC_OPS)}")
+            raise ValueError(
+                f"task.data.arithmetic.ops: unknown operator {op!r}; expected some of {list(ARITHMETIC_OPS)}"
+            )
     if not a.ops:
         raise ValueError("task.data.arithmetic.ops: needs at least one operator")
     if not 0 <= a.min_operand <= a.max_operand:
-        raise ValueError(f"task.data.arithmetic: need 0 <= min_operand <= max_operand, got {a.min_operand}, {a.max_operand}")
+        raise ValueError(
+            f"task.data.arithmetic: need 0 <= min_operand <= max_operand, got {a.min_operand}, {a.max_operand}"
+        )
     if cfg.word_math.max_number < 1:
         raise ValueError(f"task.data.word_math.max_number: must be >= 1, got {cfg.word_math.max_number}")
     for s in cfg.knowledge.sources:
         if s not in KNOWLEDGE_SOURCES:
-            raise ValueError(f"task.data.knowledge.sources: unknown source {s!r}; expected some of {list(KNOWLEDGE_SOURCES)}")
+            raise ValueError(
+                f"task.data.knowledge.sources: unknown source {s!r}; expected some of {list(KNOWLEDGE_SOURCES)}"
+            )
     if not cfg.knowledge.sources:
         raise ValueError("task.data.knowledge.sources: needs at least one source")
     if cfg.knowledge.format not in KNOWLEDGE_FORMATS:
-        raise ValueError(f"task.data.knowledge.format: unknown {cfg.knowledge.format!r}; expected one of {list(KNOWLEDGE_FORMATS)}")
+        raise ValueError(
+            f"task.data.knowledge.format: unknown {cfg.knowledge.format!r}; expected one of {list(KNOWLEDGE_FORMATS)}"
+        )
     for skill in roles.values():
         sizes = cfg.sizes.get(skill)
         if sizes is None:
@@ -189,7 +198,7 @@ def _arith_counts(a: ArithmeticConfig) -> list[tuple[str, int]]:
 
 def _arith_decode(a: ArithmeticConfig, idx: int) -> dict:
     r = a.max_operand - a.min_operand + 1
-    for op, count in _arith_counts(a):
+    for op, count in _arith_counts(a):  # noqa: B007 - `op` is read after the break
         if idx < count:
             break
         idx -= count
@@ -220,7 +229,7 @@ def _word_templates(m: int) -> list[tuple[str, np.ndarray, bool]]:
 
 def _word_decode(templates, idx: int) -> dict:
     per_story = len(NAMES) * len(ITEMS)
-    for name, rows, story in templates:
+    for name, rows, story in templates:  # noqa: B007 - `name` is read after the break
         count = len(rows) * (per_story if story else 1)
         if idx < count:
             break
@@ -238,11 +247,15 @@ def _word_decode(templates, idx: int) -> dict:
     c = rest[0]
     person, pron, item = NAMES[who], PRONOUNS[who], ITEMS[what]
     if name == "story_gain":
-        q = (f"{person} has {a} {item}. {pron} gets {b} more and then gives away {c}. "
-             f"How many {item} does {person} have now?")
+        q = (
+            f"{person} has {a} {item}. {pron} gets {b} more and then gives away {c}. "
+            f"How many {item} does {person} have now?"
+        )
         return {"question": q, "answer": str(a + b - c)}
-    q = (f"{person} had {a} {item} and gave away {b}. Then {pron.lower()} bought {c} more. "
-         f"How many {item} does {person} have now?")
+    q = (
+        f"{person} had {a} {item} and gave away {b}. Then {pron.lower()} bought {c} more. "
+        f"How many {item} does {person} have now?"
+    )
     return {"question": q, "answer": str(a - b + c)}
 
 
@@ -254,7 +267,11 @@ def _knowledge_facts(k: KnowledgeConfig) -> list[dict]:
             raise ValueError(f"task.data.knowledge.root: {path} not found")
         for line, r in read_jsonl_numbered(path):
             options = [r.get(f"option{j}") for j in range(1, 5)]
-            if any(o is None for o in options) or r.get("answer") not in options or not isinstance(r.get("question"), str):
+            if (
+                any(o is None for o in options)
+                or r.get("answer") not in options
+                or not isinstance(r.get("question"), str)
+            ):
                 raise ValueError(f"{path}:{line}: needs question and option1..option4 with the answer among them")
             facts.append({"question": r["question"], "answer": r["answer"], "options": options, "source": source})
     return facts
@@ -266,7 +283,9 @@ def skill_universe(skill: str, cfg: TaskDataConfig) -> int:
         return sum(c for _, c in _arith_counts(cfg.arithmetic))
     if skill == "word_math":
         per_story = len(NAMES) * len(ITEMS)
-        return sum(len(rows) * (per_story if story else 1) for _, rows, story in _word_templates(cfg.word_math.max_number))
+        return sum(
+            len(rows) * (per_story if story else 1) for _, rows, story in _word_templates(cfg.word_math.max_number)
+        )
     if skill == "knowledge":
         return len(_knowledge_facts(cfg.knowledge))
     raise ValueError(f"unknown skill {skill!r}; expected one of {list(SKILLS)}")
@@ -297,8 +316,9 @@ def _balanced_picks(counts: Sequence[int], total: int, rng: np.random.Generator)
             left -= add
         open_ = [j for j in open_ if share[j] < counts[j]]
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    picks = np.concatenate([offsets[j] + rng.choice(counts[j], size=share[j], replace=False)
-                            for j in range(len(counts)) if share[j]])
+    picks = np.concatenate(
+        [offsets[j] + rng.choice(counts[j], size=share[j], replace=False) for j in range(len(counts)) if share[j]]
+    )
     return picks[rng.permutation(len(picks))]
 
 
@@ -324,7 +344,9 @@ def generate_skill(skill: str, cfg: TaskDataConfig, seed: int) -> dict[str, list
         records = [_word_decode(templates, int(i)) for i in _balanced_picks(counts, total, rng)]
     else:
         facts = _knowledge_facts(cfg.knowledge)
-        records = [_mc_item(facts[int(i)], rng, cfg.knowledge.format) for i in rng.choice(have, size=total, replace=False)]
+        records = [
+            _mc_item(facts[int(i)], rng, cfg.knowledge.format) for i in rng.choice(have, size=total, replace=False)
+        ]
     out, start = {}, 0
     for split in SPLITS:
         n = int(sizes[split])
@@ -349,8 +371,10 @@ def make_task_sets(cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
     retain = skills["similar"]["train"] + skills["unrelated"]["train"]
     full = skills["forget"]["train"] + retain
     if cfg.knowledge_facts and "knowledge" in roles.values():
-        full += [{"question": f["question"], "answer": f["answer"], "skill": "knowledge_fact"}
-                 for f in _knowledge_facts(cfg.knowledge)]
+        full += [
+            {"question": f["question"], "answer": f["answer"], "skill": "knowledge_fact"}
+            for f in _knowledge_facts(cfg.knowledge)
+        ]
     unrelated = skills["unrelated"]["eval"]
     if roles["unrelated"] == "knowledge":
         by_source = {s: [r for r in unrelated if r["source"] == s] for s in KNOWLEDGE_SOURCES}

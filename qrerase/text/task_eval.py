@@ -7,7 +7,8 @@ items, of the option chosen by likelihood (:func:`choose_options`), and the mean
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,8 +70,9 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     }
 
 
-def option_losses(model, tokenizer, template, records: Sequence[Mapping[str, Any]],
-                  eval_cfg) -> list[list[tuple[float, int]]]:
+def option_losses(
+    model, tokenizer, template, records: Sequence[Mapping[str, Any]], eval_cfg
+) -> list[list[tuple[float, int]]]:
     """Per record, ``(sum_nll, n_tokens)`` of each of ``record["options"]`` as the answer to
     ``record["question"]`` (:func:`qrerase.text.evaluation.answer_losses`, all options in one call)."""
     from .evaluation import answer_losses
@@ -95,7 +97,7 @@ def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, An
     return _picked(records, option_losses(model, tokenizer, template, records, eval_cfg))
 
 
-def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> "Any":
+def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> Any:
     """Wide frame for the task table: one row per model (in ``models`` order), columns
     ``<role>_accuracy`` and ``<role>_nll`` from tidy rows (``model, role, accuracy, nll``)."""
     import pandas as pd

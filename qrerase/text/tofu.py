@@ -27,7 +27,7 @@ perturbed answers of a question)
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -174,7 +174,9 @@ def metrics_frame(log: Mapping, reference_log: Mapping | None = None, model: str
     rows += [(model, f"{name}_nll", answer_nll(log[FILES[name]])) for name in ("forget", "retain")]
     rows.append((model, "model_utility", model_utility(log)))
     if reference_log is not None:
-        rows.append((model, "forget_quality", forget_quality(log, reference_log, name=model, reference_name="reference")))
+        rows.append(
+            (model, "forget_quality", forget_quality(log, reference_log, name=model, reference_name="reference"))
+        )
     return pd.DataFrame(rows, columns=["model", "metric", "value"]).astype({"value": "float64"})
 
 

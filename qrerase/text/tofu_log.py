@@ -38,8 +38,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -219,7 +220,9 @@ def _validate_set(log_set: Any, where: str) -> None:
             continue
         for q, v in log_set[field].items():
             if not _finite_number(v):
-                raise ValueError(f"{where}, field {field!r}, question {q}: value {v!r} is not a finite number (NaN/Inf?)")
+                raise ValueError(
+                    f"{where}, field {field!r}, question {q}: value {v!r} is not a finite number (NaN/Inf?)"
+                )
             if float(v) < 0:
                 raise ValueError(f"{where}, field {field!r}, question {q}: negative value {v!r}")
             if field in _SCALAR_SCORE_FIELDS and float(v) > 1:
@@ -229,10 +232,14 @@ def _validate_set(log_set: Any, where: str) -> None:
             continue
         for q, v in log_set[field].items():
             if not isinstance(v, _SEQ) or len(v) == 0:
-                raise ValueError(f"{where}, field {field!r}, question {q}: expected a non-empty list of losses, got {v!r}")
+                raise ValueError(
+                    f"{where}, field {field!r}, question {q}: expected a non-empty list of losses, got {v!r}"
+                )
             for x in v:
                 if not _finite_number(x):
-                    raise ValueError(f"{where}, field {field!r}, question {q}: loss {x!r} is not a finite number (NaN/Inf?)")
+                    raise ValueError(
+                        f"{where}, field {field!r}, question {q}: loss {x!r} is not a finite number (NaN/Inf?)"
+                    )
                 if float(x) < 0:
                     raise ValueError(f"{where}, field {field!r}, question {q}: negative loss {x!r}")
     for field in _LIST_FIELDS_LIKE_PERTURB:
@@ -248,7 +255,10 @@ def _validate_set(log_set: Any, where: str) -> None:
     for q, v in log_set["generated_text"].items():
         if not isinstance(v, _SEQ) or len(v) != 3 or not all(isinstance(s, str) for s in v):
             raise ValueError(
-                f"{where}, field 'generated_text', question {q}: expected [prompt, generation, ground truth] strings, got {v!r}"[:400]
+                (
+                    f"{where}, field 'generated_text', question {q}: "
+                    f"expected [prompt, generation, ground truth] strings, got {v!r}"
+                )[:400]
             )
 
 
@@ -267,7 +277,9 @@ def validate_log(log: Mapping, source: str = "<log>", sets: tuple[str, ...] | No
     wanted = [_set_key(s) for s in sets] if sets is not None else list(FILES.values())
     for fname in wanted:
         if fname not in log:
-            raise ValueError(f"{source}: missing TOFU set {fname} ({_FILE_TO_SET[fname]}); found keys {sorted(map(str, log))}")
+            raise ValueError(
+                f"{source}: missing TOFU set {fname} ({_FILE_TO_SET[fname]}); found keys {sorted(map(str, log))}"
+            )
         _validate_set(log[fname], f"{source}: {fname} ({_FILE_TO_SET[fname]})")
 
 

@@ -84,10 +84,15 @@ def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_reta
         base_nll = float(base[column].iloc[0])
         ok = grp[grp[column] - base_nll <= max_rise]
         best = ok.sort_values("scale").iloc[-1]
-        rows.append({
-            "method": method, "rank": int(rank), "selected_scale": float(best["scale"]),
-            "base_nll": base_nll, "selected_nll": float(best[column]),
-        })
+        rows.append(
+            {
+                "method": method,
+                "rank": int(rank),
+                "selected_scale": float(best["scale"]),
+                "base_nll": base_nll,
+                "selected_nll": float(best[column]),
+            }
+        )
     return pd.DataFrame(rows, columns=["method", "rank", "selected_scale", "base_nll", "selected_nll"])
 
 
@@ -101,8 +106,16 @@ def point_reference(reference_dir, lang: str | None = None) -> dict:
     return load_log(Path(reference_dir) / lang if lang else reference_dir)
 
 
-def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]],
-                        tune_set: Sequence[Mapping[str, Any]], reference_log: Mapping, cfg, meta: Mapping[str, Any]) -> pd.DataFrame:
+def evaluate_text_point(
+    model,
+    tokenizer,
+    template,
+    eval_sets: Mapping[str, Sequence[Mapping[str, Any]]],
+    tune_set: Sequence[Mapping[str, Any]],
+    reference_log: Mapping,
+    cfg,
+    meta: Mapping[str, Any],
+) -> pd.DataFrame:
     """One text-track point: the TOFU protocol on ``eval_sets`` (Model Utility, Forget Quality against
     ``reference_log``, the twelve components, forget/retain answer NLL) plus ``tune_retain_nll``, the
     mean answer NLL on the held-out retain slice ``tune_set``. Returns a one-row frame:
@@ -118,7 +131,9 @@ def evaluate_text_point(model, tokenizer, template, eval_sets: Mapping[str, Sequ
     row = {c: meta.get(c) for c in POINT_COLUMNS}
     row.update(dict(zip(metrics["metric"], metrics["value"])))
     if tune_set:
-        row["tune_retain_nll"] = mean_answer_nll(answer_losses(model, tokenizer, template, [qa_pair(r) for r in tune_set], cfg))
+        row["tune_retain_nll"] = mean_answer_nll(
+            answer_losses(model, tokenizer, template, [qa_pair(r) for r in tune_set], cfg)
+        )
     else:
         row["tune_retain_nll"] = float("nan")
     return pd.DataFrame([row])
@@ -133,7 +148,9 @@ def tradeoff_frame(points: pd.DataFrame) -> pd.DataFrame:
     base = df[(df["family"] == "subspace") & (df["scale"] == 0)].groupby("group", sort=False)["model_utility"].first()
     missing = sorted(set(df["group"]) - set(base.index))
     if missing:
-        raise ValueError(f"tradeoff_frame: group(s) {missing} have no scale-0 point (the unedited model; add 0 to tradeoff.scales)")
+        raise ValueError(
+            f"tradeoff_frame: group(s) {missing} have no scale-0 point (the unedited model; add 0 to tradeoff.scales)"
+        )
     # an unedited model with zero utility (harmonic mean of a zero component) has no relative scale
     df["utility_rel"] = df["model_utility"] / df["group"].map(base.where(base > 0))
     order = {m: i for i, m in enumerate(dict.fromkeys(df["method"]))}

@@ -14,14 +14,14 @@ with the same seed, data and thread count give bit-identical weights.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
 import sys
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -82,15 +82,23 @@ class TrainConfig:
     def __post_init__(self):
         if self.epochs < 0 or self.batch_size < 1 or self.lr < 0 or not 0 <= self.warmup_ratio <= 1:
             raise ValueError(f"invalid training config: {self}")
-        if self.micro_batch_size is not None and not (isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1):
-            raise ValueError(f"training config: 'micro_batch_size' must be an integer >= 1 or null, got {self.micro_batch_size!r}")
+        if self.micro_batch_size is not None and not (
+            isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1
+        ):
+            raise ValueError(
+                f"training config: 'micro_batch_size' must be an integer >= 1 or null, got {self.micro_batch_size!r}"
+            )
         if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0):
-            raise ValueError(f"training config: 'checkpoint_every' must be an integer >= 0, got {self.checkpoint_every!r}")
+            raise ValueError(
+                f"training config: 'checkpoint_every' must be an integer >= 0, got {self.checkpoint_every!r}"
+            )
         if self.backend not in ("ddp", "fsdp", "deepspeed"):
-            raise ValueError(f"training config: 'backend' must be one of ['ddp', 'fsdp', 'deepspeed'], got {self.backend!r}")
+            raise ValueError(
+                f"training config: 'backend' must be one of ['ddp', 'fsdp', 'deepspeed'], got {self.backend!r}"
+            )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         return from_mapping(cls, d, "training config")
 
 
@@ -114,7 +122,7 @@ class LoraTrainConfig:
         self.target_modules = tuple(self.target_modules)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LoraTrainConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> LoraTrainConfig:
         return from_mapping(cls, d, "LoRA training config")
 
 
@@ -125,7 +133,11 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
             (decay if p.ndim >= 2 else no_decay).append(p)
     if not decay and not no_decay:
         raise ValueError("model has no trainable parameters")
-    groups = [g for g in ({"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    groups = [
+        g
+        for g in ({"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
     kwargs = dict(lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
     try:  # fused CPU/GPU kernel (torch >= 2.4): much less per-step overhead for many small tensors
         return torch.optim.AdamW(groups, fused=True, **kwargs)
@@ -133,10 +145,18 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, **kwargs)
 
 
-def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
-                loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]], desc: str = "train",
-                stop: Callable[[int], bool] | None = None, split: Callable[[Any, int], list] | None = None,
-                optimizer: str = "adamw", schedule: str = "linear", frozen: Sequence[Any] = ()) -> list[dict]:
+def train_steps(
+    model,
+    cfg: TrainConfig,
+    steps: Sequence[tuple[int, Any]],
+    loss_fn: Callable[[Any], tuple[torch.Tensor, Mapping[str, float]]],
+    desc: str = "train",
+    stop: Callable[[int], bool] | None = None,
+    split: Callable[[Any, int], list] | None = None,
+    optimizer: str = "adamw",
+    schedule: str = "linear",
+    frozen: Sequence[Any] = (),
+) -> list[dict]:
     """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines, on HF Accelerate.
 
     ``steps`` lists one ``(epoch, payload)`` per optimiser step (epoch 1-based); ``loss_fn(payload)``
@@ -163,8 +183,8 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     :func:`qrerase.engine.current_resume_dir` (``desc``), from which a restarted run continues;
     the state is removed when the loop ends. On return every rank's ``model`` holds the full trained
     weights as plain tensors in its original dtype. ``frozen``: frozen models the loss evaluates (a
-    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss`` is the sum of the parts'
-    losses over all ranks; the terms are the mean of the live parts' terms.
+    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss``
+    is the sum of the parts' losses over all ranks; the terms are the mean of the live parts' terms.
     """
     from .. import engine
     from ..checkpoints import model_device
@@ -185,8 +205,10 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     _, acc = engine.micro_plan(cfg.batch_size, cfg.micro_batch_size, world)
     parts = world * acc
     if parts > 1 and split is None:
-        raise ValueError(f"{desc}: this loss cannot be split into micro-batches; set micro_batch_size to batch_size "
-                         f"({cfg.batch_size}) and run one process")
+        raise ValueError(
+            f"{desc}: this loss cannot be split into micro-batches; set micro_batch_size to batch_size "
+            f"({cfg.batch_size}) and run one process"
+        )
     trained = [p for p in model.parameters() if p.requires_grad]
     if not trained:
         raise ValueError("model has no trainable parameters")
@@ -196,7 +218,7 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     if dtype != torch.float32:
         model.float()  # float32 master weights (and so float32 gradients and optimiser states)
     if cfg.gradient_checkpointing:
-        _set_checkpointing(model, True)
+        engine.set_checkpointing(model, True)
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
@@ -209,20 +231,30 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
         engine.load_latest(accelerator, resume)
     rows = progress.rows
     model.train()
-    bar = tqdm(total=total, initial=progress.step, desc=desc, file=sys.stderr, mininterval=1.0, dynamic_ncols=True,
-               leave=False, disable=not accelerator.is_main_process)
+    bar = tqdm(
+        total=total,
+        initial=progress.step,
+        desc=desc,
+        file=sys.stderr,
+        mininterval=1.0,
+        dynamic_ncols=True,
+        leave=False,
+        disable=not accelerator.is_main_process,
+    )
     try:
         for step, (epoch, payload) in enumerate(steps, start=1):
             if step <= progress.step:
                 continue
             if parts == 1:
-                loss, terms = wrapped(lambda: loss_fn(payload))
+                loss, terms = wrapped(lambda payload=payload: loss_fn(payload))
                 opt.zero_grad(set_to_none=True)
                 accelerator.backward(loss)
                 value = float(loss.detach())
             else:
                 opt.zero_grad(set_to_none=True)
-                value, terms = _accumulate(accelerator, wrapped, split(payload, parts)[rank * acc:(rank + 1) * acc], world)
+                value, terms = engine.accumulate(
+                    accelerator, wrapped, split(payload, parts)[rank * acc : (rank + 1) * acc], world
+                )
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:
                 accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
             lr = opt.param_groups[0]["lr"]
@@ -230,7 +262,15 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
             scheduler.step()
             if not math.isfinite(value):
                 raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
-            rows.append({"step": step, "epoch": int(epoch), "loss": value, "lr": float(lr), **{k: float(v) for k, v in terms.items()}})
+            rows.append(
+                {
+                    "step": step,
+                    "epoch": int(epoch),
+                    "loss": value,
+                    "lr": float(lr),
+                    **{k: float(v) for k, v in terms.items()},
+                }
+            )
             progress.step = step
             bar.update(1)
             if step % 10 == 0 or step == total:
@@ -253,41 +293,6 @@ def train_steps(model, cfg: TrainConfig, steps: Sequence[tuple[int, Any]],
     return rows
 
 
-def _accumulate(accelerator, wrapped, thunks, world: int):
-    """Forward/backward of this rank's micro-batch thunks with gradient accumulation (the engine's
-    all-reduce only after the last one); returns (summed loss over all ranks, mean terms)."""
-    total = torch.zeros((), dtype=torch.float64)
-    sums: dict[str, float] = {}
-    for j, thunk in enumerate(thunks):
-        sync = j == len(thunks) - 1
-        with contextlib.nullcontext() if sync else accelerator.no_sync(wrapped):
-            loss, terms = wrapped(thunk)
-            accelerator.backward(loss * world if world > 1 else loss)
-        total += float(loss.detach())
-        for k, v in terms.items():
-            sums[k] = sums.get(k, 0.0) + float(v)
-    keys = sorted(sums)
-    vec = torch.tensor([float(total)] + [sums[k] / len(thunks) for k in keys], dtype=torch.float64)
-    if world > 1:
-        vec = accelerator.reduce(vec.to(accelerator.device), reduction="sum").cpu()
-        vec[1:] /= world
-    return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}
-
-
-def _set_checkpointing(model, on: bool) -> None:
-    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old names are deprecated)
-        enable, disable, key = base.activation_checkpointing_enable, base.activation_checkpointing_disable, "activation_checkpointing_kwargs"
-    elif hasattr(base, "gradient_checkpointing_enable"):
-        enable, disable, key = base.gradient_checkpointing_enable, base.gradient_checkpointing_disable, "gradient_checkpointing_kwargs"
-    else:
-        raise ValueError(f"training config: 'gradient_checkpointing' is not supported by {type(base).__name__}")
-    if on:
-        enable(**{key: {"use_reentrant": False}})
-    else:
-        disable()
-
-
 def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
     """Leave ``model`` plain: full tensors (FSDP2 gathered), checkpointing off, original dtype."""
     from .. import engine
@@ -295,7 +300,7 @@ def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: b
     if sharded:
         engine.unshard(model)
     if cfg.gradient_checkpointing:
-        _set_checkpointing(model, False)
+        engine.set_checkpointing(model, False)
     if dtype != torch.float32:
         model.to(dtype)
     accelerator.free_memory()
@@ -317,8 +322,14 @@ def epoch_steps(lengths: Sequence[int], batch_size: int, epochs: int, seed: int)
     return [(epoch + 1, idx) for epoch in range(epochs) for idx in epoch_batches(lengths, batch_size, seed, epoch)]
 
 
-def train_causal_lm(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
-                    cfg: TrainConfig, desc: str = "train") -> pd.DataFrame:
+def train_causal_lm(
+    model,
+    tokenizer,
+    records: Sequence[Mapping[str, Any]],
+    template: PromptTemplate,
+    cfg: TrainConfig,
+    desc: str = "train",
+) -> pd.DataFrame:
     """Train ``model`` on QA ``records`` (``question``/``answer`` keys) with the answer-only loss.
 
     Each epoch draws new length-bucketed batches (seeded by ``cfg.seed`` and the epoch); the loss of a
@@ -389,8 +400,14 @@ def add_lora(model, cfg: LoraTrainConfig):
     return get_peft_model(model, lora)
 
 
-def train_lora(model, tokenizer, records: Sequence[Mapping[str, Any]], template: PromptTemplate,
-               cfg: LoraTrainConfig, desc: str = "lora"):
+def train_lora(
+    model,
+    tokenizer,
+    records: Sequence[Mapping[str, Any]],
+    template: PromptTemplate,
+    cfg: LoraTrainConfig,
+    desc: str = "lora",
+):
     """Add LoRA adapters to ``model`` (:func:`add_lora`; the base is modified in place and frozen)
     and train them on ``records``. Returns ``(peft_model, loss_frame)``.
     """

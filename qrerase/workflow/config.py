@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import copy
 import math
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .. import registry
 
@@ -71,7 +72,7 @@ def _inject(node: Any) -> Any:
     return node
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_schema(path: str) -> dict:
     import yaml
 
@@ -99,7 +100,7 @@ def check_finite(node: Any, key: str = "") -> None:
             check_finite(v, f"{key}.{i}" if key else str(i))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(path: str):
     """Draft 2020-12 validator whose ``integer`` is an ``int``: JSON Schema counts 2.0 as an integer,
     but a rank, epoch count or batch size written 2.0 would reach the jobs as a float."""
@@ -121,7 +122,8 @@ def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     errors = list(_validator(str(schema_path)).iter_errors(cfg))
     paths = [tuple(str(p) for p in e.absolute_path) for e in errors]
     kept = [
-        (path, e) for path, e in zip(paths, errors)
+        (path, e)
+        for path, e in zip(paths, errors)
         if e.validator != "unevaluatedProperties"
         or not any(len(other) > len(path) and other[: len(path)] == path for other in paths)
     ]
@@ -272,9 +274,7 @@ def check_speech(cfg: Mapping) -> None:
     if sp.get("forget_speakers") is not None and len(set(sp["forget_speakers"])) >= len(speakers):
         raise ConfigError("config key 'speech.forget_speakers': at least one speaker must be retained")
     if sp["top_k"] > len(speakers):
-        raise ConfigError(
-            f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})"
-        )
+        raise ConfigError(f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})")
 
 
 def check_baselines(cfg: Mapping) -> None:

@@ -11,8 +11,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..config import model_options
 from . import provenance
@@ -41,7 +42,7 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     """
     main = is_main_process()
     log_file = snakemake.log[0] if len(snakemake.log) and main else None
-    stream = open(log_file, "a", encoding="utf-8") if log_file else sys.stderr  # noqa: SIM115
+    stream = open(log_file, "a", encoding="utf-8") if log_file else sys.stderr  # closed at the end (unless stderr)
     old_out, old_err = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = stream
     handler = logging.StreamHandler(stream)

@@ -26,8 +26,9 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .provenance import config_subset
 
@@ -87,8 +88,16 @@ def launcher(processes: int, device: str, python: str, accelerate: str, config_f
         raise ValueError(f"resources.<kind>.processes: expected an integer >= 1, got {processes!r}")
     if processes == 1:
         return shlex.quote(python)
-    parts = [accelerate, "launch", "--num_processes", str(processes), "--main_process_port", "0",
-             "--config_file", config_file]
+    parts = [
+        accelerate,
+        "launch",
+        "--num_processes",
+        str(processes),
+        "--main_process_port",
+        "0",
+        "--config_file",
+        config_file,
+    ]
     prefix = "ACCELERATE_USE_CPU=true " if device == "cpu" else ""
     return prefix + " ".join(shlex.quote(p) for p in parts)
 

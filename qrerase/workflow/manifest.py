@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .provenance import MANIFEST, RECORD_DIR, SCHEMA, Problem, hash_path, load_records, record_path
 
@@ -44,8 +45,12 @@ def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dic
             continue
         out = next(o for o in rec["outputs"] if o["path"] == path)
         artifacts[path] = {
-            "kind": out["kind"], "sha256": out["sha256"], "bytes": out["bytes"], "rule": rec["rule"],
-            "wildcards": rec.get("wildcards", {}), "record": record_path(path).as_posix(),
+            "kind": out["kind"],
+            "sha256": out["sha256"],
+            "bytes": out["bytes"],
+            "rule": rec["rule"],
+            "wildcards": rec.get("wildcards", {}),
+            "record": record_path(path).as_posix(),
         }
         for inp in rec["inputs"]:
             edges.add((inp["path"], path, inp["sha256"]))
@@ -53,8 +58,12 @@ def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dic
                 todo.append(inp["path"])
             elif inp["path"] not in artifacts:
                 artifacts[inp["path"]] = {
-                    "kind": inp["kind"], "sha256": inp["sha256"], "bytes": inp["bytes"], "rule": None,
-                    "wildcards": {}, "record": None,
+                    "kind": inp["kind"],
+                    "sha256": inp["sha256"],
+                    "bytes": inp["bytes"],
+                    "rule": None,
+                    "wildcards": {},
+                    "record": None,
                 }
     return {
         "schema": SCHEMA,
@@ -79,20 +88,28 @@ def workdir_of(results_dir: str | os.PathLike) -> Path:
     """
     lexical = Path(os.path.abspath(results_dir)).parent
     here = Path.cwd()
-    if lexical != here and (here / "results").is_dir() and Path(results_dir).is_dir() \
-            and (here / "results").samefile(results_dir) and (here / "results").is_symlink():
+    if (
+        lexical != here
+        and (here / "results").is_dir()
+        and Path(results_dir).is_dir()
+        and (here / "results").samefile(results_dir)
+        and (here / "results").is_symlink()
+    ):
         return here
     return lexical
 
 
-def audit(results_dir: str | os.PathLike, workdir: str | os.PathLike | None = None) -> tuple[list[Problem], dict[str, int]]:
+def audit(
+    results_dir: str | os.PathLike, workdir: str | os.PathLike | None = None
+) -> tuple[list[Problem], dict[str, int]]:
     """Re-hash every recorded artifact and check every record, input → output link and the manifest.
 
     ``results_dir`` is the workflow's ``results/`` folder (a symlink to scratch is fine); record paths
-    are relative to the Snakemake working directory, ``workdir`` or else :func:`workdir_of`. Returns ``(problems, counts)``; no problems means that every
-    output still has the hash its record holds, every input still has the hash it had when it was
-    used, every produced input's hash equals the hash its own producer recorded (no job consumed an
-    older version of an artifact that was re-made since), and the manifest agrees with the records.
+    are relative to the Snakemake working directory, ``workdir`` or else :func:`workdir_of`. Returns
+    ``(problems, counts)``; no problems means that every output still has the hash its record holds,
+    every input still has the hash it had when it was used, every produced input's hash equals the hash
+    its own producer recorded (no job consumed an older version of an artifact that was re-made since),
+    and the manifest agrees with the records.
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -128,17 +145,30 @@ def audit(results_dir: str | os.PathLike, workdir: str | os.PathLike | None = No
             if producer is not None:
                 made = next(o for o in producer["outputs"] if o["path"] == ipath)["sha256"]
                 if made != used:
-                    problems.append(Problem(path, (
-                        f"produced from input {ipath} whose recorded hash {_short(used)} is not the hash its "
-                        f"producer (rule {producer['rule']}) recorded, {_short(made)}: the input was re-made since")))
+                    problems.append(
+                        Problem(
+                            path,
+                            (
+                                f"produced from input {ipath} whose recorded hash {_short(used)} is not the hash its "
+                                f"producer (rule {producer['rule']}) recorded, {_short(made)}: "
+                                "the input was re-made since"
+                            ),
+                        )
+                    )
                     continue
             now_in = current(ipath)
             if now_in is None:
                 problems.append(Problem(path, f"produced from input {ipath}, which is missing"))
             elif now_in != used:
-                problems.append(Problem(path, (
-                    f"produced from input {ipath} whose hash no longer matches "
-                    f"(recorded {_short(used)}, now {_short(now_in)})")))
+                problems.append(
+                    Problem(
+                        path,
+                        (
+                            f"produced from input {ipath} whose hash no longer matches "
+                            f"(recorded {_short(used)}, now {_short(now_in)})"
+                        ),
+                    )
+                )
 
     manifest = root / MANIFEST
     n_manifest = 0
@@ -157,12 +187,24 @@ def audit(results_dir: str | os.PathLike, workdir: str | os.PathLike | None = No
             elif rec is not None:
                 made = next(o for o in rec["outputs"] if o["path"] == path)["sha256"]
                 if made != node.get("sha256"):
-                    problems.append(Problem(path, (
-                        f"manifest hash {_short(node.get('sha256'))} differs from its record's {_short(made)} "
-                        "(re-made after the manifest was built)")))
+                    problems.append(
+                        Problem(
+                            path,
+                            (
+                                f"manifest hash {_short(node.get('sha256'))} differs from its record's {_short(made)} "
+                                "(re-made after the manifest was built)"
+                            ),
+                        )
+                    )
             elif current(path) != node.get("sha256"):
-                problems.append(Problem(path, (
-                    f"source file of the manifest changed (sha256 recorded {_short(node.get('sha256'))}, "
-                    f"now {_short(current(path))})")))
+                problems.append(
+                    Problem(
+                        path,
+                        (
+                            f"source file of the manifest changed (sha256 recorded {_short(node.get('sha256'))}, "
+                            f"now {_short(current(path))})"
+                        ),
+                    )
+                )
     unique = list(dict.fromkeys(problems))
     return unique, {"records": len(records), "artifacts": len(cache), "manifest_artifacts": n_manifest}

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -56,7 +57,9 @@ class ModelShape:
     def __post_init__(self):
         for key in ("layers", "hidden", "intermediate", "heads", "kv_heads", "experts", "experts_per_token"):
             if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ValueError(f"model shape {self.name!r}: {key} must be an integer >= 1, got {getattr(self, key)!r}")
+                raise ValueError(
+                    f"model shape {self.name!r}: {key} must be an integer >= 1, got {getattr(self, key)!r}"
+                )
         if self.vocab < 0 or self.heads % self.kv_heads:
             raise ValueError(f"model shape {self.name!r}: vocab must be >= 0 and heads a multiple of kv_heads")
 
@@ -90,8 +93,18 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
         ModelShape("CohereForAI/aya-23-8B", 32, 4096, 14336, 256000, 32, 8, tied_embeddings=True),
         ModelShape("meta-llama/Llama-2-7b-chat-hf", 32, 4096, 11008, 32000, 32, 32),
         ModelShape("microsoft/phi-1_5", 24, 2048, 8192, 51200, 32, 32, gated_mlp=False, params=1_418_270_720),
-        ModelShape("facebook/hubert-xlarge-ll60k", 48, 1280, 5120, 0, 16, 16, gated_mlp=False,
-                   frames_per_second=50, params=964_000_000),
+        ModelShape(
+            "facebook/hubert-xlarge-ll60k",
+            48,
+            1280,
+            5120,
+            0,
+            16,
+            16,
+            gated_mlp=False,
+            frames_per_second=50,
+            params=964_000_000,
+        ),
     )
 }
 
@@ -109,6 +122,7 @@ def shape_from_hf_config(cfg: Mapping[str, Any], name: str) -> ModelShape:
     """A shape from a transformers ``config.json`` dict (Llama, Mistral, Mixtral, Cohere, Phi, GPT-2,
     HuBERT, ...): the fields under any of their :data:`HF_KEYS` spellings; a missing MLP width is
     4 x hidden (GPT-2's ``n_inner: null``)."""
+
     def first(field):
         return next((cfg[k] for k in HF_KEYS[field] if cfg.get(k) is not None), None)
 
@@ -118,8 +132,12 @@ def shape_from_hf_config(cfg: Mapping[str, Any], name: str) -> ModelShape:
             raise ValueError(f"{name}: config.json has none of {HF_KEYS[field]}; declare model.shape in the config")
     model_type = str(cfg.get("model_type", ""))
     return ModelShape(
-        name=name, layers=layers, hidden=hidden, intermediate=first("intermediate") or 4 * hidden,
-        vocab=0 if model_type == "hubert" else int(cfg.get("vocab_size") or 0), heads=heads,
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        intermediate=first("intermediate") or 4 * hidden,
+        vocab=0 if model_type == "hubert" else int(cfg.get("vocab_size") or 0),
+        heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads,
         experts=cfg.get("num_local_experts") or cfg.get("num_experts") or 1,
         experts_per_token=cfg.get("num_experts_per_tok") or 1,
@@ -138,17 +156,25 @@ def resolve_shape(model_cfg: Mapping[str, Any], tiny_vocab: int | None = None) -
         return ModelShape(name=str(name), **dict(declared))
     if name is None:
         t = model_cfg.get("tiny") or {}
-        return ModelShape("tiny", t.get("num_hidden_layers", 3), t.get("hidden_size", 128),
-                          t.get("intermediate_size", 512), tiny_vocab or 3000, t.get("num_attention_heads", 4),
-                          t.get("num_key_value_heads", t.get("num_attention_heads", 4)),
-                          tied_embeddings=bool(t.get("tie_word_embeddings", False)))
+        return ModelShape(
+            "tiny",
+            t.get("num_hidden_layers", 3),
+            t.get("hidden_size", 128),
+            t.get("intermediate_size", 512),
+            tiny_vocab or 3000,
+            t.get("num_attention_heads", 4),
+            t.get("num_key_value_heads", t.get("num_attention_heads", 4)),
+            tied_embeddings=bool(t.get("tie_word_embeddings", False)),
+        )
     local = Path(str(name)) / "config.json"
     if local.is_file():
         return shape_from_hf_config(json.loads(local.read_text()), str(name))
     if name in KNOWN_SHAPES:
         return KNOWN_SHAPES[name]
-    raise ValueError(f"model.name_or_path {name!r}: no local config.json and not a known model "
-                     f"({', '.join(sorted(KNOWN_SHAPES))}); declare model.shape in the config")
+    raise ValueError(
+        f"model.name_or_path {name!r}: no local config.json and not a known model "
+        f"({', '.join(sorted(KNOWN_SHAPES))}); declare model.shape in the config"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,9 +365,13 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
             note = f"does not fit one node ({node.gpus} x {node.gpu_mem_gb:g} GB)"
             if job.kind == "train":
                 stage = job.name.rpartition(":")[2]
-                note += ("; use finetune.mode: lora" if stage in ("finetune", "pretrain") else
-                         "; use baselines.mode: lora" if stage in ("ga", "graddiff", "kl", "npo", "dpo", "flat")
-                         else "; needs more than one node (this baseline has no LoRA mode)")
+                note += (
+                    "; use finetune.mode: lora"
+                    if stage in ("finetune", "pretrain")
+                    else "; use baselines.mode: lora"
+                    if stage in ("ga", "graddiff", "kl", "npo", "dpo", "flat")
+                    else "; needs more than one node (this baseline has no LoRA mode)"
+                )
         elif needed > job.processes:
             note = f"needs processes >= {needed}"
         else:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, ModelShape, Node, plan_job, resolve_shape
 
@@ -26,8 +27,16 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 KINDS = ("train", "evaluate", "linalg", "light")
 #: sequences per example and frozen reference copies of each baseline (qrerase.baselines.*)
 BASELINE_SHAPE = {
-    "ga": (1, 0), "graddiff": (2, 0), "kl": (2, 1), "npo": (1, 1), "dpo": (2, 1), "flat": (2, 0),
-    "kga": (2, 3), "ku": (1, 0), "scrub": (2, 1), "bad_teaching": (2, 2),
+    "ga": (1, 0),
+    "graddiff": (2, 0),
+    "kl": (2, 1),
+    "npo": (1, 1),
+    "dpo": (2, 1),
+    "flat": (2, 0),
+    "kga": (2, 3),
+    "ku": (1, 0),
+    "scrub": (2, 1),
+    "bad_teaching": (2, 2),
 }
 FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
 GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12
@@ -57,12 +66,29 @@ def node_of(cfg: Mapping, device: str) -> Node:
     return Node(gpus, float(res.get("gpu_mem_gb", 80)), float(res.get("node_mem_gb", 1000)))
 
 
-def _train_job(name: str, section: Mapping, kind: str, procs: int, seqs: int = 1, refs: int = 0,
-               max_length: int = 512, lora_rank: int = 0, ckpt: bool | None = None) -> JobSpec:
-    return JobSpec(name, kind, batch_size=int(section["batch_size"]),
-                   max_length=int(section.get("max_length", max_length)), sequences=seqs, references=refs,
-                   lora_rank=lora_rank, checkpointing=bool(section.get("gradient_checkpointing", ckpt or False)),
-                   micro_batch_size=section.get("micro_batch_size"), processes=procs)
+def _train_job(
+    name: str,
+    section: Mapping,
+    kind: str,
+    procs: int,
+    seqs: int = 1,
+    refs: int = 0,
+    max_length: int = 512,
+    lora_rank: int = 0,
+    ckpt: bool | None = None,
+) -> JobSpec:
+    return JobSpec(
+        name,
+        kind,
+        batch_size=int(section["batch_size"]),
+        max_length=int(section.get("max_length", max_length)),
+        sequences=seqs,
+        references=refs,
+        lora_rank=lora_rank,
+        checkpointing=bool(section.get("gradient_checkpointing", ckpt or False)),
+        micro_batch_size=section.get("micro_batch_size"),
+        processes=procs,
+    )
 
 
 def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
@@ -82,8 +108,9 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
         lora_cfg.update(cfg.get("task", {}).get("lora") or {})
     ft_kind, ft_rank = ("lora", int(lora_cfg["r"])) if cfg["finetune"].get("mode") == "lora" else ("train", 0)
     jobs.append(("train", _train_job(f"{track}:finetune", ft, ft_kind, train_p, lora_rank=ft_rank), n))
-    jobs.append(("train", _train_job(f"{track}:lora", lora_cfg, "lora", train_p, lora_rank=int(lora_cfg["r"]),
-                                     ckpt=ckpt), n))
+    jobs.append(
+        ("train", _train_job(f"{track}:lora", lora_cfg, "lora", train_p, lora_rank=int(lora_cfg["r"]), ckpt=ckpt), n)
+    )
     if track == "task":
         baselines, bl = cfg.get("task", {}).get("baselines") or {}, {"mode": "full"}
     else:
@@ -94,16 +121,29 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
     for method in cfg.get("methods", {}).get(track, []):
         if method in BASELINE_SHAPE and baselines.get(method):
             seqs, refs = BASELINE_SHAPE[method]
-            job = _train_job(f"{track}:{method}", baselines[method], mode_kind, train_p, seqs, refs,
-                             max_length=int(bl.get("max_length", ft.get("max_length", 512))), lora_rank=rank,
-                             ckpt=ckpt)
+            job = _train_job(
+                f"{track}:{method}",
+                baselines[method],
+                mode_kind,
+                train_p,
+                seqs,
+                refs,
+                max_length=int(bl.get("max_length", ft.get("max_length", 512))),
+                lora_rank=rank,
+                ckpt=ckpt,
+            )
             jobs.append(("train", job, n))
     ev = (cfg.get("tofu", {}) if track != "task" else cfg.get("task", {})).get("evaluate") or {}
     if track == "crosslingual":
         ev = cfg.get("crosslingual", {}).get("evaluate") or ev
-    evaluate = JobSpec(f"{track}:evaluate", "infer", batch_size=int(ev.get("batch_size", 32)),
-                       max_length=int(ev.get("max_length", ft.get("max_length", 512))),
-                       new_tokens=int(ev.get("max_new_tokens", 200)), processes=eval_p)
+    evaluate = JobSpec(
+        f"{track}:evaluate",
+        "infer",
+        batch_size=int(ev.get("batch_size", 32)),
+        max_length=int(ev.get("max_length", ft.get("max_length", 512))),
+        new_tokens=int(ev.get("max_new_tokens", 200)),
+        processes=eval_p,
+    )
     jobs.append(("evaluate", evaluate, 4 * int(ev.get("max_questions", 300))))
     jobs.append(("linalg", JobSpec(f"{track}:factors", "linalg", lora_rank=int(lora_cfg["r"])), 0))
     jobs.append(("linalg", JobSpec(f"{track}:erase_merged", "linalg"), 0))
@@ -118,19 +158,39 @@ def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
     if sp["model"].get("name_or_path") is None:
         jobs.append(("train", _train_job("speech:pretrain", sp["pretrain"], "train", train_p, max_length=frames), n))
     jobs.append(("train", _train_job("speech:finetune", sp["finetune"], "train", train_p, max_length=frames), n))
-    jobs.append(("train", _train_job("speech:lora", sp["lora"], "lora", train_p, max_length=frames,
-                                     lora_rank=int(sp["lora"]["r"])), n))
+    jobs.append(
+        (
+            "train",
+            _train_job("speech:lora", sp["lora"], "lora", train_p, max_length=frames, lora_rank=int(sp["lora"]["r"])),
+            n,
+        )
+    )
     common = (sp.get("baselines") or {}).get("common") or {}
     for method in cfg.get("methods", {}).get("speech", []):
         if method in BASELINE_SHAPE and method in (sp.get("baselines") or {}):
             section = {**common, **(sp["baselines"][method] or {})}
             kind = "lora" if section.get("mode") == "lora" else "train"
             seqs, refs = BASELINE_SHAPE[method]
-            jobs.append(("train", _train_job(f"speech:{method}", section, kind, train_p, seqs, refs, frames,
-                                             int(section.get("lora_r", 8)) if kind == "lora" else 0), n))
+            jobs.append(
+                (
+                    "train",
+                    _train_job(
+                        f"speech:{method}",
+                        section,
+                        kind,
+                        train_p,
+                        seqs,
+                        refs,
+                        frames,
+                        int(section.get("lora_r", 8)) if kind == "lora" else 0,
+                    ),
+                    n,
+                )
+            )
     ev = sp.get("evaluate") or {}
-    jobs.append(("evaluate", JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames,
-                                     processes=eval_p), n))
+    jobs.append(
+        ("evaluate", JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames, processes=eval_p), n)
+    )
     jobs.append(("linalg", JobSpec("speech:factors", "linalg", lora_rank=int(sp["lora"]["r"]), lora_modules=4), 0))
     jobs.append(("linalg", JobSpec("speech:erase_merged", "linalg"), 0))
     return jobs
@@ -140,9 +200,17 @@ def speech_shape(cfg: Mapping) -> ModelShape:
     m = cfg["speech"]["model"]
     if m.get("name_or_path") is None and not m.get("shape"):
         t = m.get("tiny") or {}
-        return ModelShape("tiny-hubert", t.get("num_hidden_layers", 4), t.get("hidden_size", 64),
-                          t.get("intermediate_size", 128), 0, t.get("num_attention_heads", 4),
-                          t.get("num_attention_heads", 4), gated_mlp=False, frames_per_second=50)
+        return ModelShape(
+            "tiny-hubert",
+            t.get("num_hidden_layers", 4),
+            t.get("hidden_size", 64),
+            t.get("intermediate_size", 128),
+            0,
+            t.get("num_attention_heads", 4),
+            t.get("num_attention_heads", 4),
+            gated_mlp=False,
+            frames_per_second=50,
+        )
     return resolve_shape(m)
 
 
@@ -155,8 +223,9 @@ def _examples(cfg: Mapping, track: str) -> int:
     return 20 * int(data.get("n_authors") or 200) * max(1, langs)
 
 
-def runtime_min(shape: ModelShape, job: JobSpec, rule_kind: str, examples: int, epochs: int, dtype: str,
-                gpus: int, threads: int) -> int:
+def runtime_min(
+    shape: ModelShape, job: JobSpec, rule_kind: str, examples: int, epochs: int, dtype: str, gpus: int, threads: int
+) -> int:
     """Wall minutes (module docstring): FLOPs / throughput x 3, at least the kind's floor."""
     floor = FLOOR_MIN[rule_kind][1 if gpus else 0]
     if job.kind == "linalg":
@@ -182,13 +251,20 @@ def _planned(cfg: Mapping) -> Iterable[tuple[str, JobPlan, int]]:
     threads = int(cfg.get("threads", 1))
     for track in cfg.get("tracks", []):
         if track == "speech":
-            shape, dtype, device, jobs = speech_shape(cfg), cfg["speech"]["model"].get("dtype", "float32"), \
-                cfg["speech"]["model"].get("device", "cpu"), speech_jobs(cfg)
+            shape, dtype, device, jobs = (
+                speech_shape(cfg),
+                cfg["speech"]["model"].get("dtype", "float32"),
+                cfg["speech"]["model"].get("device", "cpu"),
+                speech_jobs(cfg),
+            )
             epochs_of = lambda j: _epochs(cfg["speech"], j)  # noqa: E731
         else:
             vocab = (cfg["model"].get("tokenizer") or {}).get("vocab_size")
-            shape, dtype, device = resolve_shape(cfg["model"], vocab), cfg["model"].get("dtype", "float32"), \
-                cfg["model"].get("device", "cpu")
+            shape, dtype, device = (
+                resolve_shape(cfg["model"], vocab),
+                cfg["model"].get("dtype", "float32"),
+                cfg["model"].get("device", "cpu"),
+            )
             jobs = text_jobs(cfg, track)
             epochs_of = lambda j: _epochs(cfg, j)  # noqa: E731
         node = node_of(cfg, device)
@@ -237,14 +313,19 @@ def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
 
 def format_table(cfg: Mapping) -> str:
     """The plan as a Markdown table (``qrerase plan``)."""
-    lines = ["| job | rule kind | processes | GPUs | GPUs needed | micro-batch x accum. | GiB per GPU | "
-             "host GiB | runtime min | fits | note |", "|" + "---|" * 11]
+    lines = [
+        "| job | rule kind | processes | GPUs | GPUs needed | micro-batch x accum. | GiB per GPU | "
+        "host GiB | runtime min | fits | note |",
+        "|" + "---|" * 11,
+    ]
     for kind, p, minutes in _planned(cfg):
         mb = f"{p.micro_batch} x {p.accumulation}" if p.micro_batch else "-"
         dev = f"{p.device_bytes / GIB:.1f}" if p.gpus else "-"
-        lines.append(f"| {p.name} | {kind} | {p.processes} | {p.gpus} | {p.gpus_needed or '-'} | {mb} | {dev} | "
-                     f"{p.host_bytes / GIB:.1f} | {minutes} | "
-                     f"{'yes' if p.fits else 'NO'} | {p.note} |")
+        lines.append(
+            f"| {p.name} | {kind} | {p.processes} | {p.gpus} | {p.gpus_needed or '-'} | {mb} | {dev} | "
+            f"{p.host_bytes / GIB:.1f} | {minutes} | "
+            f"{'yes' if p.fits else 'NO'} | {p.note} |"
+        )
     return "\n".join(lines)
 
 

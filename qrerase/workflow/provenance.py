@@ -25,10 +25,11 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "RECORD_DIR",
@@ -53,7 +54,18 @@ RECORD_DIR = "results/provenance/records"
 MANIFEST = "results/provenance/manifest.json"
 SCHEMA = 1
 #: Distributions whose versions every record holds (besides Python itself).
-PACKAGES = ("qrerase", "torch", "transformers", "peft", "scipy", "numpy", "snakemake", "safetensors", "pandas", "tokenizers")
+PACKAGES = (
+    "qrerase",
+    "torch",
+    "transformers",
+    "peft",
+    "scipy",
+    "numpy",
+    "snakemake",
+    "safetensors",
+    "pandas",
+    "tokenizers",
+)
 #: File names never hashed inside directory artifacts (Snakemake's marker for directory outputs).
 IGNORED_NAMES = frozenset({".snakemake_timestamp"})
 _CHUNK = 1 << 20
@@ -128,9 +140,20 @@ def code_version(workflow_dir: str | os.PathLike) -> dict[str, Any]:
         if commit.returncode != 0:
             return out
         status = subprocess.run(
-            ["git", "-C", str(workflow_dir), "status", "--porcelain", "--", ".",
-             ":(exclude)results", ":(exclude).snakemake"],
-            capture_output=True, text=True, timeout=60,
+            [
+                "git",
+                "-C",
+                str(workflow_dir),
+                "status",
+                "--porcelain",
+                "--",
+                ".",
+                ":(exclude)results",
+                ":(exclude).snakemake",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.TimeoutExpired):
         return out
@@ -253,7 +276,8 @@ def build_record(
     """The provenance record of one finished job (hashes every input and output now).
 
     ``start`` / ``end`` are POSIX times; ``threads`` the job's threads, ``world_size`` its number of
-    processes (``accelerate launch --num_processes``; 1 for a plain job). Raises FileNotFoundError when an input or output is missing.
+    processes (``accelerate launch --num_processes``; 1 for a plain job). Raises FileNotFoundError when an
+    input or output is missing.
     """
     outputs = list(dict.fromkeys(str(o) for o in outputs))
     inputs = list(dict.fromkeys(str(i) for i in inputs))
@@ -286,7 +310,7 @@ def record_path(output: str | os.PathLike, root: str | os.PathLike = ".") -> Pat
     """
     rel = Path(output).as_posix()
     if rel.startswith("results/"):
-        rel = rel[len("results/"):]
+        rel = rel[len("results/") :]
     else:
         rel = "_outside/" + rel.lstrip("/")
     return Path(root) / RECORD_DIR / f"{rel}.json"
@@ -313,7 +337,7 @@ def remove_records(outputs: Iterable[str], root: str | os.PathLike = ".") -> Non
 _REQUIRED = ("rule", "inputs", "outputs", "code", "versions", "start", "end")
 
 
-def load_records(root: str | os.PathLike = ".") -> tuple[dict[str, dict], list["Problem"]]:
+def load_records(root: str | os.PathLike = ".") -> tuple[dict[str, dict], list[Problem]]:
     """All records under ``root``: ``({output path: record}, problems with unreadable records)``."""
     base = Path(root) / RECORD_DIR
     records: dict[str, dict] = {}
