@@ -89,7 +89,11 @@ def _imports(nodes, module: str, skip_params: set[str] = frozenset()):
         elif isinstance(node, ast.ImportFrom):
             target = _resolve(module, node)
             if target.split(".")[0] == "qrerase":
-                internal += [(target, a.name) for a in node.names]
+                # `from .. import engine` imports the module qrerase.engine, not a name of qrerase
+                internal += [
+                    (f"{target}.{a.name}", None) if _is_module(f"{target}.{a.name}") else (target, a.name)
+                    for a in node.names
+                ]
             else:
                 third.add(target.split(".")[0])
         stack += [c for c in ast.iter_child_nodes(node) if not isinstance(node, ast.Lambda)]
