@@ -9,30 +9,18 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+from tiny_text import TINY, tofu_qa
 
-from qrerase.io import read_jsonl
 from qrerase.text.lm import PromptTemplate
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_tokenizer
+from qrerase.text.models import build_tiny_llama, load_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
 
 
 def main(kind: str, backend: str, tok_dir: str, out: str) -> None:
-    rows = read_jsonl(DATA / "forget10.jsonl")[360:400]
-    records = [{"question": r["prompt"], "answer": r["response"]} for r in rows]
+    records = tofu_qa(360, 400)
     tok = load_tokenizer(tok_dir)
     cfg = TrainConfig(epochs=2, lr=3e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend)
     model = build_tiny_llama(TINY, tok, seed=9)

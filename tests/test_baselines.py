@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from tiny_text import DATA, TINY, TPL
 
 from qrerase.baselines.text import (
     TEXT_BASELINES,
@@ -23,21 +23,9 @@ from qrerase.baselines.text import (
     train_baseline,
 )
 from qrerase.io import read_jsonl
-from qrerase.text.lm import PromptTemplate, collate, encode_qa_many, sequence_nll
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.lm import collate, encode_qa_many, sequence_nll
+from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
-TPL = PromptTemplate()
-
 
 # ------------------------------------------------------------------------------------------------
 # Losses against direct hand computations

@@ -6,33 +6,20 @@ Real tiny Llama models trained on two real TOFU authors; nothing is mocked.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
+from tiny_text import TINY, TPL, tofu_qa
 
 from qrerase import engine
-from qrerase.io import read_jsonl
-from qrerase.text.lm import PromptTemplate, answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.lm import answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
+from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, token_mean_split, train_causal_lm
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
-TPL = PromptTemplate()
 
 
 @pytest.fixture(scope="module")
 def records():
-    rows = read_jsonl(DATA / "forget10.jsonl")[360:400]
-    return [{"question": r["prompt"], "answer": r["response"]} for r in rows]
+    return tofu_qa(360, 400)
 
 
 @pytest.fixture(scope="module")

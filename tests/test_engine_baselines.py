@@ -11,32 +11,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny_text import DATA, TINY, TPL, tofu_qa
 
 from qrerase import engine
 from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.baselines.text import TEXT_BASELINES, TextBaselineConfig, read_refusals, train_baseline
-from qrerase.io import read_jsonl
-from qrerase.text.lm import PromptTemplate
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.workflow.job import resume_dir
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
-TINY = TinyLlamaConfig(
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
-TPL = PromptTemplate()
 
 
 @pytest.fixture(scope="module")
 def sets():
-    rows = read_jsonl(DATA / "forget10.jsonl")[340:400]
-    qa = [{"question": r["prompt"], "answer": r["response"]} for r in rows]
+    qa = tofu_qa(340, 400)
     return qa[40:], qa[:20], qa[20:40]  # forget, retain, new (three authors)
 
 

@@ -16,20 +16,13 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
+from tiny_text import TINY
 
 from qrerase.io import read_jsonl
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
-TINY = TinyLlamaConfig(
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
 
 
 @pytest.fixture(scope="module")

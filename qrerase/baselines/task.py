@@ -49,7 +49,15 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
-from ..text.training import TrainConfig, answer_tokens, epoch_steps, token_mean_split, train_causal_lm, train_steps
+from ..text.training import (
+    TrainConfig,
+    answer_tokens,
+    epoch_steps,
+    token_mean_split,
+    train_causal_lm,
+    train_config_of,
+    train_steps,
+)
 from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 
 __all__ = [
@@ -107,21 +115,9 @@ class KgaConfig:
         return from_mapping(cls, d, "kga config")
 
     def train_config(self, aux: bool = False) -> TrainConfig:
-        return TrainConfig(
-            epochs=self.aux_epochs if aux else self.epochs,
-            lr=self.aux_lr if aux else self.lr,
-            batch_size=self.aux_batch_size if aux else self.batch_size,
-            weight_decay=self.weight_decay,
-            warmup_ratio=self.warmup_ratio,
-            max_grad_norm=self.max_grad_norm,
-            max_length=self.max_length,
-            seed=self.seed,
-            threads=self.threads,
-            micro_batch_size=self.micro_batch_size,
-            gradient_checkpointing=self.gradient_checkpointing,
-            checkpoint_every=self.checkpoint_every,
-            backend=self.backend,
-        )
+        if aux:
+            return train_config_of(self, epochs=self.aux_epochs, lr=self.aux_lr, batch_size=self.aux_batch_size)
+        return train_config_of(self)
 
 
 @dataclass
@@ -160,21 +156,7 @@ class KuConfig:
         return from_mapping(cls, d, "ku config")
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(
-            epochs=self.epochs,
-            lr=self.lr,
-            batch_size=self.batch_size,
-            weight_decay=self.weight_decay,
-            warmup_ratio=self.warmup_ratio,
-            max_grad_norm=self.max_grad_norm,
-            max_length=self.max_length,
-            seed=self.seed,
-            threads=self.threads,
-            micro_batch_size=self.micro_batch_size,
-            gradient_checkpointing=self.gradient_checkpointing,
-            checkpoint_every=self.checkpoint_every,
-            backend=self.backend,
-        )
+        return train_config_of(self)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ model and its loss curve.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,7 +49,15 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
-from ..text.training import LoraTrainConfig, TrainConfig, add_lora, epoch_batches, epoch_steps, train_steps
+from ..text.training import (
+    LoraTrainConfig,
+    TrainConfig,
+    add_lora,
+    epoch_batches,
+    epoch_steps,
+    train_config_of,
+    train_steps,
+)
 from .losses import (
     DIVERGENCES,
     dpo_loss,
@@ -165,8 +172,7 @@ class TextBaselineConfig:
 
     def train_config(self) -> TrainConfig:
         """The optimisation part as a :class:`~qrerase.text.training.TrainConfig`."""
-        names = {f.name for f in dataclasses.fields(TrainConfig)}
-        return TrainConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
+        return train_config_of(self)
 
     def lora_config(self) -> LoraTrainConfig:
         return LoraTrainConfig(

@@ -14,6 +14,7 @@ with the same seed, data and thread count give bit-identical weights.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -34,6 +35,7 @@ from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, enc
 
 __all__ = [
     "ENGINE_KEYS",
+    "train_config_of",
     "TrainConfig",
     "LoraTrainConfig",
     "train_steps",
@@ -100,6 +102,14 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         return from_mapping(cls, d, "training config")
+
+
+def train_config_of(settings: Any, **overrides: Any) -> TrainConfig:
+    """The :class:`TrainConfig` held by a dataclass of method settings (a baseline's config): its
+    fields that :class:`TrainConfig` has, by name, then ``overrides`` (e.g. an auxiliary model's lr)."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in dataclasses.asdict(settings).items() if k in names}
+    return TrainConfig(**{**values, **overrides})
 
 
 def _default_lora_train() -> TrainConfig:
