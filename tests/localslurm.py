@@ -10,6 +10,7 @@ For its lifetime /etc/slurm/slurm.conf links to the generated config (see DEFAUL
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import os
 import re
 import shutil
@@ -44,6 +45,8 @@ def missing(accounting: bool = True) -> str | None:
         )
     if os.geteuid() != 0:
         return "no local Slurm: slurmd must run as root to start jobs"
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return 'no slurm executor plugin: pip install -e ".[cluster]" (as .ci/run does)'
     if DEFAULT_CONF.exists():  # (a dangling link, left by a killed test run, is replaced)
         return f"no local Slurm: {DEFAULT_CONF} exists (a configured Slurm here); the test cluster will not replace it"
     return None
