@@ -1,5 +1,5 @@
-# TOFU track: constants and input functions (its rules: data, model, lora, factors, energy, erase,
-# evaluate, baselines and tables in rules/; the text baselines serve the crosslingual track too).
+# TOFU track: constants and input functions (its rules: data, model, lora, task_matrices, energy, erase,
+# evaluate, baselines and tofu in rules/; the text baselines serve the crosslingual track too).
 from qrerase.text.data import required_splits
 
 DATA_SETS = [
