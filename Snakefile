@@ -1,6 +1,6 @@
 # qrerase: subspace-based machine unlearning (QR-Erase, UNLEARN and their layer-localised variants).
 # Run: snakemake --cores 2            (embedded default config.yaml)
-#      snakemake --cores 2 --configfile config/test.yaml
+#      snakemake --cores 2 --configfile tests/configs/test.yaml
 import os
 
 from snakemake.utils import min_version

@@ -55,12 +55,15 @@ def fails(cfg: dict, message: str) -> None:
     assert "\n" not in text and text.startswith("config key '")
 
 
-TASK = yaml.safe_load((REPO / "config" / "test_task.yaml").read_text())
+TASK = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", ["default", *sorted(p.name for p in (REPO / "config").glob("*.yaml"))])
+SHIPPED = sorted(str(p.relative_to(REPO)) for d in ("config", "tests/configs") for p in (REPO / d).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", ["default", *SHIPPED])
 def test_every_shipped_config_is_valid(name):
-    extra = [] if name == "default" else [yaml.safe_load((REPO / "config" / name).read_text())]
+    extra = [] if name == "default" else [yaml.safe_load((REPO / name).read_text())]
     validate(merged(*extra))
 
 

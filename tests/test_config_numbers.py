@@ -93,7 +93,7 @@ def example(node: dict):
 
 def _read_base() -> dict:
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    task = yaml.safe_load((REPO / "config" / "test_task.yaml").read_text())
+    task = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
     cfg.setdefault("task", task["task"])
     return cfg
 
@@ -216,7 +216,7 @@ def test_nan_is_refused_under_any_key_even_one_the_schema_does_not_bound(monkeyp
 
 
 def _dry_run(tmp_path: Path, override: str) -> subprocess.CompletedProcess:
-    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg) + override)
     cmd = [

@@ -17,10 +17,12 @@ pytestmark = pytest.mark.workflow
 METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
 
 
-def xling_config(workdir: Path, name: str = "xling.yaml", base: str = "test_crosslingual.yaml", **overrides) -> Path:
-    """config/test.yaml + the given cross-lingual config, data roots made absolute, then overrides."""
-    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
-    for key, value in yaml.safe_load((REPO / "config" / base).read_text()).items():
+def xling_config(
+    workdir: Path, name: str = "xling.yaml", base: str = "tests/configs/test_crosslingual.yaml", **overrides
+) -> Path:
+    """tests/configs/test.yaml + the given cross-lingual config, data roots made absolute, then overrides."""
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text())
+    for key, value in yaml.safe_load((REPO / base).read_text()).items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key].update(value)
         else:
@@ -141,7 +143,7 @@ def test_rerun_does_nothing(xling_workdir):
 
 
 def test_full_config_plans(tmp_path):
-    proc = snakemake(tmp_path, "-n", "--configfile", str(xling_config(tmp_path, base="crosslingual_all.yaml")))
+    proc = snakemake(tmp_path, "-n", "--configfile", str(xling_config(tmp_path, base="config/crosslingual_all.yaml")))
     jobs = planned_rules(proc)
     assert jobs["xling_romanise"] == 2 and jobs["xling_sets"] == 12
     assert jobs["xling_evaluate"] == 2 + 12 * len(METHODS)

@@ -153,7 +153,7 @@ def test_finetune_mode_lora_trains_an_adapter_and_saves_the_merged_checkpoint(te
     assert set(after) == set(before)  # a plain full checkpoint: no lora_A / lora_B left
     lora_cfg = {
         **yaml.safe_load((REPO / "config.yaml").read_text())["lora"],
-        **yaml.safe_load((REPO / "config/test.yaml").read_text()).get("lora", {}),
+        **yaml.safe_load((REPO / "tests/configs/test.yaml").read_text()).get("lora", {}),
     }
     rec = record(tmp_path, full)
     assert rec["params"]["train"]["mode"] == "lora" and rec["world_size"] == 1

@@ -194,7 +194,7 @@ def test_bad_adapters_name_the_key_and_the_path(adapter, tmp_path, kind, message
 def test_a_bad_model_path_fails_the_dry_run_and_writes_nothing(tmp_path):
     empty = tmp_path / "empty_model"
     empty.mkdir()
-    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     cfg["model"]["name_or_path"] = str(empty)
     work = tmp_path / "work"

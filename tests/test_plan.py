@@ -168,12 +168,13 @@ def test_linalg_job_asks_for_no_gpu():
 # Full-weight task-track baselines of a 70B model need > 8 x 80 GB (16 B/param / 8 = 141 GB per GPU
 # before activations) and have no LoRA mode: the plan says so (docs/paper-scale.md).
 KNOWN_MISSES = {"llama3-70b-task.yaml": ["task:ga", "task:kga", "task:ku"]}
-CONFIGS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
+#: every shipped config: the default, the model presets (config/) and the test configs (tests/configs/)
+CONFIGS = sorted(str(p.relative_to(ROOT)) for d in ("config", "tests/configs") for p in (ROOT / d).glob("*.yaml"))
 
 
 @pytest.mark.parametrize("name", ["config.yaml", *CONFIGS])
 def test_qrerase_plan_prints_every_shipped_config(name, capsys):
-    path = ROOT / name if name == "config.yaml" else ROOT / "config" / name
+    path = ROOT / name
     assert main(["plan", "--configfile", str(path)]) == 0
     out = capsys.readouterr().out
     assert "job" in out and "GiB" in out
@@ -182,11 +183,11 @@ def test_qrerase_plan_prints_every_shipped_config(name, capsys):
     assert len(rows) >= 4 and all(r.name in out for r in rows)
     if yaml.safe_load(path.read_text()).get("resources", {}).get("gpus_per_node"):  # a paper-scale preset
         misses = sorted(r.name for r in rows if not r.fits)
-        assert misses == KNOWN_MISSES.get(name, []), misses
+        assert misses == KNOWN_MISSES.get(path.name, []), misses
 
 
 def test_rule_resources_from_the_plan_with_overrides(tmp_path):
-    tiny = load_config(ROOT / "config" / "test.yaml")
+    tiny = load_config(ROOT / "tests" / "configs" / "test.yaml")
     train = rule_resources(tiny, "train", threads=1)
     assert "gpu" not in train and "nodes" not in train and 1000 <= train["mem_mb"] <= 4000  # a laptop job
     big = load_config(ROOT / "config" / "llama3-70b.yaml")

@@ -15,7 +15,11 @@ from qrerase.workflow.config import load_schema
 from qrerase.workflow.config_docs import DOCS_PATH, config_keys, generate, render, undocumented
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = [ROOT / "config.yaml", *sorted((ROOT / "config").glob("*.yaml"))]
+CONFIGS = [
+    ROOT / "config.yaml",
+    *sorted((ROOT / "config").glob("*.yaml")),
+    *sorted((ROOT / "tests/configs").glob("*.yaml")),
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""End-to-end: the task-level track on config/test_task.yaml through the real snakemake CLI; the
+"""End-to-end: the task-level track on tests/configs/test_task.yaml through the real snakemake CLI; the
 Llama-3-70B config's plan; bad task configs as one-line errors before anything runs."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ ROWS = ["base", "ga", "kga", "ku", "unlearn", "unlearn_ll", "qr_erase", "qr_eras
 
 
 def write_task_config(workdir: Path, name: str = "test_task.yaml", **overrides) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "test_task.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
     cfg["task"]["data"]["knowledge"]["root"] = str(REPO / "data" / "tofu")
     cfg.setdefault("tofu", {})["data"] = {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}
     return write_yaml_config(workdir, name, cfg, overrides)

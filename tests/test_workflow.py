@@ -20,7 +20,7 @@ pytestmark = pytest.mark.workflow
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
-BASELINES = ["ga", "npo"]  # config/test.yaml
+BASELINES = ["ga", "npo"]  # tests/configs/test.yaml
 CONTROLS = ["qr_erase_ll_control"]  # config.yaml unlearn.control: the same edit built from the retain adapter
 
 
@@ -46,7 +46,7 @@ def write_yaml_config(workdir: Path, name: str, cfg: dict, overrides: dict) -> P
 
 
 def write_config(workdir: Path, name: str = "test.yaml", **overrides) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     return write_yaml_config(workdir, name, cfg, overrides)
 
@@ -283,7 +283,7 @@ def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
     lora = json.loads((workdir / "results/provenance/records/tofu_forget10/lora/forget.json").read_text())
     assert lora["rule"] == "lora" and lora["wildcards"] == {"exp": "tofu_forget10", "set": "forget"}
     assert set(lora["config"]) == {"lora", "model", "seed"} and lora["config"]["lora"]["r"] == 4
-    assert lora["seed"] == 0 and lora["threads"] == 1  # config/test.yaml threads
+    assert lora["seed"] == 0 and lora["threads"] == 1  # tests/configs/test.yaml threads
     assert {i["path"] for i in lora["inputs"]} == {f"{EXP}/models/full", f"{EXP}/data/forget.jsonl"}
     assert re.fullmatch(r"[0-9a-f]{40}", lora["code"]["git_commit"]) and isinstance(lora["code"]["git_dirty"], bool)
     assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(lora["versions"])
@@ -489,7 +489,7 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     from qrerase.text.tradeoff import select_scale
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
-    epochs = yaml.safe_load((REPO / "config/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # ga, npo: 2
+    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # ga, npo: 2
     cfg = run_config(
         workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[epochs], tradeoff__ranks=[2]
     )
