@@ -48,7 +48,7 @@ rule pretrain:
             seed=config["seed"],
         ),
     shell:
-        launch("finetune.py")
+        launch("pretrain.py")
 
 
 rule finetune:

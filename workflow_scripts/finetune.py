@@ -1,6 +1,7 @@
-"""Rules pretrain and finetune: train the embedded model's pretrained checkpoint (built on the run's
-tokenizer), or the "fine-tuned" (forget + retain) / retain-only reference model (from the pretrained
-checkpoint, or from the hub model named by model.name_or_path)."""
+"""Rule finetune: the "fine-tuned" (forget + retain) model and the retain-only reference, from the
+pretrained checkpoint (rule pretrain, workflow_scripts/pretrain.py), from a new tiny Llama on the
+run's tokenizer (the task-level track's model from scratch), or from the hub model named by
+model.name_or_path; a full fine-tune, or a LoRA adapter merged after (finetune.mode: lora)."""
 
 from qrerase.checkpoints import resolve_device, save_model
 from qrerase.config import model_options
@@ -19,7 +20,7 @@ inp = snakemake.input
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mcfg = p.model
     dtype, device = model_options(mcfg)
-    if "tokenizer" in inp.keys():  # rule pretrain: a new tiny Llama on the run's tokenizer
+    if "tokenizer" in inp.keys():  # a new tiny Llama on the run's tokenizer (the task-level track)
         tokenizer = load_tokenizer(inp.tokenizer)
         model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
         model = model.to(resolve_device(device))
@@ -31,7 +32,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         tokenizer = load_tokenizer(mcfg["name_or_path"], local_files_only=local)
         model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device)
     records = read_jsonl(inp.data)
-    which = snakemake.wildcards.get("which", "pretrained")
+    which = snakemake.wildcards.which
     train = {k: v for k, v in p.train.items() if k not in ("mode", "lora")}
     cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     template = template_from(mcfg, tokenizer)
