@@ -16,6 +16,7 @@ from qrerase.method.energy import (
     modules_for_layers,
     select_layers,
     select_modules,
+    selected_updates,
 )
 from qrerase.method.lowrank import LowRank
 from qrerase.method.naming import block_index, block_of
@@ -136,6 +137,27 @@ def test_bad_inputs():
         layer_energy(bad)
     with pytest.raises(ValueError, match="no layers"):
         select_layers({})
+
+
+def test_selected_updates_keeps_the_modules_of_the_selected_layers(tmp_path):
+    """Eq. 16 on rule energy's own output: the selection file written from FACTORS' energies keeps
+    the updates of the selected layers' modules, in the file's order; None keeps all (eq. 6)."""
+    from qrerase.io import write_json
+
+    selected = select_layers(layer_energy(FACTORS))
+    modules = modules_for_layers(selected, FACTORS)
+    path = tmp_path / "selected.json"
+    write_json(path, {"granularity": "block", "layers": selected, "modules": modules})
+    updates = {name: f"update of {name}" for name in reversed(list(FACTORS))}
+    kept = selected_updates(updates, path)
+    assert modules == ["model.layers.1.mlp.down_proj"] and list(kept) == modules and set(kept) < set(updates)
+    assert all(kept[m] == f"update of {m}" for m in modules)
+    assert selected_updates(updates, None) == updates
+    with pytest.raises(ValueError, match=r"selected.json: selected modules \['model.layers"):
+        selected_updates({"model.layers.9.q_proj": 0}, path)
+    (tmp_path / "bad.json").write_text('{"layers": ["0"]}')
+    with pytest.raises(ValueError, match=r'bad.json: expected a "modules" list'):
+        selected_updates(updates, tmp_path / "bad.json")
 
 
 def test_public_names():

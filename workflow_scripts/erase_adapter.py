@@ -1,9 +1,10 @@
 """Rule erase_adapter: the erase edit (eq. 6, or eq. 16 on the selected layers) as a PEFT LoRA adapter."""
 
 from qrerase.method.adapters import read_adapter_config
+from qrerase.method.energy import selected_updates
 from qrerase.method.erase import save_erase_adapter
 from qrerase.method.formats import load_updates
-from qrerase.workflow.job import job, selected_updates
+from qrerase.workflow.job import job
 
 with job(snakemake) as log:
     inp = snakemake.input

@@ -1,11 +1,12 @@
 """Rule speech_tradeoff_subspace: one subspace method at every (k, lambda), erased in-process from the factors."""
 
 from qrerase.io import write_csv
+from qrerase.method.energy import selected_updates
 from qrerase.method.formats import load_decompositions
 from qrerase.speech.data import load_speech_data
 from qrerase.speech.model import load_speech_model
 from qrerase.speech.tradeoff import evaluate_point, subspace_sweep, sweep_sets
-from qrerase.workflow.job import job, selected_updates
+from qrerase.workflow.job import job
 
 p, inp = snakemake.params, snakemake.input
 with job(snakemake, seed=p.seed) as log:

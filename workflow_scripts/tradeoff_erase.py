@@ -3,11 +3,12 @@
 
 from qrerase.config import model_options
 from qrerase.io import read_jsonl, write_csv
+from qrerase.method.energy import selected_updates
 from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
-from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
+from qrerase.workflow.job import job, load_checkpoint, template_from
 
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
 with job(snakemake, seed=p.seed) as log:

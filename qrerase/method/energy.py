@@ -15,8 +15,11 @@ single adapted module (``granularity="module"``); module names map to blocks as 
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,7 @@ __all__ = [
     "select_layers",
     "modules_for_layers",
     "select_modules",
+    "selected_updates",
 ]
 
 #: Relative tolerance of the eq. 15 threshold: a layer is selected when E_ℓ ≥ (1 − SELECT_RTOL)/|L|.
@@ -136,3 +140,23 @@ def select_modules(factors: Mapping[str, Any], granularity: str = "block", rtol:
     """Convenience: modules of the layers selected by eqs. 14–15 for forget factors."""
     energy = layer_energy(factors, granularity)
     return modules_for_layers(select_layers(energy, rtol), factors, granularity)
+
+
+def selected_updates(updates: Mapping[str, Any], selected_json: str | os.PathLike | None) -> dict[str, Any]:
+    """The forget updates the erase applies: only those of the modules of L_forget (eq. 16), or all of
+    them (eq. 6) when ``selected_json`` is None.
+
+    ``updates`` maps module names to forget updates T̃_f (any value: arrays, :class:`LowRank`; passed
+    through unchanged). ``selected_json`` is rule energy's selection file, whose ``"modules"`` list
+    (eq. 15's layers as module names) gives the modules kept, in its order. A selected module without
+    an update, or a file without a ``"modules"`` list, is a ValueError naming the file.
+    """
+    if selected_json is None:
+        return dict(updates)
+    modules = json.loads(Path(selected_json).read_text(encoding="utf-8")).get("modules")
+    if not isinstance(modules, list):
+        raise ValueError(f'{selected_json}: expected a "modules" list (rule energy\'s selection), got {modules!r}')
+    missing = [m for m in modules if m not in updates]
+    if missing:
+        raise ValueError(f"{selected_json}: selected modules {missing[:3]} have no forget update")
+    return {m: updates[m] for m in modules}

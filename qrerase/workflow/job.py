@@ -19,7 +19,7 @@ from ..config import model_options
 from . import provenance
 from .launch import is_main_process, world_size
 
-__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "selected_updates", "resume_dir"]
+__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "resume_dir"]
 
 log = logging.getLogger("qrerase")
 
@@ -158,19 +158,6 @@ def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype
 
         return load_speech_model(str(model_dir), dtype=dtype, device=device), None
     raise ValueError(f"unknown model kind {kind!r} (expected 'causal_lm' or 'audio_classifier')")
-
-
-def selected_updates(updates: dict, selected_json: str | os.PathLike | None) -> dict:
-    """Restrict updates to the modules of the layer-localised selection (eq. 16), or keep all (eq. 6)."""
-    if selected_json is None:
-        return updates
-    import json
-
-    modules = json.loads(Path(selected_json).read_text(encoding="utf-8"))["modules"]
-    missing = [m for m in modules if m not in updates]
-    if missing:
-        raise ValueError(f"{selected_json}: selected modules {missing[:3]} have no forget update")
-    return {m: updates[m] for m in modules}
 
 
 def resume_dir(snakemake: Any) -> Path:
