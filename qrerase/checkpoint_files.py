@@ -1,7 +1,7 @@
 """What a local Hugging Face checkpoint folder must hold, checked from its file names (no torch).
 
 The loaders of the jobs (:func:`qrerase.checkpoints.resolve_checkpoint`) and the planning-time config
-checks (:mod:`qrerase.workflow.config`) share these checks, so a bad ``model.name_or_path`` is refused
+checks (:mod:`qrerase.workflow.validation`) share these checks, so a bad ``model.name_or_path`` is refused
 with the same one-line message before any job runs. A name that is not a local path and has the
 shape of a hub id (``org/name``) is left to the loader: planning never touches the network.
 """

@@ -16,7 +16,7 @@ from snakemake.exceptions import WorkflowError
 # The qrerase library of this checkout, also without an install.
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
-from qrerase.workflow.config import ConfigError, validate
+from qrerase.workflow.validation import ConfigError, validate
 from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
 from qrerase.workflow.plan_config import rule_resources
 from qrerase.workflow.naming import (
@@ -31,7 +31,7 @@ from qrerase.workflow.naming import (
 )
 
 # ---------------------------------------------------------------------------------------------
-# Config validation (qrerase.workflow.config): the schema, then every cross-key check; one line
+# Config validation (qrerase.workflow.validation): the schema, then every cross-key check; one line
 # naming the key.
 # ---------------------------------------------------------------------------------------------
 try:

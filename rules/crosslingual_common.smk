@@ -1,7 +1,7 @@
 # Cross-lingual track: constants and input functions (its rules: rules/crosslingual.smk, which includes this file).
 from qrerase.text.crosslingual import SPLIT_FILES as XLING_SPLITS
 from qrerase.text.crosslingual import parse_language
-from qrerase.workflow.config import crosslingual_root
+from qrerase.workflow.validation import crosslingual_root
 from qrerase.workflow.naming import LANG_PATTERN, ROMANISED_LANG_PATTERN
 
 XLING = config.get("crosslingual", {})

@@ -242,7 +242,7 @@ def test_bad_input_is_a_clear_error(finetuned, tok, sets):
 
 
 def test_workflow_schema_lists_exactly_these_baselines():
-    from qrerase.workflow.config import load_schema  # the schema file with the registry's enums
+    from qrerase.workflow.validation import load_schema  # the schema file with the registry's enums
 
     schema = load_schema()
     enum = schema["properties"]["methods"]["properties"]["tofu"]["items"]["enum"]

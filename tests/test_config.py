@@ -1,4 +1,4 @@
-"""qrerase.workflow.config: the schema (with the registry's enums) and every cross-key check, directly."""
+"""qrerase.workflow.validation: the schema (with the registry's enums) and every cross-key check, directly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from qrerase import registry
-from qrerase.workflow.config import SCHEMA_PATH, ConfigError, load_schema, validate
+from qrerase.workflow.validation import SCHEMA_PATH, ConfigError, load_schema, validate
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qrerase.workflow.config import ConfigError, check_schema, load_schema, validate
+from qrerase.workflow.validation import ConfigError, check_schema, load_schema, validate
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema()

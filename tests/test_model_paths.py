@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qrerase.workflow.config import ConfigError, validate
+from qrerase.workflow.validation import ConfigError, validate
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())

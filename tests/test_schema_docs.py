@@ -11,7 +11,7 @@ import yaml
 
 from qrerase import registry
 from qrerase.cli import main
-from qrerase.workflow.config import load_schema
+from qrerase.workflow.validation import load_schema
 from qrerase.workflow.config_docs import DOCS_PATH, config_keys, generate, render, undocumented
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_cli_writes_and_checks(tmp_path, capsys):
 def test_schema_is_package_data_linked_to_the_source():
     """The loader reads qrerase/workflow/config.schema.yaml (package data, copied into a wheel); in the
     checkout it is a link to schemas/config.schema.yaml, the file the Snakefile validates with."""
-    from qrerase.workflow.config import SCHEMA_PATH
+    from qrerase.workflow.validation import SCHEMA_PATH
 
     assert SCHEMA_PATH.parent == ROOT / "qrerase" / "workflow" and SCHEMA_PATH.is_symlink()
     assert SCHEMA_PATH.resolve() == (ROOT / "schemas" / "config.schema.yaml").resolve()

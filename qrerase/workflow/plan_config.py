@@ -334,7 +334,7 @@ def load_config(*configfiles: str | Path) -> dict:
     Snakefile) updated by each ``--configfile`` in turn, then validated (one line naming the key)."""
     import yaml
 
-    from .config import validate
+    from .validation import validate
 
     cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
     for path in configfiles:
