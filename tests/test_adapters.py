@@ -13,7 +13,7 @@ from conftest import build_tiny_llama, save_random_lora
 import qrerase
 from qrerase.method.adapters import load_factors, lora_scale, pattern_key, save_factors, task_matrices
 from qrerase.method.lowrank import LowRank
-from qrerase.method.naming import module_sort_key
+from qrerase.method.module_names import module_sort_key
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

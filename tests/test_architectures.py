@@ -24,7 +24,7 @@ from qrerase.method.adapters import check_adapter_fits, checkpoint_shapes, read_
 from qrerase.method.architectures import TARGET_PRESETS, lora_modules, resolve_target_modules
 from qrerase.method.discriminate import forget_update, forget_updates
 from qrerase.method.erase import apply_updates, save_erase_adapter
-from qrerase.method.naming import block_of, module_kind
+from qrerase.method.module_names import block_of, module_kind
 from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")

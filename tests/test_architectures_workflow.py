@@ -82,7 +82,7 @@ def test_tofu_track_on_a_checkpoint_of_each_architecture(arch, tokenizer, tmp_pa
     modules = yaml.safe_load((tmp_path / f"{EXP}/energy/selected_layers.json").read_text())["modules"]
     erase_cfg = yaml.safe_load((tmp_path / f"{ERASE}/adapter/adapter_config.json").read_text())
     from qrerase.method.architectures import TARGET_PRESETS
-    from qrerase.method.naming import module_kind
+    from qrerase.method.module_names import module_kind
 
     model_type = yaml.safe_load((ckpt / "config.json").read_text())["model_type"]
     assert sorted(lora["target_modules"]) == sorted(TARGET_PRESETS[model_type])  # target_modules: auto

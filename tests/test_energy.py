@@ -19,7 +19,7 @@ from qrerase.method.energy import (
     selected_updates,
 )
 from qrerase.method.lowrank import LowRank
-from qrerase.method.naming import block_index, block_of
+from qrerase.method.module_names import block_index, block_of
 
 
 def _with_norm(norm: float, d_out: int = 6, d_in: int = 5, r: int = 2, seed: int = 0) -> LowRank:

@@ -11,8 +11,8 @@ import yaml
 
 from qrerase import registry
 from qrerase.cli import main
-from qrerase.workflow.validation import load_schema
 from qrerase.workflow.config_docs import DOCS_PATH, config_keys, generate, render, undocumented
+from qrerase.workflow.validation import load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [

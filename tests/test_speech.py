@@ -215,7 +215,7 @@ def test_short_training_is_deterministic(small_data):
 
 def test_lora_task_matrices_are_hubert_attention_modules(small_data, tmp_path):
     from qrerase.method.adapters import task_matrices
-    from qrerase.method.naming import block_of
+    from qrerase.method.module_names import block_of
     from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter
 
     arrays, index, _ = small_data

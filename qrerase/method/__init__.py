@@ -1,2 +1,2 @@
-"""The method (numpy/scipy only): low-rank type, decompositions, discrimination, energy and module naming,
+"""The method (numpy/scipy only): low-rank type, decompositions, discrimination, energy and module names,
 diagnostics, file formats, adapters, erase."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..io import load_arrays, save_arrays
 from .lowrank import LowRank, as_lowrank
-from .naming import module_sort_key
+from .module_names import module_sort_key
 
 __all__ = [
     "ADAPTER_CONFIG",

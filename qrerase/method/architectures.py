@@ -10,8 +10,8 @@ Mixture-of-experts models in transformers ≥ 5 (Mixtral, Qwen2-MoE, Qwen3-MoE) 
 experts as fused 3-D parameters (``mlp.experts.gate_up_proj``), which are not modules and so cannot
 be PEFT ``target_modules``; their preset adapts the attention projections. Checkpoints still store
 experts under their per-expert names (``model.layers.N.block_sparse_moe.experts.E.w1.weight``), and
-:func:`qrerase.method.naming.block_of` / :func:`qrerase.method.naming.module_kind` map such names to block N and
-kind ``block_sparse_moe.experts.*.w1``.
+:func:`qrerase.method.module_names.block_of` / :func:`qrerase.method.module_names.module_kind` map
+such names to block N and kind ``block_sparse_moe.experts.*.w1``.
 """
 
 from __future__ import annotations

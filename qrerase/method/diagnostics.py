@@ -20,7 +20,7 @@ from .decompose import Decomposition, decompose
 from .discriminate import check_module_pairs
 from .energy import layer_energy, select_layers
 from .lowrank import as_lowrank, format_shape
-from .naming import block_of, layer_of, module_sort_key
+from .module_names import block_of, layer_of, module_sort_key
 
 __all__ = ["max_sin_theta", "rrqr_bound", "factor_report"]
 

@@ -10,7 +10,7 @@ Paper equations (numbering of ``paper/qr-erase.tex``):
 A "layer" is either a transformer block (``granularity="block"``; the block's norm is the
 root-sum-square of its modules' norms, i.e. the Frobenius norm of all its task matrices together) or a
 single adapted module (``granularity="module"``); module names map to blocks as described in
-:mod:`qrerase.method.naming`.
+:mod:`qrerase.method.module_names`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .lowrank import LowRank, as_lowrank
-from .naming import check_granularity, layer_of, module_sort_key
+from .module_names import check_granularity, layer_of, module_sort_key
 
 __all__ = [
     "SELECT_RTOL",

@@ -18,7 +18,7 @@ from ..io import load_arrays, save_arrays
 from .decompose import Decomposition
 from .discriminate import Update
 from .erase import validate_updates
-from .naming import module_sort_key
+from .module_names import module_sort_key
 
 __all__ = ["save_decompositions", "load_decompositions", "save_updates", "load_updates"]
 

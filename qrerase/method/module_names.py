@@ -1,4 +1,4 @@
-"""Module naming: which transformer block (layer) a module belongs to, and the module order.
+"""Module names: which transformer block (layer) a module belongs to, and the module order.
 
 A "layer" is either a transformer block (``granularity="block"``) or a single adapted module
 (``granularity="module"``). The block of a module name is the integer after the
