@@ -53,8 +53,8 @@ def _bench(args: argparse.Namespace) -> int:
     import os
 
     from .bench.decomposition import run_decomposition_benchmark
-    from .bench.erase import run_erase_benchmark
     from .bench.threads import set_blas_threads
+    from .bench.whole_model_erase import run_erase_benchmark
 
     set_blas_threads(args.threads)
     out = args.out_dir

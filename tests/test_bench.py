@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from qrerase.bench import decomposition as decomp_bench
-from qrerase.bench import erase as erase_bench
-from qrerase.bench.erase import ModelShape
+from qrerase.bench import whole_model_erase as erase_bench
+from qrerase.bench.whole_model_erase import ModelShape
 from qrerase.reports import runtime as runtime_report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Rule bench_erase: wall time and peak RSS of a whole-model erase with Llama-3-8B / 70B shapes."""
 
-from qrerase.bench.erase import run_erase_benchmark
+from qrerase.bench.whole_model_erase import run_erase_benchmark
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:

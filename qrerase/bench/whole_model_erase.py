@@ -250,7 +250,10 @@ def bench_whole_model_erase(
             if threads:
                 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
                     env[var] = str(int(threads))
-            code = "import sys; from qrerase.bench.erase import erase_child_main; erase_child_main(sys.argv[1:])"
+            code = (
+                "import sys; from qrerase.bench.whole_model_erase import erase_child_main; "
+                "erase_child_main(sys.argv[1:])"
+            )
             proc = subprocess.run(
                 [sys.executable, "-c", code, str(spec_path), str(res_path)], env=env, capture_output=True, text=True
             )
