@@ -47,6 +47,7 @@ __all__ = [
     "EvalConfig",
     "UnicodeWords",
     "ROUGE_TOKENIZERS",
+    "rouge_recalls",
     "answer_losses",
     "greedy_generate",
     "evaluate_set",
@@ -210,9 +211,15 @@ class UnicodeWords:
         return tokens
 
 
-def _rouge_recalls(
+def rouge_recalls(
     generations: Sequence[str], answers: Sequence[str], tokenizer: str = "tofu"
 ) -> tuple[list[float], list[float]]:
+    """ROUGE-1 and ROUGE-L recall of each generation against its answer: ``(rouge1, rougeL)``, floats.
+
+    ``tokenizer="tofu"`` is TOFU's own scoring (``RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    .score(answer, generation)``, English, stemmed); ``"unicode"`` splits words with
+    :class:`UnicodeWords` (any language, no stemming). Pairs are zipped in order.
+    """
     from rouge_score import rouge_scorer
 
     if tokenizer == "tofu":
@@ -266,7 +273,7 @@ def evaluate_set(
         generations = greedy_generate(model, tokenizer, template, questions, cfg, progress=bar)
     finally:
         bar.close()
-    r1, rl = _rouge_recalls(generations, answers, cfg.rouge_tokenizer)
+    r1, rl = rouge_recalls(generations, answers, cfg.rouge_tokenizer)
 
     log: dict[str, dict[str, Any]] = {
         name: {}

@@ -47,7 +47,6 @@ __all__ = [
     "forget_quality",
     "answer_nll",
     "metrics_frame",
-    "rougeL_recall",
 ]
 
 #: "forgetting succeeds" when Forget Quality (a KS p-value) exceeds this.
@@ -178,21 +177,3 @@ def metrics_frame(log: Mapping, reference_log: Mapping | None = None, model: str
             (model, "forget_quality", forget_quality(log, reference_log, name=model, reference_name="reference"))
         )
     return pd.DataFrame(rows, columns=["model", "metric", "value"]).astype({"value": "float64"})
-
-
-# --------------------------------------------------------------------------------------------------
-# ROUGE
-
-_SCORER = None
-
-
-def rougeL_recall(prediction: str, reference: str) -> float:
-    """ROUGE-L recall of ``prediction`` against ``reference``, as TOFU computes it:
-    ``rouge_scorer.RougeScorer(['rougeL'], use_stemmer=True).score(reference, prediction)['rougeL'].recall``.
-    """
-    global _SCORER
-    if _SCORER is None:
-        from rouge_score import rouge_scorer
-
-        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    return float(_SCORER.score(reference, prediction)["rougeL"].recall)

@@ -23,7 +23,8 @@ Each value (a *log set*) maps a field name to ``{question index (str): value}``.
 - ``rougeL_recall`` — ROUGE-L recall of the greedy generation against the ground truth;
 - ``generated_text`` — ``[prompt, generation, ground truth]``. (This is the order in TOFU's own
   logs: ``zip(input_strings, gen_outputs, ground_truths)``; ``rougeL_recall`` of every published
-  log entry equals ``rougeL_recall(item[1], item[2])``.)
+  log entry equals the ROUGE-L recall of ``item[1]`` against ``item[2]``,
+  :func:`qrerase.text.evaluation.rouge_recalls`.)
 
 Optional fields (``gt_loss``, ``num_token_gt``, ``rouge1_recall``, ``truth_ratio``,
 ``paraphrased_loss``, ``perturb_loss``, ``num_token_paraphrased``, ``num_token_perturb``, and any
