@@ -13,7 +13,6 @@ from qrerase.workflow.naming import (
     exp_pattern,
     format_exp,
     model_exp,
-    model_kind,
     parse_exp,
     speech_exp,
     tofu_exp,
@@ -89,12 +88,10 @@ def test_central_constraint_is_every_kind_in_order():
         exp_pattern("xling_<language>")
 
 
-def test_model_experiment_and_kind():
+def test_model_experiment():
     assert model_exp("xling_hi_R") == "xling" and model_exp("xling") == "xling"
     assert model_exp("speech_sample") == "speech"
     assert model_exp("tofu_forget10") == "tofu_forget10" and model_exp("task") == "task"
-    assert model_kind("speech_class") == "audio_classifier" and model_kind("speech") == "audio_classifier"
-    assert model_kind("xling_hi") == "causal_lm" and model_kind("task") == "causal_lm"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ __all__ = [
     "xling_exp",
     "speech_exp",
     "model_exp",
-    "model_kind",
     "TASK_EXP",
     "LANG_PATTERN",
     "ROMANISED_LANG_PATTERN",
@@ -132,8 +131,3 @@ def model_exp(exp: str) -> str:
     own theirs; ``xling_<lang>`` uses the shared ``xling`` models, ``speech_<setting>`` ``speech``."""
     track, _ = parse_exp(exp)
     return PREFIX[track] if track in ("crosslingual", "speech") else exp
-
-
-def model_kind(exp: str) -> str:
-    """The model class an experiment's checkpoints hold: ``'audio_classifier'`` (speech) or ``'causal_lm'``."""
-    return "audio_classifier" if parse_exp(exp).track == "speech" else "causal_lm"
