@@ -1,9 +1,10 @@
 """Exact rank-k CPQR / SVD of (LoRA) task matrices: the decompositions of QR-Erase and UNLEARN.
 
-Paper equations (numbering of ``paper/qr-erase.tex``):
+Paper equations: the numbering of T. Lizzo and L. Heck, "QR-Erase: Efficient Subspace-Based Machine
+Unlearning with Layer Localization", AAAI-27 (CITATION.cff):
 
-- eqs. 1–2  (``eq:qr_forget``, ``eq:qr_retain``): column-pivoted QR  T Π = Q R  (LAPACK xGEQP3);
-- eq. 7     (``eq:rrqr``): partition of the CPQR at rank k, R_11 is its leading k×k block.
+- eqs. 1–2: column-pivoted QR  T Π = Q R  (LAPACK xGEQP3);
+- eq. 7: partition of the CPQR at rank k, R_11 is its leading k×k block.
 
 The discrimination (eqs. 3–5) is :mod:`qrerase.method.discriminate`, the diagnostics (eqs. 10–11)
 :mod:`qrerase.method.diagnostics`, the safetensors files :mod:`qrerase.method.formats`.

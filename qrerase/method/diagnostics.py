@@ -1,10 +1,11 @@
 """Diagnostics of the decompositions: principal angles (eq. 11), the RRQR bound (eq. 10), factor reports.
 
-Paper equations (numbering of ``paper/qr-erase.tex``):
+Paper equations: the numbering of T. Lizzo and L. Heck, "QR-Erase: Efficient Subspace-Based Machine
+Unlearning with Layer Localization", AAAI-27 (CITATION.cff):
 
-- eq. 7     (``eq:rrqr``): partition of the CPQR at rank k, R_11 is its leading k×k block;
-- eq. 10    (``eq:principal_angle_bound``): sin Θ ≤ σ_{k+1} ‖R_11⁻¹‖₂;
-- eq. 11    (``eq:projector_distance``): sin Θ = ‖P_F − P_F̂‖₂.
+- eq. 7: partition of the CPQR at rank k, R_11 is its leading k×k block;
+- eq. 10: sin Θ ≤ σ_{k+1} ‖R_11⁻¹‖₂;
+- eq. 11: sin Θ = ‖P_F − P_F̂‖₂.
 """
 
 from __future__ import annotations

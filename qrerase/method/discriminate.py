@@ -1,12 +1,13 @@
 """QR-Erase subspace discrimination and reconstruction: the forget update λ·T̃_f = U @ V.
 
-Paper equations (numbering of ``paper/qr-erase.tex``):
+Paper equations: the numbering of T. Lizzo and L. Heck, "QR-Erase: Efficient Subspace-Based Machine
+Unlearning with Layer Localization", AAAI-27 (CITATION.cff):
 
-- eq. 3     (``eq:retain_projection``): P_r = Q_r,k Q_r,kᵀ;
-- eq. 4     (``eq:discrimination``):   Q̃_f = (I − P_r) Q_f,k;
-- eq. 5     (``eq:reconstruction``):   T̃_f = Q̃_f R_f,k Π_fᵀ;
-- eq. 6     (``eq:forget_update``):    W' = W − T̃_f  (applied in :mod:`qrerase.method.erase`);
-- eq. 16    (``eq:localized_forget_update``): only the modules of the selected layers (``modules``).
+- eq. 3: P_r = Q_r,k Q_r,kᵀ;
+- eq. 4: Q̃_f = (I − P_r) Q_f,k;
+- eq. 5: T̃_f = Q̃_f R_f,k Π_fᵀ;
+- eq. 6: W' = W − T̃_f  (applied in :mod:`qrerase.method.erase`);
+- eq. 16: only the modules of the selected layers (``modules``).
 
 Q_f,k, R_f,k come from :func:`qrerase.method.decompose.decompose` (CPQR for QR-Erase, SVD for UNLEARN).
 Everything is float64.

@@ -1,10 +1,11 @@
 """Normalised layer task energy and the layer-localisation rule (Layer-Localized QR-Erase).
 
-Paper equations (numbering of ``paper/qr-erase.tex``):
+Paper equations: the numbering of T. Lizzo and L. Heck, "QR-Erase: Efficient Subspace-Based Machine
+Unlearning with Layer Localization", AAAI-27 (CITATION.cff):
 
-- eq. 14 (``eq:energy``): E_ℓ = ‖T_f^ℓ‖_F / Σ_{j∈L} ‖T_f^j‖_F;
-- eq. 15 (``eq:layer_selection``): L_forget = {ℓ ∈ L : E_ℓ ≥ 1/|L|};
-- eq. 16 (``eq:localized_forget_update``): W' = W − T̃_f only for ℓ ∈ L_forget
+- eq. 14: E_ℓ = ‖T_f^ℓ‖_F / Σ_{j∈L} ‖T_f^j‖_F;
+- eq. 15: L_forget = {ℓ ∈ L : E_ℓ ≥ 1/|L|};
+- eq. 16: W' = W − T̃_f only for ℓ ∈ L_forget
   (see :func:`modules_for_layers` and :func:`qrerase.method.discriminate.forget_updates`).
 
 A "layer" is either a transformer block (``granularity="block"``; the block's norm is the
