@@ -138,4 +138,4 @@ def test_schema_is_package_data_linked_to_the_source():
     assert SCHEMA_PATH.parent == ROOT / "qrerase" / "workflow" and SCHEMA_PATH.is_symlink()
     assert SCHEMA_PATH.resolve() == (ROOT / "schemas" / "config.schema.yaml").resolve()
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert '"qrerase.workflow" = ["config.schema.yaml"]' in pyproject
+    assert '"qrerase.workflow" = ["config.schema.yaml", "config.yaml"]' in pyproject

@@ -23,10 +23,10 @@ from typing import Any
 
 __all__ = ["ConfigKey", "config_keys", "undocumented", "render", "generate", "write", "DOCS_PATH", "DEFAULTS_PATH"]
 
-_ROOT = Path(__file__).resolve().parents[2]
-#: Where the generated reference lives and the config its "Default" column reads (in a checkout).
-DOCS_PATH = _ROOT / "docs" / "configuration.md"
-DEFAULTS_PATH = _ROOT / "config.yaml"
+#: Where the generated reference lives (in a checkout: docs/ is not package data).
+DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+#: The config its "Default" column reads: the embedded default config.yaml (package data).
+DEFAULTS_PATH = Path(__file__).resolve().parent / "config.yaml"
 
 _VALUE_WIDTH = 60  # longer config.yaml values are cut (the page links config.yaml for the whole value)
 

@@ -23,7 +23,9 @@ from typing import Any
 
 from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, ModelShape, Node, plan_job, resolve_shape
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
+#: The embedded default config: package data, in a checkout a link to config.yaml next to the Snakefile
+#: (a built sdist / wheel holds a copy), so a non-editable install plans with it too.
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.yaml"
 KINDS = ("train", "evaluate", "linalg", "light")
 #: sequences per example and frozen reference copies of each baseline (qrerase.baselines.*)
 BASELINE_SHAPE = {
@@ -330,8 +332,9 @@ def format_table(cfg: Mapping) -> str:
 
 
 def load_config(*configfiles: str | Path) -> dict:
-    """The workflow's config as Snakemake builds it: the embedded default (config.yaml next to the
-    Snakefile) updated by each ``--configfile`` in turn, then validated (one line naming the key)."""
+    """The workflow's config as Snakemake builds it: the embedded default (:data:`DEFAULT_CONFIG`, the
+    Snakefile's config.yaml) updated by each ``--configfile`` in turn, then validated (one line naming
+    the key)."""
     import yaml
 
     from .validation import validate
