@@ -206,3 +206,42 @@ def test_rule_families_are_smaller_than_the_all_in_one_env():
 def test_import_scan_sees_lazy_imports(script, expected, absent):
     found = script_imports(script)
     assert expected <= found and not (absent & found), sorted(found)
+
+
+def _pins(env_file: Path) -> dict[str, str]:
+    """name -> the exact version of every dependency of an env file; a dependency that is not an
+    exact pin (conda ``name=version``, pip ``name==version``) fails, naming it."""
+    env = yaml.safe_load(env_file.read_text())
+    pins = {}
+    for dep in env["dependencies"]:
+        items, pattern = (
+            (dep["pip"], r"([A-Za-z0-9_.-]+)==([0-9][\w.+]*)")
+            if isinstance(dep, dict)
+            else ([dep], r"([A-Za-z0-9_.-]+)=([0-9][\w.]*)")
+        )
+        for item in items:
+            match = re.fullmatch(pattern, item)
+            assert match, f"{env_file.name}: {item!r} is not an exact pin ({pattern})"
+            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    return pins
+
+
+def test_envs_pin_exact_versions_one_per_package():
+    """Every env file pins exact versions (as the Snakemake workflow catalog does), a package has one
+    version in every file, and each pin satisfies pyproject.toml's lower bound (docs/environments.md)."""
+    from packaging.requirements import Requirement
+
+    versions: dict[str, set[str]] = {}
+    for env_file in sorted((REPO / "envs").glob("*.yaml")):
+        for name, version in _pins(env_file).items():
+            versions.setdefault(name, set()).add(version)
+    assert {n: v for n, v in versions.items() if len(v) > 1} == {}
+    pyproject = (REPO / "pyproject.toml").read_text()
+    deps = re.search(r"(?s)^dependencies = \[(.*?)^\]", pyproject, re.M).group(1)
+    bounds = [Requirement(r) for r in re.findall(r'^\s*"([^"]+)"', deps, re.M)]  # comments may quote too
+    assert len(bounds) >= 10
+    for req in bounds:
+        name = req.name.lower().replace("_", "-")
+        assert name in versions, f"pyproject dependency {name} is pinned in no env file"
+        (version,) = versions[name]
+        assert req.specifier.contains(version, prereleases=True), f"{name}=={version} outside pyproject's {req}"
