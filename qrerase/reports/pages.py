@@ -257,6 +257,7 @@ def render_index(pages: list[Page], infos: list[RunInfo], other: list[str], note
     lines += [
         "These pages are generated from a finished `results/` by `qrerase results-pages` (see "
         "[Getting started](../getting-started.md)); every number on them is read from the run's files.",
+        "How far such numbers move between machines and thread counts: [Determinism](../determinism.md).",
         "",
     ]
     if note:
