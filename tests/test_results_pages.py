@@ -98,7 +98,7 @@ def test_pages_embed_the_tables_figures_and_the_recorded_header(run):
     cpu = pv.machine_info()
     assert f"- **Machine:** {cpu['cpu']}, {cpu['logical_cpus']} logical cores; threads per job: 1\n" in tofu
     assert f"torch {version('torch')}, transformers {version('transformers')}" in tofu
-    assert "from the provenance records of 2 table file(s)" in tofu
+    assert "from the provenance records of 2 of this page's table files" in tofu
     # a CSV-only table: its cells as written; the cost table says it is wall time
     assert "| method | scale |\n|---|---|\n| qr_erase_ll | 3 |" in tofu
     assert "| ga | 5.6 |" in tofu and "changes on every run" in tofu.split("## `tofu_cost`")[1]

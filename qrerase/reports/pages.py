@@ -145,8 +145,10 @@ def _machine_text(info: Mapping) -> str:
     return f"{info.get('cpu', 'unknown CPU')}, {info.get('logical_cpus', '?')} logical cores"
 
 
-def run_info(results: str | os.PathLike, files: list[Path], *, commit: str | None = None, date: str | None = None):
-    """The :class:`RunInfo` of the jobs that wrote ``files`` (table files under ``results/tables``).
+def run_info(
+    results: str | os.PathLike, files: list[Path], *, commit: str | None = None, date: str | None = None
+) -> RunInfo:
+    """The :class:`RunInfo` of the jobs that wrote ``files`` (under ``results/tables`` or ``results/figures``).
 
     Read from their provenance records; ``commit`` / ``date`` override the recorded values. Without
     records: ``commit`` or ``git rev-parse HEAD``, ``date`` or the newest file's modification date, and
@@ -171,7 +173,7 @@ def run_info(results: str | os.PathLike, files: list[Path], *, commit: str | Non
             machine=_join(machines),
             threads=_join(rec.get("threads", "?") for rec in records),
             versions=versions,
-            source=f"the provenance records of {len(records)} table file(s) of this page",
+            source=f"the provenance records of {len(records)} of this page's {files[0].parent.name[:-1]} files",
         )
     if date is None:
         newest = max((p.stat().st_mtime for p in files), default=None)
