@@ -163,3 +163,42 @@ def test_cli(run, capsys):
     assert "missing: no tables/ or figures/ folder" in capsys.readouterr().err
     assert main(["results-pages", "results", "--out", "docs_out", "--date", "May 5"]) == 2
     assert "date: expected YYYY-MM-DD, got 'May 5'" in capsys.readouterr().err
+
+
+def test_compare_reports_the_largest_move_per_column(tmp_path):
+    from qrerase.reports.compare import compare_csv, render_comparison
+
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("method,model_utility,forget_quality,note\nbase,0.9,1e-05,x\nga,0.8,0.0005,y\nonly_a,0.1,0.1,z\n")
+    b.write_text("method,model_utility,forget_quality,note\nga,0.75,0.003,y\nbase,0.9,2.2e-05,x\n")
+    diffs = {d.column: d for d in compare_csv(a, b)}
+    assert set(diffs) == {"model_utility", "forget_quality"}  # the text column is not numeric
+    mu, fq = diffs["model_utility"], diffs["forget_quality"]
+    assert (mu.row, mu.this, mu.other, mu.rows) == ("ga", "0.8", "0.75", 2) and mu.max_abs == pytest.approx(0.05)
+    assert (fq.row, fq.this, fq.other) == ("ga", "0.0005", "0.003") and fq.max_abs == pytest.approx(0.0025)
+    assert "| model_utility | 0.05 | ga | 0.8 | 0.75 | 2 |" in render_comparison(list(diffs.values()))
+    b.write_text("method,model_utility\nga,0.8\nga,0.7\n")
+    with pytest.raises(ValueError, match="b.csv: first column 'method' repeats a value"):
+        compare_csv(a, b)
+
+
+def test_pages_compare_with_another_run(run, tmp_path):
+    other = tmp_path / "other_machine"
+    shutil.copytree(run / "results", other)
+    frame = pd.read_csv(other / "tables/tofu.csv")
+    frame.loc[frame["method"] == "ga", "forget_quality"] = 0.0031
+    frame.to_csv(other / "tables/tofu.csv", index=False)
+    (other / "tables/speech.csv").unlink()
+    rec = json.loads((other / "provenance/records/tables/tofu.md.json").read_text())
+    rec["machine"] = {"cpu": "Other CPU", "logical_cpus": 2}
+    (other / "provenance/records/tables/tofu.md.json").write_text(json.dumps(rec))
+    args = ["results-pages", "results", "--out", "out", "--compare", str(other), "--compare-label", "machine B"]
+    assert main(args) == 0
+    tofu = Path("out/tofu.md").read_text()
+    commit = _git(run, "rev-parse", "HEAD")
+    assert f"- **Compared with machine B:** commit `{commit}`, 2023-11-14, " in tofu and "Other CPU, 2 logical" in tofu
+    section = tofu.split("## `tofu`")[1].split("## ")[0]
+    assert "**Against machine B:**" in section and "| forget_quality | 0.297 | ga | 0.3 | 0.0031 | 3 |" in section
+    assert "| model_utility | 0 | base |" in section
+    assert "**Against machine B:**" not in tofu.split("## `tofu_cost`")[1].split("## ")[0]  # wall time
+    assert "`tables/speech.csv` is not in that run." in Path("out/speech.md").read_text()
