@@ -1,6 +1,6 @@
 """qrerase: subspace-based machine unlearning with column-pivoted QR (QR-Erase) and SVD (UNLEARN).
 
-Public API (see README, "Library API"):
+Public API (the docs' Library API pages, docs/api/, render these docstrings):
 
 - :func:`task_matrices` — read a PEFT LoRA adapter into factored task matrices T = s·B·A.
 - :func:`decompose` — exact rank-k CPQR / SVD of a task matrix given as factors (or densely).

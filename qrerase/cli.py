@@ -19,6 +19,11 @@
 - ``qrerase config-docs [--out docs/configuration.md] [--check]``: write the configuration reference
   generated from the schema (:mod:`qrerase.workflow.config_docs`); ``--check`` writes nothing and
   exits 1 when the file differs from a fresh render.
+- ``qrerase results-pages [RESULTS] [--out docs/results] [--commit C] [--date D] [--note TEXT]
+  [--compare OTHER_RESULTS --compare-label TEXT]``: the
+  docs site's results pages from a finished ``results/`` (:mod:`qrerase.reports.pages`): one page per
+  track with its tables, figures and a header (commit, date, CPU, versions) read from the run's
+  provenance records; with ``--compare``, how far each table's numbers move against another run.
 """
 
 from __future__ import annotations
@@ -140,6 +145,22 @@ def _config_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _results_pages(args: argparse.Namespace) -> int:
+    from .reports.pages import write_pages
+
+    for path in write_pages(
+        args.results,
+        args.out,
+        commit=args.commit,
+        date=args.date,
+        note=args.note,
+        compare=args.compare,
+        compare_label=args.compare_label,
+    ):
+        print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,6 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--defaults", default="config.yaml", help="config whose values fill the Default column")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when OUT differs from a fresh render")
     p.set_defaults(func=_config_docs)
+
+    p = sub.add_parser("results-pages", help="the docs' results pages (docs/results/*.md) from a finished results/")
+    p.add_argument("results", nargs="?", default="results", help="the workflow's results/ directory (default: results)")
+    p.add_argument("--out", default="docs/results", help="folder of the pages (default: docs/results)")
+    p.add_argument("--commit", help="the commit to state (default: the one the run's provenance records hold)")
+    p.add_argument("--date", help="the date to state, YYYY-MM-DD (default: when the run's table jobs finished)")
+    p.add_argument("--note", help="a sentence shown under each page's header (e.g. which config ran)")
+    p.add_argument("--compare", help="another run's results/ (another machine or seed): show how far each table moves")
+    p.add_argument("--compare-label", default="the other run", help="how the pages name the --compare run")
+    p.set_defaults(func=_results_pages)
 
     args = parser.parse_args(argv)
     try:

@@ -1,7 +1,7 @@
 """The method and track registry: every unlearning method and experiment track, in one place.
 
 Pure data (standard library only, no torch): the config schema's method and track enums
-(:func:`qrerase.workflow.config.load_schema`), the workflow's ``DECOMP`` and localised-method logic
+(:func:`qrerase.workflow.validation.load_schema`), the workflow's ``DECOMP`` and localised-method logic
 (``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`) and each
 track's target function (``all_targets`` in ``rules/common.smk``) are all derived from it.
 

@@ -145,6 +145,8 @@ def test_record_contents(graph):
     assert rec["outputs"][0]["sha256"] == hashlib.sha256(b"A").hexdigest()
     assert rec["code"]["git_commit"] == "unknown"  # tmp_path is not a git checkout
     assert {"python", "torch", "transformers", "peft", "scipy", "numpy", "snakemake"} <= set(rec["versions"])
+    assert rec["machine"] == pv.machine_info() and rec["machine"]["logical_cpus"] == os.cpu_count()
+    assert rec["machine"]["cpu"] and rec["machine"]["cpu"] != "unknown"  # /proc/cpuinfo or platform names it
     assert rec["seed"] == 0 and rec["threads"] == 1 and rec["start"] <= rec["end"]
     b = json.loads((graph / pv.record_path("results/b")).read_text())
     assert b == json.loads((graph / pv.record_path("results/c.txt")).read_text())  # one record per output

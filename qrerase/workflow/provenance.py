@@ -4,7 +4,8 @@ Every workflow job (through :func:`qrerase.workflow.job.job`) writes, after its 
 record per declared output under ``results/provenance/records/<output path>.json``. A record holds the
 rule, wildcards, params, the config subset the job used, the sha256 of every input and every output,
 the code version (git commit and dirty flag of the workflow checkout, the library version), the
-versions of the scientific stack, the seed, the thread count and the start/end times.
+versions of the scientific stack, the machine (CPU model, logical cores), the seed, the thread count
+and the start/end times.
 
 Hashes (:func:`hash_path`):
 
@@ -40,6 +41,7 @@ __all__ = [
     "artifact",
     "code_version",
     "package_versions",
+    "machine_info",
     "config_subset",
     "RecordingDict",
     "build_record",
@@ -179,6 +181,26 @@ def package_versions(packages: Iterable[str] = PACKAGES) -> dict[str, str]:
     return versions
 
 
+def machine_info() -> dict[str, Any]:
+    """The machine a job runs on: ``{"cpu": model name, "logical_cpus": count, "system": OS and arch}``.
+
+    The CPU model is the first ``model name`` of ``/proc/cpuinfo`` (Linux), else ``platform.processor()``,
+    else ``"unknown"``; ``logical_cpus`` is ``os.cpu_count()`` (the machine's, not the job's share).
+    """
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    cpu = value.strip()
+                    break
+    except OSError:
+        pass
+    cpu = cpu or platform.processor() or "unknown"
+    return {"cpu": cpu, "logical_cpus": os.cpu_count() or 0, "system": f"{platform.system()} {platform.machine()}"}
+
+
 # ---------------------------------------------------------------------------------------------
 # The config subset a job used.
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +315,7 @@ def build_record(
         "outputs": [artifact(o) for o in outputs],
         "code": code_version(workflow_dir),
         "versions": package_versions(),
+        "machine": machine_info(),
         "seed": seed,
         "threads": int(threads),
         "world_size": int(world_size),

@@ -1,0 +1,77 @@
+"""The docs site builds with ``mkdocs build --strict`` (every nav page present, every link and anchor
+resolved, every ``:::`` API block imported), and the README stays a short entry point into it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+
+def _nav_files(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [f for item in node for f in _nav_files(item)]
+    if isinstance(node, dict):
+        return [f for value in node.values() for f in _nav_files(value)]
+    return []
+
+
+def _mkdocs_config() -> dict:
+    class Loader(yaml.SafeLoader):  # mkdocs.yml may use !!python/name tags; the nav needs none
+        pass
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    return yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+
+
+def test_mkdocs_build_strict(tmp_path):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[docs]'; the test extra includes it)")
+    site = tmp_path / "site"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site), "--config-file", "mkdocs.yml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    for page in _nav_files(_mkdocs_config()["nav"]):  # directory URLs: a/b.md -> a/b/index.html
+        stem = page[: -len(".md")]
+        built = site / (f"{stem}.html" if stem == "index" or stem.endswith("/index") else f"{stem}/index.html")
+        assert built.is_file(), f"{page}: not built ({built})"
+    api = (site / "api/method/index.html").read_text(encoding="utf-8")
+    for anchor in ("qrerase.method.decompose.decompose", "qrerase.method.discriminate.forget_update"):
+        assert f'id="{anchor}"' in api, f"API page lacks {anchor}: mkdocstrings did not render the docstrings"
+
+
+def test_nav_lists_every_page_and_only_existing_ones():
+    nav = set(_nav_files(_mkdocs_config()["nav"]))
+    docs = {p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md")}
+    generated = {d for d in docs if d.startswith("results/") and d != "results/index.md"}
+    assert nav <= docs, f"nav entries without a file: {sorted(nav - docs)}"
+    assert docs - generated <= nav, f"pages not in the nav: {sorted(docs - generated - nav)}"
+
+
+def test_readme_is_short_and_links_into_the_docs():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert any(link.startswith("docs/") for link in local)
+    missing = [link for link in local if not (REPO / link).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+    assert not re.search(r"\bissue \d+", text, re.IGNORECASE), "no issue numbers in the README"
