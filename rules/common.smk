@@ -20,7 +20,7 @@ from qrerase.workflow.config import ConfigError, validate
 from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
 from qrerase.workflow.plan_config import rule_resources
 from qrerase.workflow.naming import (
-    TASK_EXP,
+    TASK_LEVEL_EXP,
     XLING_EXP,
     exp_pattern,
     model_exp,
@@ -62,7 +62,7 @@ CONTROL = registry.CONTROL_SUFFIX
 CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
-TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task")
+TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task_level")
 UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>")
 
 
@@ -111,9 +111,9 @@ PATHS = {
     "speech_pretrained": "results/{exp}/models/pretrained",
     "speech_pretrain_curve": "results/{exp}/models/pretrained_loss.csv",
     "speech_tradeoff_points": "results/{exp}/tradeoff/{method}.csv",
-    # task track
-    "task_eval": "results/{exp}/task_eval/{model}.csv",
-    "task_metrics": "results/task/metrics.csv",
+    # task-level track
+    "task_level_eval": "results/{exp}/task_level_eval/{model}.csv",
+    "task_level_metrics": "results/task_level/metrics.csv",
     # trade-off sweeps
     "tradeoff_erase": "results/{exp}/tradeoff/k{rank}/{method}/lambda{scale}.csv",
     "tradeoff_baseline": "results/{exp}/tradeoff/baselines/{method}_e{epochs}.csv",
@@ -278,8 +278,8 @@ def exp_section(section, exp):
     )
     if model_exp(exp) == XLING_EXP:
         base.update(config.get("crosslingual", {}).get(section) or {})
-    if exp == TASK_EXP:  # the task-level track's overrides (task.<section>)
-        base.update(config.get("task", {}).get(section) or {})
+    if exp == TASK_LEVEL_EXP:  # the task-level track's overrides (task_level.<section>)
+        base.update(config.get("task_level", {}).get(section) or {})
     return base
 
 
@@ -301,8 +301,8 @@ def erase_scale(exp):
     track = parse_exp(exp).track
     if track == "speech":
         return config["speech"]["scale"]
-    if track == "task":
-        return config["task"].get("scale", config["unlearn"]["scale"])
+    if track == "task_level":
+        return config["task_level"].get("scale", config["unlearn"]["scale"])
     return config["unlearn"]["scale"]
 
 
@@ -310,7 +310,7 @@ def tokenizer_texts(wildcards):
     """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
     set and the pretraining text (the task-level track has no pretraining set yet)."""
     names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
-    if wildcards.exp != TASK_EXP:
+    if wildcards.exp != TASK_LEVEL_EXP:
         names.append("pretrain")
     return [path("data", exp=wildcards.exp, name=n) for n in names]
 
@@ -321,8 +321,8 @@ def finetune_init_inputs(wildcards):
     model, loaded by name)."""
     if not tiny_model():
         return {}
-    if wildcards.exp == TASK_EXP:  # the task-level track (rules/task.smk)
-        return task_start_inputs(wildcards)
+    if wildcards.exp == TASK_LEVEL_EXP:  # the task-level track (rules/task_level.smk)
+        return task_level_start_inputs(wildcards)
     if wildcards.get("which", "pretrained") == "pretrained":
         return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
     return {"init": path("model", exp=wildcards.exp, which="pretrained")}

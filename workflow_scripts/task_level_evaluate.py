@@ -1,10 +1,10 @@
-"""Rule task_evaluate: exact-match accuracy and answer-token NLL of one model on each role's skill."""
+"""Rule task_level_evaluate: exact-match accuracy and answer-token NLL of one model on each role's skill."""
 
 import pandas as pd
 
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.evaluation import EvalConfig
-from qrerase.text.task_eval import evaluate_skill
+from qrerase.text.task_level_eval import evaluate_skill
 from qrerase.workflow.job import job, load_for_eval, template_from
 
 p, inp = snakemake.params, snakemake.input
