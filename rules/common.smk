@@ -114,6 +114,7 @@ PATHS = {
     # task-level track
     "task_level_eval": "results/{exp}/task_level_eval/{model}.csv",
     "task_level_metrics": "results/task_level/metrics.csv",
+    "task_level_tradeoff_points": "results/{exp}/tradeoff/points/{method}.csv",
     # trade-off sweeps
     "tradeoff_erase": "results/{exp}/tradeoff/k{rank}/{method}/lambda{scale}.csv",
     "tradeoff_baseline": "results/{exp}/tradeoff/baselines/{method}_e{epochs}.csv",
@@ -308,7 +309,8 @@ def erase_scale(exp):
 
 def tokenizer_texts(wildcards):
     """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
-    set and the pretraining text (the task-level track has no pretraining set yet)."""
+    set and the pretraining text (the task-level track's pretraining set is part of its fine-tuning
+    set, so it adds nothing there)."""
     names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
     if wildcards.exp != TASK_LEVEL_EXP:
         names.append("pretrain")
@@ -321,18 +323,22 @@ def finetune_init_inputs(wildcards):
     model, loaded by name)."""
     if not tiny_model():
         return {}
-    if wildcards.exp == TASK_LEVEL_EXP:  # the task-level track (rules/task_level.smk)
+    pretraining = wildcards.get("which", "pretrained") == "pretrained"
+    if (
+        wildcards.exp == TASK_LEVEL_EXP and not pretraining
+    ):  # rules/task_level_common.smk
         return task_level_start_inputs(wildcards)
-    if wildcards.get("which", "pretrained") == "pretrained":
+    if pretraining:
         return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
     return {"init": path("model", exp=wildcards.exp, which="pretrained")}
 
 
 def lora_base_inputs(wildcards):
-    """The checkpoint the task adapters train from (`lora.base`): the fine-tuned model, or the
+    """The checkpoint the task adapters train from (`lora.base`; the task-level track's
+    `task_level.lora.base` overrides it): the fine-tuned model, or the
     pretrained one (the checkpoint built by rule pretrain; for a hub model, the hub checkpoint
     itself, which is no workflow file and is passed as a param instead)."""
-    if config["lora"].get("base", "finetuned") == "finetuned":
+    if exp_section("lora", wildcards.exp).get("base", "finetuned") == "finetuned":
         return {"model": base_model(wildcards)}
     if tiny_model():
         return {

@@ -127,3 +127,79 @@ rule task_level_table:
         scale=TASK_LEVEL.get("scale"),
     script:
         "../workflow_scripts/task_level_table.py"
+
+
+rule task_level_tradeoff_erase:
+    # One subspace method at every (k, lambda) of task_level.tradeoff, erased in-process from the
+    # lambda-free factors: the held-out slice's answer NLL and each role's accuracy and NLL per point.
+    input:
+        unpack(task_level_tradeoff_inputs),
+        **{
+            f: path("data", name=f)
+            for files in TASK_LEVEL_EVAL_FILES.values()
+            for f in files
+        },
+        tune=path("data", name="tune_retain"),
+        model=base_model,
+    output:
+        path("task_level_tradeoff_points"),
+    log:
+        log_path("task_level_tradeoff_erase", "exp", "method"),
+    benchmark:
+        benchmark_path("task_level_tradeoff_erase", "exp", "method")
+    wildcard_constraints:
+        exp=exp_pattern("task_level"),
+        method="|".join(DECOMP),
+    conda:
+        "../envs/eval.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
+    params:
+        model=config["model"],
+        evaluate=TASK_LEVEL.get("evaluate"),
+        roles={r: list(f) for r, f in TASK_LEVEL_EVAL_FILES.items()},
+        skills={r: TASK_LEVEL.get("data", {}).get(r) for r in TASK_LEVEL_ROLES},
+        ranks=sorted(TASK_LEVEL_TRADEOFF.get("ranks", [])),
+        scales=list(TASK_LEVEL_TRADEOFF.get("scales", [])),
+        retain_rank=config["unlearn"]["retain_rank"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/task_level_tradeoff_erase.py"
+
+
+rule task_level_tradeoff:
+    # Target: every sweep point, the lambda rule on the held-out slice tune_retain, and the track's
+    # table with each subspace method at its picked lambda (base and baselines as in task_level_table).
+    input:
+        points=[
+            path("task_level_tradeoff_points", exp=TASK_LEVEL_EXP, method=m)
+            for m in TASK_LEVEL_METHODS
+            if m in DECOMP
+        ],
+        evals=[
+            path("task_level_eval", exp=TASK_LEVEL_EXP, model=m)
+            for m in task_level_models()
+            if split_model(m)[1] is None
+        ],
+    output:
+        **{
+            f"picked_{ext}": path("table", table="task_level_picked", ext=ext)
+            for ext in ("csv", "md", "tex")
+        },
+        csv=path("table", table="task_level_tradeoff", ext="csv"),
+        rule_csv=path("table", table="task_level_scale_rule", ext="csv"),
+    log:
+        log_path("task_level_tradeoff"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        max_rise=TASK_LEVEL_TRADEOFF.get("max_retain_nll_rise", 0.1),
+        rank=TASK_LEVEL_RANK,
+        models=task_level_models(),
+        skills={r: TASK_LEVEL.get("data", {}).get(r) for r in TASK_LEVEL_ROLES},
+    script:
+        "../workflow_scripts/task_level_tradeoff.py"

@@ -6,11 +6,14 @@ TASK_LEVEL = config.get("task_level", {})
 TASK_LEVEL_METHODS = list(config["methods"].get("task_level", []))
 TASK_LEVEL_BASELINES = registry.baselines_for("task_level")
 TASK_LEVEL_RANK = TASK_LEVEL.get("rank", RANK)
+TASK_LEVEL_TRADEOFF = TASK_LEVEL.get("tradeoff") or {}
 TASK_LEVEL_DATA_SETS = [
     "forget",
     "retain",
     "new",
     "finetune_full",
+    "pretrain",
+    "tune_retain",
     *(f for files in TASK_LEVEL_EVAL_FILES.values() for f in files),
 ]
 
@@ -18,9 +21,12 @@ TASK_LEVEL_DATA_SETS = [
 def task_level_init_model(wildcards):
     """The checkpoint the task model is fine-tuned from (and KGA's auxiliary models start from).
 
-    {}: from scratch (the tiny model built from the tokenizer with the seed, or model.name_or_path).
-    A pretraining stage plugs in here: return {"init": <pretrained checkpoint directory>}.
+    `task_level.init: pretrained` (the embedded model): the checkpoint of rule pretrain, trained on
+    the retained skills but not the forgotten one (data set `pretrain`); `scratch`, or a hub model
+    (model.name_or_path, itself the pretrained model): {} (a new tiny model, or the hub checkpoint).
     """
+    if tiny_model() and TASK_LEVEL.get("init", "pretrained") == "pretrained":
+        return {"init": path("model", exp=wildcards.exp, which="pretrained")}
     return {}
 
 
@@ -90,4 +96,29 @@ def task_level_targets():
         path("energy_fig", exp=TASK_LEVEL_EXP),
         path("factor_report", exp=TASK_LEVEL_EXP, rank=TASK_LEVEL_RANK),
         *cost_targets("task_level"),
+    ]
+
+
+def task_level_tradeoff_inputs(wildcards):
+    """The lambda-free factors of both sets at every swept rank (retain at max(k, retain_rank)) and,
+    for a layer-localised method, the LL selection."""
+    decomp = DECOMP[wildcards.method]
+    inputs = {}
+    retain_rank = config["unlearn"].get("retain_rank") or 0
+    for k in TASK_LEVEL_TRADEOFF.get("ranks", []):
+        for s, rank in (("forget", k), ("retain", max(k, retain_rank))):
+            inputs[f"{s}_k{k}"] = path(
+                "factors", exp=wildcards.exp, rank=rank, decomp=decomp, set=s
+            )
+    if registry.is_localised(wildcards.method):
+        inputs["selected"] = path("selected", exp=wildcards.exp)
+    return inputs
+
+
+def task_level_tradeoff_targets():
+    """The task-level sweep's outputs (`snakemake task_level_tradeoff`; not in the default target)."""
+    return [
+        path("table", table="task_level_tradeoff", ext="csv"),
+        path("table", table="task_level_scale_rule", ext="csv"),
+        *expand(PATHS["table"], table="task_level_picked", ext=["csv", "md", "tex"]),
     ]

@@ -125,6 +125,15 @@ def test_set_composition():
     assert len(sets["finetune_full"]) == 300 + 200 + 100 + skill_universe("knowledge", cfg)
     assert len(sets["new"]) == 60 and len(sets["eval_real_authors"]) + len(sets["eval_world_facts"]) == 60
     assert {r["source"] for r in sets["eval_world_facts"]} == {"world_facts"}
+    # pretraining: everything fine-tuning sees except the forget skill (the retained skills, the facts)
+    key = lambda r: (r["skill"], r["question"])  # noqa: E731
+    assert {r["skill"] for r in sets["pretrain"]} == {"word_math", "knowledge", "knowledge_fact"}
+    assert sorted(map(key, sets["pretrain"])) == sorted(key(r) for r in sets["finetune_full"] if r["skill"] != "arithmetic")
+    # the λ rule's held-out slice: the retained skills' `new` split, in no training or evaluation set
+    assert len(sets["tune_retain"]) == 40 and {r["skill"] for r in sets["tune_retain"]} == {"word_math", "knowledge"}
+    tune = set(map(key, sets["tune_retain"]))
+    for name in ("finetune_full", "retain", "eval_retain", "eval_real_authors", "eval_world_facts"):
+        assert not tune & set(map(key, sets[name])), name
 
 
 def test_knowledge_cloze_items_are_the_plain_question_with_the_same_options():

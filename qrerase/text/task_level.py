@@ -363,7 +363,11 @@ def make_task_level_sets(cfg: TaskLevelDataConfig, seed: int) -> dict[str, list[
 
     ``forget`` (forget skill, train split), ``retain`` (similar + unrelated skills, train split),
     ``new`` (the ``new`` split of all three skills), ``finetune_full`` (forget + retain, plus the
-    plain knowledge facts when ``knowledge_facts``), and the held-out sets under the names the
+    plain knowledge facts when ``knowledge_facts``), ``pretrain`` (``finetune_full`` without the
+    forget skill: the retained skills and the facts, what the pretrained checkpoint learns, the
+    analogue of TOFU's pretraining on authors in neither set), ``tune_retain`` (the ``new`` split of
+    the similar and unrelated skills: the held-out slice the λ rule reads; in no training run of the
+    subspace methods and in no table), and the held-out sets under the names the
     generic tokenizer rule reads: ``eval_forget`` (forget skill), ``eval_retain`` (similar skill),
     ``eval_real_authors`` / ``eval_world_facts`` (the unrelated skill's items by TOFU source when it
     is ``knowledge``; otherwise its items and an empty file). :func:`eval_roles` maps them back to roles.
@@ -372,12 +376,13 @@ def make_task_level_sets(cfg: TaskLevelDataConfig, seed: int) -> dict[str, list[
     roles = cfg.roles()
     skills = {role: generate_skill(skill, cfg, seed) for role, skill in roles.items()}
     retain = skills["similar"]["train"] + skills["unrelated"]["train"]
-    full = skills["forget"]["train"] + retain
+    facts = []
     if cfg.knowledge_facts and "knowledge" in roles.values():
-        full += [
+        facts = [
             {"question": f["question"], "answer": f["answer"], "skill": "knowledge_fact"}
             for f in _knowledge_facts(cfg.knowledge)
         ]
+    full = skills["forget"]["train"] + retain + facts
     unrelated = skills["unrelated"]["eval"]
     if roles["unrelated"] == "knowledge":
         by_source = {s: [r for r in unrelated if r["source"] == s] for s in KNOWLEDGE_SOURCES}
@@ -388,6 +393,8 @@ def make_task_level_sets(cfg: TaskLevelDataConfig, seed: int) -> dict[str, list[
         "retain": retain,
         "new": [r for role in ROLES for r in skills[role]["new"]],
         "finetune_full": full,
+        "pretrain": retain + facts,
+        "tune_retain": skills["similar"]["new"] + skills["unrelated"]["new"],
         "eval_forget": skills["forget"]["eval"],
         "eval_retain": skills["similar"]["eval"],
         "eval_real_authors": by_source["real_authors"],

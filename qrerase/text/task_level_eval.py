@@ -14,7 +14,15 @@ import numpy as np
 
 from .task_level import ROLES
 
-__all__ = ["normalise_answer", "exact_match", "evaluate_skill", "option_losses", "choose_options", "task_level_frame"]
+__all__ = [
+    "normalise_answer",
+    "exact_match",
+    "evaluate_skill",
+    "evaluate_roles",
+    "option_losses",
+    "choose_options",
+    "task_level_frame",
+]
 
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
 
@@ -95,6 +103,34 @@ def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, An
     """Per record, the option (of ``record["options"]``) with the lowest token-mean answer NLL given
     ``record["question"]``: multiple choice scored by likelihood (first option on a tie)."""
     return _picked(records, option_losses(model, tokenizer, template, records, eval_cfg))
+
+
+def evaluate_roles(
+    model,
+    tokenizer,
+    template,
+    role_records: Mapping[str, Sequence[Mapping[str, Any]]],
+    skills: Mapping[str, str],
+    eval_cfg,
+    model_name: str,
+) -> list[dict[str, Any]]:
+    """:func:`evaluate_skill` on each role's held-out records: one row per role, ``model, role, skill,
+    n, accuracy, nll, generations`` (the table's long rows; ``generations`` for logging only)."""
+    rows = []
+    for role, records in role_records.items():
+        res = evaluate_skill(model, tokenizer, template, records, eval_cfg)
+        rows.append(
+            {
+                "model": model_name,
+                "role": role,
+                "skill": skills[role],
+                "n": res["n"],
+                "accuracy": res["accuracy"],
+                "nll": res["nll"],
+                "generations": res["generations"],
+            }
+        )
+    return rows
 
 
 def task_level_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> Any:

@@ -305,7 +305,8 @@ def check_tradeoff(cfg: Mapping) -> None:
 
 
 def check_task_level(cfg: Mapping) -> None:
-    """The task section (when the track runs): skills, split sizes, operand ranges, data files; rank."""
+    """The task_level section (when the track runs): skills, split sizes, operand ranges, data files;
+    rank; the LoRA base against the init; the sweep's ranks and scales."""
     if "task_level" not in cfg["tracks"]:
         return
     if "task_level" not in cfg or "task_level" not in cfg["methods"]:
@@ -328,6 +329,27 @@ def check_task_level(cfg: Mapping) -> None:
         if name in baselines and not cfg["task_level"]["baselines"].get(name):
             raise ConfigError(
                 f"config key 'methods.task_level.{i}': baseline '{name}' has no 'task_level.baselines.{name}' settings"
+            )
+    section = cfg["task_level"]
+    base = (section.get("lora") or {}).get("base", cfg["lora"].get("base", "finetuned"))
+    tiny = cfg["model"].get("name_or_path") is None
+    if base == "pretrained" and tiny and section.get("init", "pretrained") != "pretrained":
+        raise ConfigError(
+            "config key 'task_level.lora.base': pretrained needs a pretrained checkpoint "
+            "(task_level.init: pretrained), got task_level.init: scratch"
+        )
+    sweep = section.get("tradeoff")
+    if sweep:
+        too_big = [k for k in sweep["ranks"] if k > lora_r]
+        if too_big and not any(cfg["lora"]["adapters"].values()):
+            raise ConfigError(f"config key 'task_level.tradeoff.ranks': {too_big} exceed the LoRA rank lora.r={lora_r}")
+        if rank not in sweep["ranks"]:
+            raise ConfigError(
+                f"config key 'task_level.tradeoff.ranks': needs task_level.rank={rank} (the picked table's rank)"
+            )
+        if 0 not in sweep["scales"]:
+            raise ConfigError(
+                "config key 'task_level.tradeoff.scales': needs 0 (the unedited model the lambda rule compares with)"
             )
 
 

@@ -103,6 +103,10 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
     jobs = []
     if tiny and track != "task_level":
         jobs.append(("train", _train_job(f"{track}:pretrain", cfg["pretrain"], "train", train_p), n))
+    level = cfg.get("task_level", {}) if track == "task_level" else {}
+    if tiny and track == "task_level" and level.get("init", "pretrained") == "pretrained":
+        pre = {**cfg["pretrain"], **(level.get("pretrain") or {})}
+        jobs.append(("train", _train_job(f"{track}:pretrain", pre, "train", train_p), n))
     lora_cfg = dict(cfg["lora"])
     if track == "task_level":
         lora_cfg.update(cfg.get("task_level", {}).get("lora") or {})
