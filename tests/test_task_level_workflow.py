@@ -1,4 +1,5 @@
-"""End-to-end: the task-level track on config/test_task.yaml through the real snakemake CLI; the
+"""End-to-end: the task-level track on config/test_task.yaml through the real snakemake CLI (pretraining
+stage, table, λ / k sweep and λ rule); the plans of both LoRA bases and of init scratch; the
 Llama-3-70B config's plan; bad task configs as one-line errors before anything runs."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def write_task_config(workdir: Path, name: str = "test_task.yaml", **overrides) 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     wd = tmp_path_factory.mktemp("task_level")
-    snakemake(wd, "--cores", "2", "--configfile", str(write_task_config(wd)))
+    snakemake(wd, "--cores", "2", "--configfile", str(write_task_config(wd)), "--", "all", "task_level_tradeoff")
     return wd
 
 
@@ -51,7 +52,7 @@ def test_task_table_layout_and_numbers(workdir):
     ):
         assert text in md
     tex = (workdir / "results/tables/task_level.tex").read_text()
-    assert r"\label{tab:task_results}" in tex and r"$\downarrow$" in tex
+    assert r"\label{tab:task_level_results}" in tex and r"$\downarrow$" in tex
     # the table holds the evaluations' numbers
     ev = pd.read_csv(workdir / "results/task_level/task_level_eval/qr_erase_ll_k2.csv").set_index("role")
     assert table.set_index("method").loc["qr_erase_ll", "forget_accuracy"] == pytest.approx(
@@ -87,12 +88,76 @@ def test_data_splits_and_baseline_curves(workdir):
 
 
 def test_cost_and_energy_outputs(workdir):
-    cost = pd.read_csv(workdir / "results/tables/task_cost.csv").set_index("method")
+    cost = pd.read_csv(workdir / "results/tables/task_level_cost.csv").set_index("method")
     assert list(cost.index) == ROWS[1:]
     assert (cost.loc[["ga", "kga", "ku"], "baseline_s"] > 0).all()
     assert (cost.loc[["qr_erase", "qr_erase_ll"], "lora_s"] > 0).all()
-    assert (workdir / "results/figures/task_energy.png").stat().st_size > 0
+    assert (workdir / "results/figures/task_level_energy.png").stat().st_size > 0
     assert json.loads((workdir / "results/task_level/energy/selected_layers.json").read_text())["modules"]
+
+
+def test_pretraining_stage(workdir):
+    """The pretrained checkpoint learns the retained skills and the facts, never the forget skill;
+    the fine-tuned model (and KGA's auxiliary models) start from it."""
+    data = workdir / "results/task_level/data"
+    pretrain = [json.loads(line) for line in (data / "pretrain.jsonl").open()]
+    assert pretrain and {r["skill"] for r in pretrain} == {"word_math", "knowledge", "knowledge_fact"}
+    assert (workdir / "results/task_level/models/pretrained/model.safetensors").is_file()
+    curve = pd.read_csv(workdir / "results/task_level/models/pretrained_loss.csv")
+    assert len(curve) > 1 and curve["loss"].iloc[-1] < curve["loss"].iloc[0]
+    log = (workdir / "results/logs/pretrain/task_level.log").read_text()
+    assert f"training pretrained on {len(pretrain)} QA pairs" in log
+
+
+def test_sweep_and_lambda_rule(workdir):
+    points = pd.read_csv(workdir / "results/tables/task_level_tradeoff.csv")
+    subspace = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
+    assert len(points) == len(subspace) * 2 * 3  # methods x ranks [1, 2] x scales [0, 1, 4]
+    assert set(points["method"]) == set(subspace) and set(points["rank"]) == {1, 2}
+    rule = pd.read_csv(workdir / "results/tables/task_level_scale_rule.csv")
+    assert len(rule) == len(subspace) * 2 and set(rule["selected_scale"]) <= {0.0, 1.0, 4.0}
+    for r in rule.itertuples(index=False):  # the rule: largest λ whose held-out NLL rise <= 0.1 nats
+        grp = points[(points["method"] == r.method) & (points["rank"] == r.rank)].set_index("scale")
+        ok = grp.index[grp["tune_retain_nll"] - grp.loc[0.0, "tune_retain_nll"] <= 0.1]
+        assert r.selected_scale == max(ok) and grp.loc[r.selected_scale, "selected"]
+    # λ = 0 is the unedited fine-tuned model; (k=2, λ=1) is the table's erase (same numbers)
+    base = pd.read_csv(workdir / "results/task_level/task_level_eval/base.csv").set_index("role")
+    table = pd.read_csv(workdir / "results/tables/task_level_wide.csv").set_index("method")
+    for method in subspace:
+        at = points[(points["method"] == method) & (points["rank"] == 2)].set_index("scale")
+        for role in ("forget", "similar", "unrelated"):
+            assert at.loc[0.0, f"{role}_accuracy"] == pytest.approx(base.loc[role, "accuracy"])
+            assert at.loc[0.0, f"{role}_nll"] == pytest.approx(base.loc[role, "nll"], rel=1e-5)
+            assert at.loc[1.0, f"{role}_nll"] == pytest.approx(table.loc[method, f"{role}_nll"], rel=1e-4)
+    picked = pd.read_csv(workdir / "results/tables/task_level_picked.csv").set_index("method")
+    assert list(picked.index) == ROWS
+    for r in rule[rule["rank"] == 2].itertuples(index=False):
+        point = points[(points["method"] == r.method) & (points["rank"] == 2) & (points["scale"] == r.selected_scale)]
+        assert picked.loc[r.method, "forget_accuracy"] == pytest.approx(point["forget_accuracy"].iloc[0])
+    assert picked.loc["ga", "forget_accuracy"] == pytest.approx(table.loc["ga", "forget_accuracy"])
+
+
+@pytest.mark.parametrize(
+    "overrides, lora_from, pretrains",
+    [
+        ({}, "results/task_level/models/full", True),
+        ({"task_level__lora__base": "pretrained"}, "results/task_level/models/pretrained", True),
+        ({"task_level__init": "scratch"}, "results/task_level/models/full", False),
+    ],
+)
+def test_plans_of_both_lora_bases_and_init(tmp_path, overrides, lora_from, pretrains):
+    cfg = write_task_config(tmp_path, **overrides)
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--", "all", "task_level_tradeoff")
+    jobs = planned_rules(proc)
+    assert jobs.get("pretrain", 0) == int(pretrains) and jobs["task_level_tradeoff_erase"] == 4
+    assert jobs["task_level_tradeoff"] == 1 and jobs["lora"] == 2
+    text = (proc.stdout + proc.stderr).splitlines()
+    lora_inputs = [line for line in text if "results/task_level/data/forget.jsonl" in line]
+    assert any(line.strip().startswith(f"input: {lora_from},") for line in lora_inputs)
+    finetune = [line for line in text if "results/task_level/data/finetune_full.jsonl" in line]
+    init = "results/task_level/models/pretrained" if pretrains else "results/task_level/models/tokenizer"
+    assert any(line.strip().startswith(f"input: {init},") for line in finetune)
+    assert not (tmp_path / "results").exists()
 
 
 def test_llama3_70b_config_plans(tmp_path):
@@ -116,6 +181,13 @@ def test_llama3_70b_config_plans(tmp_path):
             "task_level.data.sizes.word_math.eval",
         ),
         ({"task_level__data__arithmetic": {"ops": ["+"], "min_operand": 0, "max_operand": 5}}, "can produce only 36"),
+        (
+            {"task_level__init": "scratch", "task_level__lora__base": "pretrained"},
+            "config key 'task_level.lora.base': pretrained needs a pretrained checkpoint",
+        ),
+        ({"task_level__tradeoff__scales": [1, 2]}, "config key 'task_level.tradeoff.scales': needs 0"),
+        ({"task_level__tradeoff__ranks": [1, 8]}, "config key 'task_level.tradeoff.ranks': [8] exceed the LoRA rank"),
+        ({"task_level__tradeoff__ranks": [1]}, "config key 'task_level.tradeoff.ranks': needs task_level.rank=2"),
     ],
 )
 def test_bad_task_config_is_an_error_before_anything_runs(tmp_path, overrides, message):
