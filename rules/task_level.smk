@@ -1,7 +1,9 @@
 # Task-level track (paper Table 1): forget a skill (arithmetic), keep a similar one (maths in words)
-# and an unrelated one (multiple-choice knowledge). Experiment "task_level" owns its model: generic tokenizer
-# and finetune rules, then the unchanged lora -> task_matrices -> factors -> energy -> forget_update ->
-# erase_merged chain; baselines GA, KGA, KU by task_level_baseline; its own evaluation and table.
+# and an unrelated one (multiple-choice knowledge). Experiment "task_level" owns its model: generic
+# tokenizer, pretrain (data set `pretrain`: the kept skills, not the forgotten one; task_level.init) and
+# finetune rules, then the unchanged lora (task_level.lora.base) -> task_matrices -> factors -> energy ->
+# forget_update -> erase_merged chain; baselines GA, KGA, KU by task_level_baseline; its own evaluation
+# and table; the lambda / k sweep and the lambda rule on the held-out slice (`snakemake task_level_tradeoff`).
 
 
 include: "task_level_common.smk"
