@@ -69,7 +69,7 @@ class Track:
     targets: str
 
 
-_ALL = ("tofu", "crosslingual", "speech", "task")
+_ALL = ("tofu", "crosslingual", "speech", "task_level")
 _TEXT = ("tofu", "crosslingual")
 
 #: Every method, in table order: the subspace methods, then the baselines of each track.
@@ -86,8 +86,8 @@ METHODS: tuple[Method, ...] = (
     Method("flat", None, False, "FLAT", None, _TEXT),
     Method("scrub", None, False, "SCRUB", None, ("speech",)),
     Method("bad_teaching", None, False, "Bad Teaching", None, ("speech",)),
-    Method("kga", None, False, "KGA", None, ("task",)),
-    Method("ku", None, False, "KU", None, ("task",)),
+    Method("kga", None, False, "KGA", None, ("task_level",)),
+    Method("ku", None, False, "KU", None, ("task_level",)),
 )
 
 #: Every track, in config order.
@@ -97,7 +97,7 @@ TRACKS: dict[str, Track] = {
         Track("tofu", "rules/tables.smk", "rules/tofu_common.smk", "tofu_targets"),
         Track("crosslingual", "rules/crosslingual.smk", "rules/crosslingual_common.smk", "crosslingual_targets"),
         Track("speech", "rules/speech.smk", "rules/speech_common.smk", "speech_targets"),
-        Track("task", "rules/task.smk", "rules/task_common.smk", "task_targets"),
+        Track("task_level", "rules/task_level.smk", "rules/task_level_common.smk", "task_level_targets"),
     )
 }
 

@@ -20,7 +20,7 @@ from qrerase.workflow.validation import ConfigError, validate
 from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
 from qrerase.workflow.plan_config import rule_resources
 from qrerase.workflow.naming import (
-    TASK_EXP,
+    TASK_LEVEL_EXP,
     XLING_EXP,
     exp_pattern,
     model_exp,
@@ -62,7 +62,7 @@ CONTROL = registry.CONTROL_SUFFIX
 CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
-TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task")
+TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task_level")
 UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>")
 
 
@@ -111,9 +111,10 @@ PATHS = {
     "speech_pretrained": "results/{exp}/models/pretrained",
     "speech_pretrain_curve": "results/{exp}/models/pretrained_loss.csv",
     "speech_tradeoff_points": "results/{exp}/tradeoff/{method}.csv",
-    # task track
-    "task_eval": "results/{exp}/task_eval/{model}.csv",
-    "task_metrics": "results/task/metrics.csv",
+    # task-level track
+    "task_level_eval": "results/{exp}/task_level_eval/{model}.csv",
+    "task_level_metrics": "results/task_level/metrics.csv",
+    "task_level_tradeoff_points": "results/{exp}/tradeoff/points/{method}.csv",
     # trade-off sweeps
     "tradeoff_erase": "results/{exp}/tradeoff/k{rank}/{method}/lambda{scale}.csv",
     "tradeoff_baseline": "results/{exp}/tradeoff/baselines/{method}_e{epochs}.csv",
@@ -278,8 +279,8 @@ def exp_section(section, exp):
     )
     if model_exp(exp) == XLING_EXP:
         base.update(config.get("crosslingual", {}).get(section) or {})
-    if exp == TASK_EXP:  # the task-level track's overrides (task.<section>)
-        base.update(config.get("task", {}).get(section) or {})
+    if exp == TASK_LEVEL_EXP:  # the task-level track's overrides (task_level.<section>)
+        base.update(config.get("task_level", {}).get(section) or {})
     return base
 
 
@@ -301,16 +302,17 @@ def erase_scale(exp):
     track = parse_exp(exp).track
     if track == "speech":
         return config["speech"]["scale"]
-    if track == "task":
-        return config["task"].get("scale", config["unlearn"]["scale"])
+    if track == "task_level":
+        return config["task_level"].get("scale", config["unlearn"]["scale"])
     return config["unlearn"]["scale"]
 
 
 def tokenizer_texts(wildcards):
     """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
-    set and the pretraining text (the task-level track has no pretraining set yet)."""
+    set and the pretraining text (the task-level track's pretraining set is part of its fine-tuning
+    set, so it adds nothing there)."""
     names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
-    if wildcards.exp != TASK_EXP:
+    if wildcards.exp != TASK_LEVEL_EXP:
         names.append("pretrain")
     return [path("data", exp=wildcards.exp, name=n) for n in names]
 
@@ -321,18 +323,22 @@ def finetune_init_inputs(wildcards):
     model, loaded by name)."""
     if not tiny_model():
         return {}
-    if wildcards.exp == TASK_EXP:  # the task-level track (rules/task.smk)
-        return task_start_inputs(wildcards)
-    if wildcards.get("which", "pretrained") == "pretrained":
+    pretraining = wildcards.get("which", "pretrained") == "pretrained"
+    if (
+        wildcards.exp == TASK_LEVEL_EXP and not pretraining
+    ):  # rules/task_level_common.smk
+        return task_level_start_inputs(wildcards)
+    if pretraining:
         return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
     return {"init": path("model", exp=wildcards.exp, which="pretrained")}
 
 
 def lora_base_inputs(wildcards):
-    """The checkpoint the task adapters train from (`lora.base`): the fine-tuned model, or the
+    """The checkpoint the task adapters train from (`lora.base`; the task-level track's
+    `task_level.lora.base` overrides it): the fine-tuned model, or the
     pretrained one (the checkpoint built by rule pretrain; for a hub model, the hub checkpoint
     itself, which is no workflow file and is passed as a param instead)."""
-    if config["lora"].get("base", "finetuned") == "finetuned":
+    if exp_section("lora", wildcards.exp).get("base", "finetuned") == "finetuned":
         return {"model": base_model(wildcards)}
     if tiny_model():
         return {

@@ -4,7 +4,7 @@ COST_GROUP_HEADER = {
     "tofu": None,
     "crosslingual": "Unlearn in",
     "speech": "Setting",
-    "task": None,
+    "task_level": None,
 }
 
 
@@ -109,14 +109,14 @@ def track_costs(track):
             )
             for s in SPEECH_SETTINGS
         }
-    if track == "task":
+    if track == "task_level":
         return {
             "": cost_components(
-                TASK_EXP,
-                TASK_METHODS,
-                TASK_RANK,
+                TASK_LEVEL_EXP,
+                TASK_LEVEL_METHODS,
+                TASK_LEVEL_RANK,
                 text_erase,
-                baseline_rule="task_baseline",
+                baseline_rule="task_level_baseline",
                 adapters=given,
             )
         }

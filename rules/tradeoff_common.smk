@@ -76,7 +76,7 @@ def tradeoff_points(track):
 
 
 def tradeoff_targets():
-    """The sweeps of every configured track (the speech track's from speech_tradeoff_targets)."""
+    """The sweeps of every configured track (speech: speech_tradeoff_targets; task_level: task_level_tradeoff_targets)."""
     outs = [
         out
         for track in ("tofu", "crosslingual")
@@ -87,4 +87,6 @@ def tradeoff_targets():
             path("figure", name=f"{track}_tradeoff"),
         )
     ]
+    if "task_level" in config["tracks"]:
+        outs += task_level_tradeoff_targets()
     return outs + (speech_tradeoff_targets() if "speech" in config["tracks"] else [])

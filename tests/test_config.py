@@ -55,7 +55,7 @@ def fails(cfg: dict, message: str) -> None:
     assert "\n" not in text and text.startswith("config key '")
 
 
-TASK = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
+TASK_LEVEL = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
 
 
 SHIPPED = sorted(str(p.relative_to(REPO)) for d in ("config", "tests/configs") for p in (REPO / d).glob("*.yaml"))
@@ -151,22 +151,22 @@ def test_data_checks_only_for_the_tracks_that_run():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dotted(task__data__forget="algebra"), "config key 'task.data.forget': unknown skill 'algebra'"),
-        (dotted(task__rank=99), "config key 'task.rank': 99 exceeds the LoRA rank"),
+        (dotted(task_level__data__forget="algebra"), "config key 'task_level.data.forget': unknown skill 'algebra'"),
+        (dotted(task_level__rank=99), "config key 'task_level.rank': 99 exceeds the LoRA rank"),
         (
-            dotted(task__baselines__kga=None),
-            "config key 'methods.task.1': baseline 'kga' has no 'task.baselines.kga' settings",
+            dotted(task_level__baselines__kga=None),
+            "config key 'methods.task_level.1': baseline 'kga' has no 'task_level.baselines.kga' settings",
         ),
     ],
 )
 def test_task_checks(overrides, message):
-    fails(merged(TASK, overrides), message)
+    fails(merged(TASK_LEVEL, overrides), message)
 
 
 def test_task_track_needs_its_methods():
-    cfg = merged(TASK)
-    del cfg["methods"]["task"]
-    fails(cfg, "config key 'task': the task track needs a 'task' section and 'methods.task'")
+    cfg = merged(TASK_LEVEL)
+    del cfg["methods"]["task_level"]
+    fails(cfg, "config key 'task_level': the task-level track needs a 'task_level' section and 'methods.task_level'")
 
 
 def test_schema_file_lists_no_method_names_and_the_loader_injects_the_registry():
@@ -177,7 +177,7 @@ def test_schema_file_lists_no_method_names_and_the_loader_injects_the_registry()
     methods = schema["properties"]["methods"]["properties"]
     for track in registry.TRACKS:
         assert methods[track]["items"]["enum"] == registry.methods_for(track)
-    assert schema["properties"]["tracks"]["items"]["enum"] == ["tofu", "crosslingual", "speech", "task"]
+    assert schema["properties"]["tracks"]["items"]["enum"] == ["tofu", "crosslingual", "speech", "task_level"]
     assert schema["properties"]["unlearn"]["properties"]["control"]["items"]["enum"] == [
         "unlearn",
         "unlearn_ll",

@@ -94,7 +94,7 @@ def example(node: dict):
 def _read_base() -> dict:
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     task = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
-    cfg.setdefault("task", task["task"])
+    cfg.setdefault("task_level", task["task_level"])
     return cfg
 
 
@@ -102,7 +102,7 @@ _BASE = _read_base()
 
 
 def base_config() -> dict:
-    """config.yaml with the task track's section (every optional section the schema knows)."""
+    """config.yaml with the task-level track's section (every optional section the schema knows)."""
     return copy.deepcopy(_BASE)
 
 
@@ -168,10 +168,10 @@ def test_the_walk_finds_the_numeric_keys():
         "baselines.npo.beta",
         "baselines.ga.lr",
         "speech.scale",
-        "task.scale",
+        "task_level.scale",
         "tradeoff.scales.[]",
         "speech.baselines.scrub.temperature",
-        "task.data.sizes.*.train",
+        "task_level.data.sizes.*.train",
         "resources.train.mem_mb",
         "crosslingual.pretrain.lr",
     } <= keys

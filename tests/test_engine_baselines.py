@@ -14,7 +14,7 @@ import torch
 from tiny_text import DATA, TINY, TPL, tofu_qa
 
 from qrerase import engine
-from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
+from qrerase.baselines.task_level import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.baselines.text import TEXT_BASELINES, TextBaselineConfig, read_refusals, train_baseline
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm

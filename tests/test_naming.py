@@ -31,7 +31,7 @@ from qrerase.workflow.naming import (
         ("speech", "speech", None),
         ("speech_sample", "speech", "sample"),
         ("speech_class", "speech", "class"),
-        ("task", "task", None),
+        ("task_level", "task_level", None),
     ],
 )
 def test_round_trip(name, track, arg):
@@ -61,6 +61,8 @@ def test_builders():
         "speech_word",
         "speech_",
         "task_1",
+        "task",
+        "task_level_1",
         "tofu_forget10_extra",
         "vision",
         "xling hi",
@@ -73,7 +75,7 @@ def test_malformed_names_are_rejected(bad):
 
 
 @pytest.mark.parametrize(
-    "track, arg", [("tofu", None), ("tofu", "forget1"), ("speech", "word"), ("task", "x"), ("vision", None)]
+    "track, arg", [("tofu", None), ("tofu", "forget1"), ("speech", "word"), ("task_level", "x"), ("vision", None)]
 )
 def test_format_rejects_what_would_not_parse_back(track, arg):
     with pytest.raises(ValueError):
@@ -81,9 +83,9 @@ def test_format_rejects_what_would_not_parse_back(track, arg):
 
 
 def test_central_constraint_is_every_kind_in_order():
-    assert exp_pattern() == r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task"
+    assert exp_pattern() == r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task_level"
     assert exp_pattern("tofu_<split>", "xling_<lang>") == r"tofu_forget\d\d|xling_[a-z]{2}(_R)?"
-    assert set(EXP_PATTERNS) == {"tofu_<split>", "xling", "xling_<lang>", "speech", "speech_<setting>", "task"}
+    assert set(EXP_PATTERNS) == {"tofu_<split>", "xling", "xling_<lang>", "speech", "speech_<setting>", "task_level"}
     with pytest.raises(KeyError):
         exp_pattern("xling_<language>")
 
@@ -91,7 +93,7 @@ def test_central_constraint_is_every_kind_in_order():
 def test_model_experiment():
     assert model_exp("xling_hi_R") == "xling" and model_exp("xling") == "xling"
     assert model_exp("speech_sample") == "speech"
-    assert model_exp("tofu_forget10") == "tofu_forget10" and model_exp("task") == "task"
+    assert model_exp("tofu_forget10") == "tofu_forget10" and model_exp("task_level") == "task_level"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,17 +115,17 @@ def test_registry_derived_values():
         "scrub",
         "bad_teaching",
     ]
-    assert registry.methods_for("task") == ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "kga", "ku"]
+    assert registry.methods_for("task_level") == ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll", "ga", "kga", "ku"]
     assert [m for m in registry.DECOMP if registry.is_localised(m)] == ["unlearn_ll", "qr_erase_ll"]
     assert registry.is_localised("qr_erase_ll_control") and not registry.is_localised("unlearn_control")
     assert registry.RANK_PAIRS == (("cpqr", "qr_erase"), ("svd", "unlearn"))
-    assert list(registry.TRACKS) == ["tofu", "crosslingual", "speech", "task"]
+    assert list(registry.TRACKS) == ["tofu", "crosslingual", "speech", "task_level"]
     with pytest.raises(KeyError):
         registry.methods_for("vision")
 
 
 def test_registry_matches_the_implementations():
-    from qrerase.baselines.task import TASK_BASELINES
+    from qrerase.baselines.task_level import TASK_LEVEL_BASELINES
     from qrerase.baselines.text import TEXT_BASELINES
     from qrerase.method.decompose import DECOMPOSITIONS
     from qrerase.speech.baselines import SPEECH_BASELINES
@@ -131,7 +133,7 @@ def test_registry_matches_the_implementations():
     assert registry.baselines_for("tofu") == list(TEXT_BASELINES)
     assert registry.baselines_for("crosslingual") == list(TEXT_BASELINES)
     assert registry.baselines_for("speech") == list(SPEECH_BASELINES)
-    assert registry.baselines_for("task") == list(TASK_BASELINES)
+    assert registry.baselines_for("task_level") == list(TASK_LEVEL_BASELINES)
     assert registry.DECOMPOSITIONS == DECOMPOSITIONS
 
 

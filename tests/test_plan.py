@@ -167,7 +167,7 @@ def test_linalg_job_asks_for_no_gpu():
 
 # Full-weight task-track baselines of a 70B model need > 8 x 80 GB (16 B/param / 8 = 141 GB per GPU
 # before activations) and have no LoRA mode: the plan says so (docs/paper-scale.md).
-KNOWN_MISSES = {"llama3-70b-task.yaml": ["task:ga", "task:kga", "task:ku"]}
+KNOWN_MISSES = {"llama3-70b-task.yaml": ["task_level:ga", "task_level:kga", "task_level:ku"]}
 #: every shipped config: the default, the model presets (config/) and the test configs (tests/configs/)
 CONFIGS = sorted(str(p.relative_to(ROOT)) for d in ("config", "tests/configs") for p in (ROOT / d).glob("*.yaml"))
 

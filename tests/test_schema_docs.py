@@ -43,7 +43,7 @@ def test_undocumented_names_each_missing_key(schema):
     props = ("properties",)
     _drop_description(broken, "definitions", "speech_sweep", *props, "param")  # a $ref'd definition
     _drop_description(broken, "definitions", "engine_keys", "backend")  # reached only through $ref
-    sizes = (*props, "task", *props, "data", *props, "sizes", "additionalProperties")
+    sizes = (*props, "task_level", *props, "data", *props, "sizes", "additionalProperties")
     _drop_description(broken, *sizes, *props, "train")  # inside an additionalProperties object
     _drop_description(broken, *props, "finetune", "allOf", 1, *props, "mode")  # an allOf branch
     _drop_description(broken, *props, "model", *props, "template", "oneOf", 1, *props, "answer_end")  # oneOf
@@ -56,13 +56,13 @@ def test_undocumented_names_each_missing_key(schema):
         "finetune.backend",
         "speech.baselines.common.backend",
         "baselines.flat.backend",
-        "task.data.sizes.<name>.train",
+        "task_level.data.sizes.<name>.train",
         "finetune.mode",
         "model.template.answer_end",
         "tofu.imported_models[].log",
     ):
         assert key in missing, key
-    assert "finetune.epochs" not in missing and "task.data.sizes.<name>.eval" not in missing
+    assert "finetune.epochs" not in missing and "task_level.data.sizes.<name>.eval" not in missing
 
 
 def _config_paths(node: dict, prefix: str = "") -> list[str]:
@@ -79,7 +79,7 @@ def _config_paths(node: dict, prefix: str = "") -> list[str]:
 def test_walk_reaches_every_key_of_the_shipped_configs(schema, config_path):
     """The walker is the schema's key space: every key written in a shipped config is one of its paths."""
     paths = {k.path for k in config_keys(schema)}
-    sizes = "task.data.sizes."
+    sizes = "task_level.data.sizes."
     unknown = []
     for path in _config_paths(yaml.safe_load(config_path.read_text()) or {}):
         if path.startswith(sizes) and path != sizes.rstrip("."):  # a skill name: the <name> placeholder
@@ -105,7 +105,7 @@ def test_render_lists_types_bounds_enums_and_defaults(schema):
     assert "<code>^(cpu&#124;auto&#124;cuda(:[0-9]+)?)$</code>" in rows["model.device"]  # no bare | in a row
     assert "`1` (schema)" in rows["resources.train.processes"] or "`1`" in rows["resources.train.processes"]
     assert "&lt;rule&gt;" in rows["finetune.checkpoint_every"]  # prose escaped for Markdown
-    assert "task.data.sizes.<name>.new" in rows and "tofu.imported_models[].name" in rows
+    assert "task_level.data.sizes.<name>.new" in rows and "tofu.imported_models[].name" in rows
     for line in rows.values():  # four cells: no stray pipe splits a row
         assert len(re.split(r"(?<!\\)\|", line)) == 6, line
     assert render(schema, defaults) == text  # deterministic

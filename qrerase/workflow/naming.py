@@ -11,7 +11,7 @@ name                   track           what it holds
 ``xling_<lang>``       crosslingual    unlearning in language ``<lang>`` (``hi``, ``hi_R``)
 ``speech``             speech          the prepared audio and the shared speaker classifier
 ``speech_<setting>``   speech          unlearning in one setting (``sample`` or ``class``)
-``task``               task            the task-level experiment: own model
+``task_level``         task_level      the task-level experiment: own model
 =====================  ==============  =======================================================
 
 Standard library only (read by the Snakefile before any job runs).
@@ -33,7 +33,7 @@ __all__ = [
     "xling_exp",
     "speech_exp",
     "model_exp",
-    "TASK_EXP",
+    "TASK_LEVEL_EXP",
     "LANG_PATTERN",
     "ROMANISED_LANG_PATTERN",
     "XLING_EXP",
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 #: track -> the prefix of its experiment names.
-PREFIX = {"tofu": "tofu", "crosslingual": "xling", "speech": "speech", "task": "task"}
+PREFIX = {"tofu": "tofu", "crosslingual": "xling", "speech": "speech", "task_level": "task_level"}
 
 #: A cross-lingual language code: ISO 639-1, '_R' for its romanised copy ('hi', 'hi_R').
 LANG_PATTERN = r"[a-z]{2}(_R)?"
@@ -55,7 +55,7 @@ EXP_PATTERNS: dict[str, str] = {
     "xling_<lang>": rf"xling_{LANG_PATTERN}",
     "speech": "speech",
     "speech_<setting>": "speech_(sample|class)",
-    "task": "task",
+    "task_level": "task_level",
 }
 _KIND_TRACK = {
     "tofu_<split>": "tofu",
@@ -63,17 +63,17 @@ _KIND_TRACK = {
     "xling_<lang>": "crosslingual",
     "speech": "speech",
     "speech_<setting>": "speech",
-    "task": "task",
+    "task_level": "task_level",
 }
 
 XLING_EXP = PREFIX["crosslingual"]
 SPEECH_EXP = PREFIX["speech"]
-TASK_EXP = PREFIX["task"]
+TASK_LEVEL_EXP = PREFIX["task_level"]
 
 
 class Experiment(NamedTuple):
     """A parsed experiment name: its track, and its argument (TOFU split, unlearning language,
-    speech setting; ``None`` for the shared ``xling`` / ``speech`` experiments and ``task``)."""
+    speech setting; ``None`` for the shared ``xling`` / ``speech`` experiments and ``task_level``)."""
 
     track: str
     arg: str | None
@@ -127,7 +127,7 @@ def speech_exp(setting: str | None = None) -> str:
 
 
 def model_exp(exp: str) -> str:
-    """The experiment whose fine-tuned models ``exp`` unlearns from: TOFU experiments and ``task``
+    """The experiment whose fine-tuned models ``exp`` unlearns from: TOFU experiments and ``task_level``
     own theirs; ``xling_<lang>`` uses the shared ``xling`` models, ``speech_<setting>`` ``speech``."""
     track, _ = parse_exp(exp)
     return PREFIX[track] if track in ("crosslingual", "speech") else exp

@@ -94,27 +94,31 @@ def _train_job(
 
 
 def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
-    """(rule kind, job, examples per epoch) of a text track (tofu, crosslingual, task)."""
+    """(rule kind, job, examples per epoch) of a text track (tofu, crosslingual, task_level)."""
     train_p, eval_p = _processes(cfg, "train"), _processes(cfg, "evaluate")
     tiny = cfg["model"].get("name_or_path") is None
     ft = dict(cfg["finetune"])
-    if track == "task":
-        ft.update(cfg.get("task", {}).get("finetune") or {})
+    if track == "task_level":
+        ft.update(cfg.get("task_level", {}).get("finetune") or {})
     ckpt = bool(ft.get("gradient_checkpointing", False))
     n = _examples(cfg, track)
     jobs = []
-    if tiny and track != "task":
+    if tiny and track != "task_level":
         jobs.append(("train", _train_job(f"{track}:pretrain", cfg["pretrain"], "train", train_p), n))
+    level = cfg.get("task_level", {}) if track == "task_level" else {}
+    if tiny and track == "task_level" and level.get("init", "pretrained") == "pretrained":
+        pre = {**cfg["pretrain"], **(level.get("pretrain") or {})}
+        jobs.append(("train", _train_job(f"{track}:pretrain", pre, "train", train_p), n))
     lora_cfg = dict(cfg["lora"])
-    if track == "task":
-        lora_cfg.update(cfg.get("task", {}).get("lora") or {})
+    if track == "task_level":
+        lora_cfg.update(cfg.get("task_level", {}).get("lora") or {})
     ft_kind, ft_rank = ("lora", int(lora_cfg["r"])) if cfg["finetune"].get("mode") == "lora" else ("train", 0)
     jobs.append(("train", _train_job(f"{track}:finetune", ft, ft_kind, train_p, lora_rank=ft_rank), n))
     jobs.append(
         ("train", _train_job(f"{track}:lora", lora_cfg, "lora", train_p, lora_rank=int(lora_cfg["r"]), ckpt=ckpt), n)
     )
-    if track == "task":
-        baselines, bl = cfg.get("task", {}).get("baselines") or {}, {"mode": "full"}
+    if track == "task_level":
+        baselines, bl = cfg.get("task_level", {}).get("baselines") or {}, {"mode": "full"}
     else:
         bl = cfg.get("baselines") or {}
         baselines = {m: bl.get(m) for m in BASELINE_SHAPE if bl.get(m)}
@@ -135,7 +139,7 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
                 ckpt=ckpt,
             )
             jobs.append(("train", job, n))
-    ev = (cfg.get("tofu", {}) if track != "task" else cfg.get("task", {})).get("evaluate") or {}
+    ev = (cfg.get("tofu", {}) if track != "task_level" else cfg.get("task_level", {})).get("evaluate") or {}
     if track == "crosslingual":
         ev = cfg.get("crosslingual", {}).get("evaluate") or ev
     evaluate = JobSpec(
@@ -217,8 +221,8 @@ def speech_shape(cfg: Mapping) -> ModelShape:
 
 
 def _examples(cfg: Mapping, track: str) -> int:
-    if track == "task":
-        sizes = ((cfg.get("task") or {}).get("data") or {}).get("sizes") or {}
+    if track == "task_level":
+        sizes = ((cfg.get("task_level") or {}).get("data") or {}).get("sizes") or {}
         return sum(int(s.get("train", 0)) for s in sizes.values()) or 1000
     data = (cfg.get("crosslingual" if track == "crosslingual" else "tofu") or {}).get("data") or {}
     langs = len((cfg.get("crosslingual") or {}).get("languages", [1])) if track == "crosslingual" else 1

@@ -32,7 +32,7 @@ __all__ = [
     "check_speech",
     "check_baselines",
     "check_tradeoff",
-    "check_task",
+    "check_task_level",
     "check_model_source",
     "crosslingual_root",
     "TEXT_BASELINE_TRACKS",
@@ -304,28 +304,52 @@ def check_tradeoff(cfg: Mapping) -> None:
         )
 
 
-def check_task(cfg: Mapping) -> None:
-    """The task section (when the track runs): skills, split sizes, operand ranges, data files; rank."""
-    if "task" not in cfg["tracks"]:
+def check_task_level(cfg: Mapping) -> None:
+    """The task_level section (when the track runs): skills, split sizes, operand ranges, data files;
+    rank; the LoRA base against the init; the sweep's ranks and scales."""
+    if "task_level" not in cfg["tracks"]:
         return
-    if "task" not in cfg or "task" not in cfg["methods"]:
-        raise ConfigError("config key 'task': the task track needs a 'task' section and 'methods.task'")
-    from ..text.task import TaskDataConfig, check_task_config
+    if "task_level" not in cfg or "task_level" not in cfg["methods"]:
+        raise ConfigError(
+            "config key 'task_level': the task-level track needs a 'task_level' section and 'methods.task_level'"
+        )
+    from ..text.task_level import TaskLevelDataConfig, check_task_level_config
 
     try:
-        check_task_config(TaskDataConfig.from_dict(cfg["task"]["data"]))
+        check_task_level_config(TaskLevelDataConfig.from_dict(cfg["task_level"]["data"]))
     except (ValueError, TypeError) as exc:
         key, _, message = str(exc).partition(": ")
         raise ConfigError(f"config key '{key}': {message}") from None
-    rank = cfg["task"].get("rank", cfg["unlearn"]["rank"])
+    rank = cfg["task_level"].get("rank", cfg["unlearn"]["rank"])
     lora_r = cfg["lora"]["r"]
     if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
-        raise ConfigError(f"config key 'task.rank': {rank} exceeds the LoRA rank lora.r={lora_r}")
-    baselines = registry.baselines_for("task")
-    for i, name in enumerate(cfg["methods"]["task"]):
-        if name in baselines and not cfg["task"]["baselines"].get(name):
+        raise ConfigError(f"config key 'task_level.rank': {rank} exceeds the LoRA rank lora.r={lora_r}")
+    baselines = registry.baselines_for("task_level")
+    for i, name in enumerate(cfg["methods"]["task_level"]):
+        if name in baselines and not cfg["task_level"]["baselines"].get(name):
             raise ConfigError(
-                f"config key 'methods.task.{i}': baseline '{name}' has no 'task.baselines.{name}' settings"
+                f"config key 'methods.task_level.{i}': baseline '{name}' has no 'task_level.baselines.{name}' settings"
+            )
+    section = cfg["task_level"]
+    base = (section.get("lora") or {}).get("base", cfg["lora"].get("base", "finetuned"))
+    tiny = cfg["model"].get("name_or_path") is None
+    if base == "pretrained" and tiny and section.get("init", "pretrained") != "pretrained":
+        raise ConfigError(
+            "config key 'task_level.lora.base': pretrained needs a pretrained checkpoint "
+            "(task_level.init: pretrained), got task_level.init: scratch"
+        )
+    sweep = section.get("tradeoff")
+    if sweep:
+        too_big = [k for k in sweep["ranks"] if k > lora_r]
+        if too_big and not any(cfg["lora"]["adapters"].values()):
+            raise ConfigError(f"config key 'task_level.tradeoff.ranks': {too_big} exceed the LoRA rank lora.r={lora_r}")
+        if rank not in sweep["ranks"]:
+            raise ConfigError(
+                f"config key 'task_level.tradeoff.ranks': needs task_level.rank={rank} (the picked table's rank)"
+            )
+        if 0 not in sweep["scales"]:
+            raise ConfigError(
+                "config key 'task_level.tradeoff.scales': needs 0 (the unedited model the lambda rule compares with)"
             )
 
 
@@ -337,4 +361,4 @@ def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     check_speech(cfg)
     check_baselines(cfg)
     check_tradeoff(cfg)
-    check_task(cfg)
+    check_task_level(cfg)

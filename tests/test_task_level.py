@@ -1,5 +1,5 @@
-"""qrerase.text.task (generator), qrerase.text.task_eval (normalisation, choice, table frame) and
-qrerase.baselines.task (KGA, KU) on small real data."""
+"""qrerase.text.task_level (generator), qrerase.text.task_level_eval (normalisation, choice, table frame) and
+qrerase.baselines.task_level (KGA, KU) on small real data."""
 
 from __future__ import annotations
 
@@ -10,13 +10,20 @@ import numpy as np
 import pytest
 import torch
 
-from qrerase.baselines.task import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
+from qrerase.baselines.task_level import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
 from qrerase.baselines.text import kl_divergence
-from qrerase.reports.task import task_table
+from qrerase.reports.task_level import task_level_table
 from qrerase.text.lm import PromptTemplate, encode_qa_many
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
-from qrerase.text.task import SPLITS, TaskDataConfig, check_task_config, generate_skill, make_task_sets, skill_universe
-from qrerase.text.task_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_frame
+from qrerase.text.task_level import (
+    SPLITS,
+    TaskLevelDataConfig,
+    check_task_level_config,
+    generate_skill,
+    make_task_level_sets,
+    skill_universe,
+)
+from qrerase.text.task_level_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_level_frame
 from qrerase.text.training import TrainConfig, train_causal_lm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
@@ -27,10 +34,10 @@ SIZES = {
 }
 
 
-def config(**overrides) -> TaskDataConfig:
+def config(**overrides) -> TaskLevelDataConfig:
     d = {"sizes": SIZES, "knowledge": {"root": str(DATA)}, "arithmetic": {"ops": ["+", "-", "*"], "max_operand": 30}}
     d.update(overrides)
-    return TaskDataConfig.from_dict(d)
+    return TaskLevelDataConfig.from_dict(d)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -39,7 +46,7 @@ def config(**overrides) -> TaskDataConfig:
 
 
 def test_generator_is_deterministic_and_seeded():
-    a, b, c = make_task_sets(config(), 0), make_task_sets(config(), 0), make_task_sets(config(), 1)
+    a, b, c = make_task_level_sets(config(), 0), make_task_level_sets(config(), 0), make_task_level_sets(config(), 1)
     assert a == b
     assert a["forget"] != c["forget"] and a["eval_retain"] != c["eval_retain"]
 
@@ -85,7 +92,7 @@ def _solve(question: str) -> int:
 
 
 def test_answers_are_correct():
-    sets = make_task_sets(config(), 0)
+    sets = make_task_level_sets(config(), 0)
     numeric = (
         sets["forget"]
         + sets["eval_forget"]
@@ -112,17 +119,27 @@ def test_answers_are_correct():
 
 def test_set_composition():
     cfg = config()
-    sets = make_task_sets(cfg, 0)
+    sets = make_task_level_sets(cfg, 0)
     assert {r["skill"] for r in sets["forget"]} == {"arithmetic"}
     assert {r["skill"] for r in sets["retain"]} == {"word_math", "knowledge"}
     assert len(sets["finetune_full"]) == 300 + 200 + 100 + skill_universe("knowledge", cfg)
     assert len(sets["new"]) == 60 and len(sets["eval_real_authors"]) + len(sets["eval_world_facts"]) == 60
     assert {r["source"] for r in sets["eval_world_facts"]} == {"world_facts"}
+    # pretraining: everything fine-tuning sees except the forget skill (the retained skills, the facts)
+    key = lambda r: (r["skill"], r["question"])  # noqa: E731
+    assert {r["skill"] for r in sets["pretrain"]} == {"word_math", "knowledge", "knowledge_fact"}
+    kept = [r for r in sets["finetune_full"] if r["skill"] != "arithmetic"]
+    assert sorted(map(key, sets["pretrain"])) == sorted(map(key, kept))
+    # the λ rule's held-out slice: the retained skills' `new` split, in no training or evaluation set
+    assert len(sets["tune_retain"]) == 40 and {r["skill"] for r in sets["tune_retain"]} == {"word_math", "knowledge"}
+    tune = set(map(key, sets["tune_retain"]))
+    for name in ("finetune_full", "retain", "eval_retain", "eval_real_authors", "eval_world_facts"):
+        assert not tune & set(map(key, sets[name])), name
 
 
 def test_knowledge_cloze_items_are_the_plain_question_with_the_same_options():
-    letter = make_task_sets(config(), 0)
-    cloze = make_task_sets(config(knowledge={"root": str(DATA), "format": "cloze"}), 0)
+    letter = make_task_level_sets(config(), 0)
+    cloze = make_task_level_sets(config(knowledge={"root": str(DATA), "format": "cloze"}), 0)
     for name in letter:
         assert len(cloze[name]) == len(letter[name])
         for a, b in zip(letter[name], cloze[name]):
@@ -149,18 +166,18 @@ def test_universe_counts():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"forget": "algebra"}, "task.data.forget: unknown skill 'algebra'"),
+        ({"forget": "algebra"}, "task_level.data.forget: unknown skill 'algebra'"),
         ({"similar": "arithmetic"}, "three different skills"),
-        ({"sizes": {**SIZES, "word_math": {"train": 10, "eval": 0, "new": 5}}}, "task.data.sizes.word_math.eval"),
+        ({"sizes": {**SIZES, "word_math": {"train": 10, "eval": 0, "new": 5}}}, "task_level.data.sizes.word_math.eval"),
         ({"arithmetic": {"ops": ["+"], "max_operand": 9}}, "can produce only 100"),
         ({"arithmetic": {"ops": ["/"]}}, "unknown operator '/'"),
         ({"knowledge": {"root": str(DATA), "sources": ["trivia"]}}, "unknown source 'trivia'"),
-        ({"knowledge": {"root": str(DATA), "format": "text"}}, "task.data.knowledge.format: unknown 'text'"),
+        ({"knowledge": {"root": str(DATA), "format": "text"}}, "task_level.data.knowledge.format: unknown 'text'"),
     ],
 )
 def test_bad_config_is_a_one_line_error(overrides, message):
     with pytest.raises(ValueError) as err:
-        check_task_config(config(**overrides))
+        check_task_level_config(config(**overrides))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -189,9 +206,9 @@ def test_task_frame_and_table_marks():
         for m, accs in {"base": (0.9, 0.5, 0.99), "ga": (0.8, 0.2, 0.1), "qr_erase_ll_k4": (0.85, 0.45, 0.3)}.items()
         for r, acc in zip(("unrelated", "similar", "forget"), accs)
     ]
-    frame = task_frame(rows, ["base", "ga", "qr_erase_ll_k4"])
+    frame = task_level_frame(rows, ["base", "ga", "qr_erase_ll_k4"])
     frame["method"] = ["base", "ga", "qr_erase_ll"]
-    df, spec = task_table(frame, {"forget": "arithmetic", "similar": "word_math", "unrelated": "knowledge"})
+    df, spec = task_level_table(frame, {"forget": "arithmetic", "similar": "word_math", "unrelated": "knowledge"})
     from qrerase.reports.tables import render_markdown, table_csv_frame
 
     csv = table_csv_frame(df, spec).set_index("method")
@@ -200,7 +217,7 @@ def test_task_frame_and_table_marks():
     md = render_markdown(df, spec)
     assert "**Forgotten (arithmetic) ↓**" in md and "**0.100**" in md
     with pytest.raises(ValueError, match="no evaluation"):
-        task_frame(rows, ["base", "kga"])
+        task_level_frame(rows, ["base", "kga"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,7 +258,7 @@ def test_ku_loss_is_minus_the_token_mean():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    sets = make_task_sets(config(), 0)
+    sets = make_task_level_sets(config(), 0)
     texts = [t for r in sets["finetune_full"] for t in (r["question"], r["answer"])]
     tok = train_bpe_tokenizer(texts, 400, tmp_path_factory.mktemp("tok"), individual_digits=True)
     model = build_tiny_llama(
@@ -287,7 +304,7 @@ def test_cloze_choice_is_the_option_of_lowest_token_mean_nll(tiny):
     from qrerase.text.evaluation import EvalConfig, answer_losses
 
     tok, model, _ = tiny
-    sets = make_task_sets(config(knowledge={"root": str(DATA), "format": "cloze"}), 0)
+    sets = make_task_level_sets(config(knowledge={"root": str(DATA), "format": "cloze"}), 0)
     records = sets["eval_world_facts"][:12]
     cfg = EvalConfig(batch_size=8, max_new_tokens=4, max_length=96)
     chosen = choose_options(model, tok, PromptTemplate(), records, cfg)

@@ -1,8 +1,8 @@
-"""Rule task_baseline: unlearn the forget skill with Gradient Ascent, KGA or KU."""
+"""Rule task_level_baseline: unlearn the forget skill with Gradient Ascent, KGA or KU."""
 
 import pandas as pd
 
-from qrerase.baselines.task import KgaConfig, KuConfig, train_kga, train_ku
+from qrerase.baselines.task_level import KgaConfig, KuConfig, train_kga, train_ku
 from qrerase.baselines.text import TextBaselineConfig, train_baseline
 from qrerase.checkpoints import save_model
 from qrerase.config import model_options

@@ -1,7 +1,7 @@
 """Task-level evaluation: per skill, exact match of the normalised greedy answer
 (:func:`normalise_answer`: numbers as integers, letters upper-case) or, for ``cloze`` knowledge
 items, of the option chosen by likelihood (:func:`choose_options`), and the mean answer-token NLL;
-:func:`task_frame` shapes the table. The data it scores: :mod:`qrerase.text.task`.
+:func:`task_level_frame` shapes the table. The data it scores: :mod:`qrerase.text.task_level`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from .task import ROLES
+from .task_level import ROLES
 
-__all__ = ["normalise_answer", "exact_match", "evaluate_skill", "option_losses", "choose_options", "task_frame"]
+__all__ = [
+    "normalise_answer",
+    "exact_match",
+    "evaluate_skill",
+    "evaluate_roles",
+    "option_losses",
+    "choose_options",
+    "task_level_frame",
+]
 
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.0+)?$")
 
@@ -97,7 +105,35 @@ def choose_options(model, tokenizer, template, records: Sequence[Mapping[str, An
     return _picked(records, option_losses(model, tokenizer, template, records, eval_cfg))
 
 
-def task_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> Any:
+def evaluate_roles(
+    model,
+    tokenizer,
+    template,
+    role_records: Mapping[str, Sequence[Mapping[str, Any]]],
+    skills: Mapping[str, str],
+    eval_cfg,
+    model_name: str,
+) -> list[dict[str, Any]]:
+    """:func:`evaluate_skill` on each role's held-out records: one row per role, ``model, role, skill,
+    n, accuracy, nll, generations`` (the table's long rows; ``generations`` for logging only)."""
+    rows = []
+    for role, records in role_records.items():
+        res = evaluate_skill(model, tokenizer, template, records, eval_cfg)
+        rows.append(
+            {
+                "model": model_name,
+                "role": role,
+                "skill": skills[role],
+                "n": res["n"],
+                "accuracy": res["accuracy"],
+                "nll": res["nll"],
+                "generations": res["generations"],
+            }
+        )
+    return rows
+
+
+def task_level_frame(rows: Sequence[Mapping[str, Any]], models: Sequence[str]) -> Any:
     """Wide frame for the task table: one row per model (in ``models`` order), columns
     ``<role>_accuracy`` and ``<role>_nll`` from tidy rows (``model, role, accuracy, nll``)."""
     import pandas as pd

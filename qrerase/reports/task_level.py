@@ -8,19 +8,20 @@ import pandas as pd
 
 from .tables import Column, TableSpec
 
-__all__ = ["task_table"]
+__all__ = ["task_level_table"]
 
 #: role -> (header, higher is better) of the task table, in the paper's column order.
 _TASK_ROLES = (("unrelated", "Unrelated", True), ("similar", "Similar", True), ("forget", "Forgotten", False))
 
 
-def task_table(
+def task_level_table(
     frame: pd.DataFrame, skills: Mapping[str, str] | None = None, wide: bool = False
 ) -> tuple[pd.DataFrame, TableSpec]:
     """The paper's Table 1 layout: Method, unrelated ↑, similar ↑, forgotten ↓ (exact-match accuracy).
 
     ``frame``: one row per method (``method`` column) with ``<role>_accuracy`` (and, for ``wide``,
-    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget`` (:func:`qrerase.text.task_eval.task_frame`).
+    ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget``
+    (:func:`qrerase.text.task_level_eval.task_level_frame`).
     ``skills`` names each role's skill in the header (``Similar (word_math)``). Reference row: ``base``.
     ``wide`` adds the answer-token NLL per role (not ranked) and groups the columns by role.
     """
@@ -35,6 +36,6 @@ def task_table(
             columns.append(Column(f"{role}_accuracy", title, hib, "{:.3f}"))
     missing = [c.name for c in columns if c.name not in frame.columns]
     if missing or "method" not in frame.columns:
-        raise ValueError(f"task_table: missing column(s) {missing or ['method']} (got {list(frame.columns)})")
+        raise ValueError(f"task_level_table: missing column(s) {missing or ['method']} (got {list(frame.columns)})")
     spec = TableSpec(columns=tuple(columns), reference_rows=("base",))
     return frame[["method", *(c.name for c in columns)]].reset_index(drop=True), spec

@@ -1,4 +1,4 @@
-"""The task track's optimisation baselines beyond Gradient Ascent: KGA and KU.
+"""The task-level track's optimisation baselines beyond Gradient Ascent: KGA and KU.
 
 Notation as in :mod:`qrerase.baselines.text`: ``π_θ`` the model being unlearned (initialised from the
 fine-tuned model), ``π_D`` the frozen fine-tuned model, ``D_f`` / ``D_r`` / ``D_n`` the forget,
@@ -61,7 +61,7 @@ from ..text.training import (
 from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 
 __all__ = [
-    "TASK_BASELINES",
+    "TASK_LEVEL_BASELINES",
     "KgaConfig",
     "KuConfig",
     "kga_loss",
@@ -72,8 +72,8 @@ __all__ = [
     "train_ku",
 ]
 
-#: The task track's baselines: Gradient Ascent (qrerase.baselines.text), KGA and KU.
-TASK_BASELINES = ("ga", "kga", "ku")
+#: The task-level track's baselines: Gradient Ascent (qrerase.baselines.text), KGA and KU.
+TASK_LEVEL_BASELINES = ("ga", "kga", "ku")
 
 
 @dataclass

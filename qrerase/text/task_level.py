@@ -20,7 +20,7 @@ Three skills are generated here, deterministically from a seed:
     option (``format: letter``, MMLU's format). ``format: cloze`` (MMLU's continuation variant, as
     lm-evaluation-harness scores it): the item is the plain ``question`` → the correct option's text,
     with the four options kept; the model's answer is the option it gives the lowest token-mean NLL
-    (:func:`qrerase.text.task_eval.evaluate_skill`). The facts themselves (``question`` → ``answer``)
+    (:func:`qrerase.text.task_level_eval.evaluate_skill`). The facts themselves (``question`` → ``answer``)
     are training data of every model (``knowledge_facts``), standing in for what a pretrained LLM
     knows: with ``letter`` the *multiple-choice items* of the evaluation split are never trained;
     with ``cloze`` an evaluation item's question is such a trained fact and only the choice among
@@ -29,10 +29,10 @@ Three skills are generated here, deterministically from a seed:
 Every skill's question universe is enumerable, so distinct questions are drawn by sampling indices
 without replacement (``numpy.random.default_rng(seed + skill offset)``), then cut into disjoint
 ``train`` / ``eval`` / ``new`` splits (``new``: held-out data for KGA's D_n and KU's threshold).
-:func:`check_task_config` rejects an unknown skill, an empty split or more questions than the
+:func:`check_task_level_config` rejects an unknown skill, an empty split or more questions than the
 universe holds before anything runs.
 
-Evaluation lives in :mod:`qrerase.text.task_eval`.
+Evaluation lives in :mod:`qrerase.text.task_level_eval`.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ __all__ = [
     "ArithmeticConfig",
     "WordMathConfig",
     "KnowledgeConfig",
-    "TaskDataConfig",
-    "check_task_config",
+    "TaskLevelDataConfig",
+    "check_task_level_config",
     "skill_universe",
     "generate_skill",
-    "make_task_sets",
+    "make_task_level_sets",
 ]
 
 SKILLS = ("arithmetic", "word_math", "knowledge")
@@ -102,8 +102,8 @@ class KnowledgeConfig:
 
 
 @dataclass(frozen=True)
-class TaskDataConfig:
-    """The ``task.data`` config section.
+class TaskLevelDataConfig:
+    """The ``task_level.data`` config section.
 
     ``forget`` / ``similar`` / ``unrelated``: the skill of each role (distinct, from :data:`SKILLS`).
     ``sizes``: per skill ``{train, eval, new}`` question counts. ``knowledge_facts``: train every
@@ -120,7 +120,7 @@ class TaskDataConfig:
     knowledge_facts: bool = True
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TaskDataConfig:
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskLevelDataConfig:
         d = dict(d)
         sub = {"arithmetic": ArithmeticConfig, "word_math": WordMathConfig, "knowledge": KnowledgeConfig}
         for key, klass in sub.items():
@@ -136,52 +136,55 @@ class TaskDataConfig:
         return {"forget": self.forget, "similar": self.similar, "unrelated": self.unrelated}
 
 
-def check_task_config(cfg: TaskDataConfig) -> None:
+def check_task_level_config(cfg: TaskLevelDataConfig) -> None:
     """``ValueError`` with a one-line message naming the key, for any unusable setting."""
     roles = cfg.roles()
     for role, skill in roles.items():
         if skill not in SKILLS:
-            raise ValueError(f"task.data.{role}: unknown skill {skill!r}; expected one of {list(SKILLS)}")
+            raise ValueError(f"task_level.data.{role}: unknown skill {skill!r}; expected one of {list(SKILLS)}")
     if len(set(roles.values())) != len(roles):
-        raise ValueError(f"task.data: the roles need three different skills, got {roles}")
+        raise ValueError(f"task_level.data: the roles need three different skills, got {roles}")
     a = cfg.arithmetic
     for op in a.ops:
         if op not in ARITHMETIC_OPS:
             raise ValueError(
-                f"task.data.arithmetic.ops: unknown operator {op!r}; expected some of {list(ARITHMETIC_OPS)}"
+                f"task_level.data.arithmetic.ops: unknown operator {op!r}; expected some of {list(ARITHMETIC_OPS)}"
             )
     if not a.ops:
-        raise ValueError("task.data.arithmetic.ops: needs at least one operator")
+        raise ValueError("task_level.data.arithmetic.ops: needs at least one operator")
     if not 0 <= a.min_operand <= a.max_operand:
         raise ValueError(
-            f"task.data.arithmetic: need 0 <= min_operand <= max_operand, got {a.min_operand}, {a.max_operand}"
+            f"task_level.data.arithmetic: need 0 <= min_operand <= max_operand, got {a.min_operand}, {a.max_operand}"
         )
     if cfg.word_math.max_number < 1:
-        raise ValueError(f"task.data.word_math.max_number: must be >= 1, got {cfg.word_math.max_number}")
+        raise ValueError(f"task_level.data.word_math.max_number: must be >= 1, got {cfg.word_math.max_number}")
     for s in cfg.knowledge.sources:
         if s not in KNOWLEDGE_SOURCES:
             raise ValueError(
-                f"task.data.knowledge.sources: unknown source {s!r}; expected some of {list(KNOWLEDGE_SOURCES)}"
+                f"task_level.data.knowledge.sources: unknown source {s!r}; expected some of {list(KNOWLEDGE_SOURCES)}"
             )
     if not cfg.knowledge.sources:
-        raise ValueError("task.data.knowledge.sources: needs at least one source")
+        raise ValueError("task_level.data.knowledge.sources: needs at least one source")
     if cfg.knowledge.format not in KNOWLEDGE_FORMATS:
         raise ValueError(
-            f"task.data.knowledge.format: unknown {cfg.knowledge.format!r}; expected one of {list(KNOWLEDGE_FORMATS)}"
+            f"task_level.data.knowledge.format: unknown {cfg.knowledge.format!r}; "
+            f"expected one of {list(KNOWLEDGE_FORMATS)}"
         )
     for skill in roles.values():
         sizes = cfg.sizes.get(skill)
         if sizes is None:
-            raise ValueError(f"task.data.sizes.{skill}: missing (train, eval, new question counts)")
+            raise ValueError(f"task_level.data.sizes.{skill}: missing (train, eval, new question counts)")
         for split in SPLITS:
             n = sizes.get(split)
             if n is None or n < 1:
-                raise ValueError(f"task.data.sizes.{skill}.{split}: must be an integer >= 1 (an empty split), got {n}")
+                raise ValueError(
+                    f"task_level.data.sizes.{skill}.{split}: must be an integer >= 1 (an empty split), got {n}"
+                )
         total = sum(sizes[s] for s in SPLITS)
         have = skill_universe(skill, cfg)
         if total > have:
             raise ValueError(
-                f"task.data.sizes.{skill}: {total} distinct questions requested (train + eval + new) but the "
+                f"task_level.data.sizes.{skill}: {total} distinct questions requested (train + eval + new) but the "
                 f"{skill} settings can produce only {have}"
             )
 
@@ -264,7 +267,7 @@ def _knowledge_facts(k: KnowledgeConfig) -> list[dict]:
     for source in k.sources:
         path = Path(k.root) / f"{source}.jsonl"
         if not path.is_file():
-            raise ValueError(f"task.data.knowledge.root: {path} not found")
+            raise ValueError(f"task_level.data.knowledge.root: {path} not found")
         for line, r in read_jsonl_numbered(path):
             options = [r.get(f"option{j}") for j in range(1, 5)]
             if (
@@ -277,7 +280,7 @@ def _knowledge_facts(k: KnowledgeConfig) -> list[dict]:
     return facts
 
 
-def skill_universe(skill: str, cfg: TaskDataConfig) -> int:
+def skill_universe(skill: str, cfg: TaskLevelDataConfig) -> int:
     """How many distinct questions ``skill`` can produce under ``cfg``."""
     if skill == "arithmetic":
         return sum(c for _, c in _arith_counts(cfg.arithmetic))
@@ -322,7 +325,7 @@ def _balanced_picks(counts: Sequence[int], total: int, rng: np.random.Generator)
     return picks[rng.permutation(len(picks))]
 
 
-def generate_skill(skill: str, cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
+def generate_skill(skill: str, cfg: TaskLevelDataConfig, seed: int) -> dict[str, list[dict]]:
     """``{split: records}`` of one skill: distinct questions, disjoint splits, sizes from ``cfg.sizes``.
 
     Records: ``question``, ``answer`` (the single correct short answer), ``skill``; knowledge items
@@ -333,7 +336,7 @@ def generate_skill(skill: str, cfg: TaskDataConfig, seed: int) -> dict[str, list
     rng = np.random.default_rng([int(seed), SKILLS.index(skill)])
     have = skill_universe(skill, cfg)
     if total > have:
-        raise ValueError(f"task.data.sizes.{skill}: {total} questions requested, the universe holds {have}")
+        raise ValueError(f"task_level.data.sizes.{skill}: {total} questions requested, the universe holds {have}")
     if skill == "arithmetic":
         picks = _balanced_picks([c for _, c in _arith_counts(cfg.arithmetic)], total, rng)
         records = [_arith_decode(cfg.arithmetic, int(i)) for i in picks]
@@ -355,26 +358,31 @@ def generate_skill(skill: str, cfg: TaskDataConfig, seed: int) -> dict[str, list
     return out
 
 
-def make_task_sets(cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
+def make_task_level_sets(cfg: TaskLevelDataConfig, seed: int) -> dict[str, list[dict]]:
     """Every data set of the track, by file name.
 
     ``forget`` (forget skill, train split), ``retain`` (similar + unrelated skills, train split),
     ``new`` (the ``new`` split of all three skills), ``finetune_full`` (forget + retain, plus the
-    plain knowledge facts when ``knowledge_facts``), and the held-out sets under the names the
+    plain knowledge facts when ``knowledge_facts``), ``pretrain`` (``finetune_full`` without the
+    forget skill: the retained skills and the facts, what the pretrained checkpoint learns, the
+    analogue of TOFU's pretraining on authors in neither set), ``tune_retain`` (the ``new`` split of
+    the similar and unrelated skills: the held-out slice the λ rule reads; in no training run of the
+    subspace methods and in no table), and the held-out sets under the names the
     generic tokenizer rule reads: ``eval_forget`` (forget skill), ``eval_retain`` (similar skill),
     ``eval_real_authors`` / ``eval_world_facts`` (the unrelated skill's items by TOFU source when it
     is ``knowledge``; otherwise its items and an empty file). :func:`eval_roles` maps them back to roles.
     """
-    check_task_config(cfg)
+    check_task_level_config(cfg)
     roles = cfg.roles()
     skills = {role: generate_skill(skill, cfg, seed) for role, skill in roles.items()}
     retain = skills["similar"]["train"] + skills["unrelated"]["train"]
-    full = skills["forget"]["train"] + retain
+    facts = []
     if cfg.knowledge_facts and "knowledge" in roles.values():
-        full += [
+        facts = [
             {"question": f["question"], "answer": f["answer"], "skill": "knowledge_fact"}
             for f in _knowledge_facts(cfg.knowledge)
         ]
+    full = skills["forget"]["train"] + retain + facts
     unrelated = skills["unrelated"]["eval"]
     if roles["unrelated"] == "knowledge":
         by_source = {s: [r for r in unrelated if r["source"] == s] for s in KNOWLEDGE_SOURCES}
@@ -385,6 +393,8 @@ def make_task_sets(cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
         "retain": retain,
         "new": [r for role in ROLES for r in skills[role]["new"]],
         "finetune_full": full,
+        "pretrain": retain + facts,
+        "tune_retain": skills["similar"]["new"] + skills["unrelated"]["new"],
         "eval_forget": skills["forget"]["eval"],
         "eval_retain": skills["similar"]["eval"],
         "eval_real_authors": by_source["real_authors"],
@@ -392,7 +402,7 @@ def make_task_sets(cfg: TaskDataConfig, seed: int) -> dict[str, list[dict]]:
     }
 
 
-#: role -> the data files (see :func:`make_task_sets`) holding its held-out items.
+#: role -> the data files (see :func:`make_task_level_sets`) holding its held-out items.
 EVAL_FILES = {
     "forget": ("eval_forget",),
     "similar": ("eval_retain",),

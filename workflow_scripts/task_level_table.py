@@ -1,26 +1,26 @@
-"""Rule task_table: the paper's task-level table (Method x unrelated / similar / forgotten accuracy)."""
+"""Rule task_level_table: the paper's task-level table (Method x unrelated / similar / forgotten accuracy)."""
 
 import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.reports.tables import write_table
-from qrerase.reports.task import task_table
-from qrerase.text.task_eval import task_frame
+from qrerase.reports.task_level import task_level_table
+from qrerase.text.task_level_eval import task_level_frame
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output
 with job(snakemake) as log:
     evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
-    frame = task_frame(evals.to_dict("records"), models)
+    frame = task_level_frame(evals.to_dict("records"), models)
     frame["method"] = [m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m for m in models]
     caption = (
         f"Task-level unlearning when removing {p.skills['forget']} (tiny setting): exact-match accuracy on held-out "
         f"questions of the unrelated ({p.skills['unrelated']}), similar ({p.skills['similar']}) and forgotten skill. "
         f"Subspace methods at rank $k={p.rank}$, $\\lambda={p.scale}$. Bold/underlined: best/second-best."
     )
-    for wide, key in ((False, "task"), (True, "task_wide")):
-        df, spec = task_table(frame, p.skills, wide=wide)
+    for wide, key in ((False, "task_level"), (True, "task_level_wide")):
+        df, spec = task_level_table(frame, p.skills, wide=wide)
         write_table(
             df,
             spec,
