@@ -43,9 +43,9 @@ rule pretrain:
     params:
         **launch_params(
             "pretrain",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             train=lambda wc: exp_section("pretrain", wc.exp),
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("finetune.py")
@@ -77,10 +77,10 @@ rule finetune:
     params:
         **launch_params(
             "finetune",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             train=lambda wc: exp_section("finetune", wc.exp),
             adapter=lambda wc: finetune_adapter(wc.exp),
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("finetune.py")

@@ -24,11 +24,11 @@ rule tradeoff_erase:
     resources:
         **resources_for("evaluate"),
     params:
-        model=config["model"],
+        model=lambda wc: exp_model(wc.exp),
         evaluate=tradeoff_evaluate,
         lang=tradeoff_lang,
         stored_scale=lambda wc: erase_scale(wc.exp),
-        seed=config["seed"],
+        seed=lambda wc: exp_seed(wc.exp),
     script:
         "../workflow_scripts/tradeoff_erase.py"
 
@@ -53,11 +53,11 @@ rule tradeoff_baseline:
     params:
         **launch_params(
             "tradeoff_baseline",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             evaluate=tradeoff_evaluate,
             lang=tradeoff_lang,
             baseline=baseline_params,
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("tradeoff_baseline.py")
