@@ -285,7 +285,7 @@ def exp_section(section, exp):
         base.update(config.get("crosslingual", {}).get(section) or {})
     if exp == TASK_EXP:  # the task-level track's overrides (task.<section>)
         base.update(config.get("task", {}).get(section) or {})
-    if size_of(exp) is not None and "lr" in base:  # the size study's lr law (size_study_common)
+    if size_of(exp) is not None and "lr" in base:  # the size study's lr law
         base["lr"] = size_lr(base["lr"], exp)
     return base
 

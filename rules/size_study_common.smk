@@ -6,7 +6,9 @@ from qrerase.workflow.naming import size_exp
 
 SIZE = config.get("size_study") or {}
 SIZE_METHODS = list(SIZE.get("methods", []))
-SIZE_EXPS = [size_exp(w, s) for w in SIZE.get("widths", []) for s in SIZE.get("seeds", [])]
+SIZE_EXPS = [
+    size_exp(w, s) for w in SIZE.get("widths", []) for s in SIZE.get("seeds", [])
+]
 _unknown = [m for m in SIZE_METHODS if m not in DECOMP and m not in BASELINES]
 if _unknown:
     raise WorkflowError(
@@ -22,7 +24,8 @@ except ValueError as exc:
 
 def exp_model(exp):
     """The `model` section an experiment's jobs build and load with: the config's, or for a size
-    study experiment (size_h<W>_s<S>) the embedded model at width W (size_study.intermediate_ratio)."""
+    study experiment (size_h<W>_s<S>) the embedded model at width W (size_study.intermediate_ratio).
+    """
     size = size_of(exp)
     if size is None:
         return config["model"]
@@ -39,7 +42,9 @@ def exp_seed(exp):
 def size_lr(lr, exp):
     """A size study experiment's learning rate: lr (W_ref / W)^alpha (size_study.lr_exponent)."""
     study = config["size_study"]
-    return scaled_lr(lr, size_of(exp)[0], study["reference_width"], study["lr_exponent"])
+    return scaled_lr(
+        lr, size_of(exp)[0], study["reference_width"], study["lr_exponent"]
+    )
 
 
 def size_points(wildcards):

@@ -17,4 +17,9 @@ with job(snakemake) as log:
     write_csv(out.trend, fits)
     write_text(out.md, render_markdown(agg, fits, p.target, p.max_rise))
     size_study_plot(agg, fits, out.figure, title="Size study: selectivity and Forget Quality vs parameters")
-    log.info("size study: %d widths x %d methods\n%s", agg["width"].nunique(), agg["method"].nunique(), fits.to_string(index=False))
+    log.info(
+        "size study: %d widths x %d methods\n%s",
+        agg["width"].nunique(),
+        agg["method"].nunique(),
+        fits.to_string(index=False),
+    )

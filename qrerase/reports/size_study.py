@@ -10,10 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-
-from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at_rise
 from matplotlib.figure import Figure
 
+from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at_rise
 from .plots import save_figure
 from .tables import METHOD_LABELS
 
@@ -145,7 +144,9 @@ def render_markdown(agg: pd.DataFrame, fits: pd.DataFrame, target: float, max_ri
         f"between the forget and retain SVD subspaces (random: k / d_out). N_eff: exp(entropy) of the "
         f"layer energies.\n"
     )
-    trend_lines = ["\n| Method | Slope (log-log) | Note | " + " | ".join(f"at {k} (95 % CI)" for k in PAPER_SIZES) + " |"]
+    trend_lines = [
+        "\n| Method | Slope (log-log) | Note | " + " | ".join(f"at {k} (95 % CI)" for k in PAPER_SIZES) + " |"
+    ]
     trend_lines.append("|---|---:|---|" + "---:|" * len(PAPER_SIZES))
     for _, r in fits.iterrows():
         label = METHOD_LABELS.get(r["method"], r["method"])
@@ -153,7 +154,9 @@ def render_markdown(agg: pd.DataFrame, fits: pd.DataFrame, target: float, max_ri
             trend_lines.append(f"| {label} | – | {r['note']} |" + " – |" * len(PAPER_SIZES))
             continue
         cells = [f"{r[f'at_{k}']:.3g} [{r[f'at_{k}_lo']:.3g}, {r[f'at_{k}_hi']:.3g}]" for k in PAPER_SIZES]
-        trend_lines.append(f"| {label} | {r['slope']:.3f} ± {r['slope_se']:.3f} | {r['note']} | " + " | ".join(cells) + " |")
+        trend_lines.append(
+            f"| {label} | {r['slope']:.3f} ± {r['slope_se']:.3f} | {r['note']} | " + " | ".join(cells) + " |"
+        )
     return head + "\n".join(lines) + "\n" + notes + "\n".join(trend_lines) + "\n"
 
 
@@ -177,7 +180,10 @@ def size_study_plot(agg: pd.DataFrame, fits: pd.DataFrame, path: str | os.PathLi
             xs = np.geomspace(n.min(), n.max(), 20)
             ax_s.plot(xs, 10 ** (fit["intercept"] + fit["slope"] * np.log10(xs)), ls="--", lw=0.8, color="0.4")
     ax_q.axhline(0.1, color="0.3", ls="--", lw=1, label="p = 0.1")
-    for ax, ylabel in ((ax_s, "selectivity (forget ÷ held-out retain NLL rise)"), (ax_q, "Forget Quality at the λ rule")):
+    for ax, ylabel in (
+        (ax_s, "selectivity (forget ÷ held-out retain NLL rise)"),
+        (ax_q, "Forget Quality at the λ rule"),
+    ):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("parameters")

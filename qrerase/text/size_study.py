@@ -44,7 +44,10 @@ def scaled_lr(lr: float, width: int, reference_width: int, exponent: float) -> f
     """lr(W) = lr · (W_ref / W)^α: α = 1 is the μP-style 1/width law for Adam on hidden matrices,
     α = 0 a constant learning rate. Exactly ``lr`` at W = W_ref."""
     if width < 1 or reference_width < 1 or not math.isfinite(exponent) or lr < 0:
-        raise ValueError(f"scaled_lr: expected widths >= 1, finite exponent, lr >= 0; got {width}, {reference_width}, {exponent}, {lr}")
+        raise ValueError(
+            "scaled_lr: expected widths >= 1, finite exponent, lr >= 0; "
+            f"got {width}, {reference_width}, {exponent}, {lr}"
+        )
     if width == reference_width or exponent == 0:
         return float(lr)
     return float(lr) * (reference_width / width) ** exponent
