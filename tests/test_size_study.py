@@ -181,10 +181,14 @@ def size_config(workdir: Path, **size) -> Path:
 
 def test_size_study_plans_every_width_and_seed_and_stays_out_of_the_default_run(tmp_path):
     cfg = size_config(tmp_path, widths=[16, 32, 64], seeds=[0, 1])
-    text = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), "size_study").stdout
+    text = snakemake(tmp_path, "-n", "-p", "--cores", "1", "--configfile", str(cfg), "--", "size_study").stdout
     for w in (16, 32, 64):
         for s in (0, 1):
             assert f"results/size_h{w}_s{s}/size_study/rows.csv" in text
+    # the recipe reaches the jobs: width, 4x intermediate, lr x 32 / W (pretrain lr 0.003), the seed
+    pretrain = next(line for line in text.splitlines() if "logs/pretrain/size_h16_s1.log" in line and "--job" in line)
+    assert '"hidden_size":16' in pretrain and '"intermediate_size":64' in pretrain
+    assert '"lr":0.006' in pretrain and '"seed":1' in pretrain
     assert "results/tofu_forget10/" not in text
     default = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg)).stdout
     assert "size_h" not in default and "results/tofu_forget10/" in default
@@ -193,7 +197,7 @@ def test_size_study_plans_every_width_and_seed_and_stays_out_of_the_default_run(
 
 def test_size_study_rejects_a_width_the_heads_do_not_divide(tmp_path):
     cfg = size_config(tmp_path, widths=[16, 18])
-    proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), "size_study", check=False)
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), "--", "size_study", check=False)
     assert proc.returncode != 0 and "size_study.widths: 18" in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
 
@@ -201,7 +205,7 @@ def test_size_study_rejects_a_width_the_heads_do_not_divide(tmp_path):
 @pytest.mark.workflow
 def test_size_study_end_to_end_on_two_tiny_widths(tmp_path):
     cfg = size_config(tmp_path)
-    snakemake(tmp_path, "--cores", "2", "--configfile", str(cfg), "size_study")
+    snakemake(tmp_path, "--cores", "2", "--configfile", str(cfg), "--", "size_study")
     tables = tmp_path / "results" / "tables"
     agg = pd.read_csv(tables / "size_study.csv")
     assert sorted(agg["width"].unique()) == [16, 32] and set(agg["method"]) == {"unlearn", "qr_erase", "graddiff"}
