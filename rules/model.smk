@@ -66,6 +66,8 @@ rule finetune:
         curve=path("train_curve"),
     log:
         log_path("finetune", "exp", "which"),
+    benchmark:
+        benchmark_path("finetune", "exp", "which")
     wildcard_constraints:
         exp=TEXT_EXPS,  # speech exps: rule speech_finetune
         which="full|retain",

@@ -15,6 +15,8 @@ rule tradeoff_erase:
         path("tradeoff_erase"),
     log:
         log_path("tradeoff_erase", "exp", "rank", "method", "scale"),
+    benchmark:
+        benchmark_path("tradeoff_erase", "exp", "rank", "method", "scale")
     wildcard_constraints:
         exp=UNLEARN_EXPS,
         scale=r"\d+(\.\d+)?",
@@ -41,6 +43,8 @@ rule tradeoff_baseline:
         path("tradeoff_baseline"),
     log:
         log_path("tradeoff_baseline", "exp", "method", "epochs"),
+    benchmark:
+        benchmark_path("tradeoff_baseline", "exp", "method", "epochs")
     wildcard_constraints:
         exp=UNLEARN_EXPS,
         method="|".join(BASELINES),
