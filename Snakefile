@@ -33,6 +33,7 @@ include: "rules/speech.smk"
 include: "rules/task_level.smk"
 include: "rules/bench.smk"
 include: "rules/tradeoff.smk"
+include: "rules/size_study.smk"
 include: "rules/provenance.smk"
 
 

@@ -20,9 +20,9 @@ rule baseline:
     params:
         **launch_params(
             "baseline",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             baseline=baseline_params,
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("baseline.py")

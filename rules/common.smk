@@ -25,6 +25,7 @@ from qrerase.workflow.naming import (
     exp_pattern,
     model_exp,
     parse_exp,
+    size_of,
     speech_exp,
     tofu_exp,
     xling_exp,
@@ -62,8 +63,9 @@ CONTROL = registry.CONTROL_SUFFIX
 CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
-TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task_level")
-UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>")
+# (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
+TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task_level", "size_<shape>")
+UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>", "size_<shape>")
 
 
 def method_decomp(method):
@@ -119,6 +121,9 @@ PATHS = {
     "tradeoff_erase": "results/{exp}/tradeoff/k{rank}/{method}/lambda{scale}.csv",
     "tradeoff_baseline": "results/{exp}/tradeoff/baselines/{method}_e{epochs}.csv",
     "tradeoff_selection": "results/tables/{track}_tradeoff_selection.csv",
+    # size study
+    "size_study_rows": "results/{exp}/size_study/rows.csv",
+    "size_study_layers": "results/{exp}/size_study/layers.csv",
     # shared outputs, benchmarks, logs
     "table": "results/tables/{table}.{ext}",
     "figure": "results/figures/{name}.png",
@@ -281,6 +286,8 @@ def exp_section(section, exp):
         base.update(config.get("crosslingual", {}).get(section) or {})
     if exp == TASK_LEVEL_EXP:  # the task-level track's overrides (task_level.<section>)
         base.update(config.get("task_level", {}).get(section) or {})
+    if size_of(exp) is not None and "lr" in base:  # the size study's lr law
+        base["lr"] = size_lr(base["lr"], exp)
     return base
 
 

@@ -6,7 +6,7 @@ rule tofu_data:
     log:
         log_path("tofu_data", "exp"),
     wildcard_constraints:
-        exp=exp_pattern("tofu_<split>"),
+        exp=exp_pattern("tofu_<split>", "size_<shape>"),
     conda:
         "../envs/tables.yaml"
     threads: 1

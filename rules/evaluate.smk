@@ -13,8 +13,8 @@ rule evaluate:
     resources:
         **resources_for("evaluate"),
     params:
-        model=config["model"],
+        model=lambda wc: exp_model(wc.exp),
         evaluate=config["tofu"]["evaluate"],
-        seed=config["seed"],
+        seed=lambda wc: exp_seed(wc.exp),
     script:
         "../workflow_scripts/evaluate.py"

@@ -19,9 +19,9 @@ rule lora:
     params:
         **launch_params(
             "lora",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             lora=lambda wc: exp_section("lora", wc.exp),
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("train_lora.py")

@@ -43,9 +43,9 @@ rule pretrain:
     params:
         **launch_params(
             "pretrain",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             train=lambda wc: exp_section("pretrain", wc.exp),
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("pretrain.py")
@@ -66,6 +66,8 @@ rule finetune:
         curve=path("train_curve"),
     log:
         log_path("finetune", "exp", "which"),
+    benchmark:
+        benchmark_path("finetune", "exp", "which")
     wildcard_constraints:
         exp=TEXT_EXPS,  # speech exps: rule speech_finetune
         which="full|retain",
@@ -77,10 +79,10 @@ rule finetune:
     params:
         **launch_params(
             "finetune",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             train=lambda wc: exp_section("finetune", wc.exp),
             adapter=lambda wc: finetune_adapter(wc.exp),
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("finetune.py")

@@ -53,9 +53,12 @@ def baseline_params(wildcards):
     """qrerase.baselines.text.BaselineConfig fields of one method (seed and threads added by the job)."""
     bl = config["baselines"]
     lora = bl["lora"]
+    method = dict(bl[wildcards.method])
+    if size_of(wildcards.exp) is not None:  # the size study's lr law
+        method["lr"] = size_lr(method["lr"], wildcards.exp)
     return {
         "method": wildcards.method,
-        **bl[wildcards.method],
+        **method,
         "mode": bl["mode"],
         "max_length": bl["max_length"],
         "lora_r": lora["r"],

@@ -15,6 +15,8 @@ rule tradeoff_erase:
         path("tradeoff_erase"),
     log:
         log_path("tradeoff_erase", "exp", "rank", "method", "scale"),
+    benchmark:
+        benchmark_path("tradeoff_erase", "exp", "rank", "method", "scale")
     wildcard_constraints:
         exp=UNLEARN_EXPS,
         scale=r"\d+(\.\d+)?",
@@ -24,11 +26,11 @@ rule tradeoff_erase:
     resources:
         **resources_for("evaluate"),
     params:
-        model=config["model"],
+        model=lambda wc: exp_model(wc.exp),
         evaluate=tradeoff_evaluate,
         lang=tradeoff_lang,
         stored_scale=lambda wc: erase_scale(wc.exp),
-        seed=config["seed"],
+        seed=lambda wc: exp_seed(wc.exp),
     script:
         "../workflow_scripts/tradeoff_erase.py"
 
@@ -41,6 +43,8 @@ rule tradeoff_baseline:
         path("tradeoff_baseline"),
     log:
         log_path("tradeoff_baseline", "exp", "method", "epochs"),
+    benchmark:
+        benchmark_path("tradeoff_baseline", "exp", "method", "epochs")
     wildcard_constraints:
         exp=UNLEARN_EXPS,
         method="|".join(BASELINES),
@@ -53,11 +57,11 @@ rule tradeoff_baseline:
     params:
         **launch_params(
             "tradeoff_baseline",
-            model=config["model"],
+            model=lambda wc: exp_model(wc.exp),
             evaluate=tradeoff_evaluate,
             lang=tradeoff_lang,
             baseline=baseline_params,
-            seed=config["seed"],
+            seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
         launch("tradeoff_baseline.py")

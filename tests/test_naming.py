@@ -83,9 +83,19 @@ def test_format_rejects_what_would_not_parse_back(track, arg):
 
 
 def test_central_constraint_is_every_kind_in_order():
-    assert exp_pattern() == r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task_level"
+    assert exp_pattern() == (
+        r"tofu_forget\d\d|xling|xling_[a-z]{2}(_R)?|speech|speech_(sample|class)|task_level|size_h\d+_s\d+"
+    )
     assert exp_pattern("tofu_<split>", "xling_<lang>") == r"tofu_forget\d\d|xling_[a-z]{2}(_R)?"
-    assert set(EXP_PATTERNS) == {"tofu_<split>", "xling", "xling_<lang>", "speech", "speech_<setting>", "task_level"}
+    assert set(EXP_PATTERNS) == {
+        "tofu_<split>",
+        "xling",
+        "xling_<lang>",
+        "speech",
+        "speech_<setting>",
+        "task_level",
+        "size_<shape>",
+    }
     with pytest.raises(KeyError):
         exp_pattern("xling_<language>")
 

@@ -12,7 +12,11 @@ name                   track           what it holds
 ``speech``             speech          the prepared audio and the shared speaker classifier
 ``speech_<setting>``   speech          unlearning in one setting (``sample`` or ``class``)
 ``task_level``         task_level      the task-level experiment: own model
+``size_h<W>_s<S>``     tofu            the size study: TOFU at hidden width W, seed S: own models
 =====================  ==============  =======================================================
+
+A size-study experiment runs every rule of the TOFU track; its model width and seed come from its
+name (:func:`size_of`), everything else from the TOFU configuration.
 
 Standard library only (read by the Snakefile before any job runs).
 """
@@ -34,6 +38,8 @@ __all__ = [
     "speech_exp",
     "model_exp",
     "TASK_LEVEL_EXP",
+    "size_exp",
+    "size_of",
     "LANG_PATTERN",
     "ROMANISED_LANG_PATTERN",
     "XLING_EXP",
@@ -56,6 +62,7 @@ EXP_PATTERNS: dict[str, str] = {
     "speech": "speech",
     "speech_<setting>": "speech_(sample|class)",
     "task_level": "task_level",
+    "size_<shape>": r"size_h\d+_s\d+",
 }
 _KIND_TRACK = {
     "tofu_<split>": "tofu",
@@ -64,7 +71,10 @@ _KIND_TRACK = {
     "speech": "speech",
     "speech_<setting>": "speech",
     "task_level": "task_level",
+    "size_<shape>": "tofu",
 }
+#: kinds whose names do not start with their track's prefix
+_KIND_PREFIX = {"size_<shape>": "size"}
 
 XLING_EXP = PREFIX["crosslingual"]
 SPEECH_EXP = PREFIX["speech"]
@@ -96,7 +106,8 @@ def parse_exp(exp: str) -> Experiment:
     for kind, pattern in EXP_PATTERNS.items():
         if re.fullmatch(pattern, exp):
             track = _KIND_TRACK[kind]
-            arg = exp[len(PREFIX[track]) + 1 :] if "<" in kind else None
+            prefix = _KIND_PREFIX.get(kind, PREFIX[track])
+            arg = exp[len(prefix) + 1 :] if "<" in kind else None
             return Experiment(track, arg)
     raise ValueError(f"experiment name {exp!r} matches none of {list(EXP_PATTERNS)}")
 
@@ -106,7 +117,14 @@ def format_exp(track: str, arg: str | None = None) -> str:
     if track not in PREFIX:
         raise ValueError(f"unknown track {track!r}; known: {list(PREFIX)}")
     name = PREFIX[track] if arg is None else f"{PREFIX[track]}_{arg}"
-    if parse_exp(name) != (track, arg):
+    for kind, prefix in _KIND_PREFIX.items():  # e.g. ('tofu', 'h64_s0') -> 'size_h64_s0'
+        if _KIND_TRACK[kind] == track and arg is not None and re.fullmatch(EXP_PATTERNS[kind], f"{prefix}_{arg}"):
+            name = f"{prefix}_{arg}"
+    try:
+        parsed = parse_exp(name)
+    except ValueError:
+        parsed = None
+    if parsed != (track, arg):
         raise ValueError(f"experiment name {name!r} does not parse back to ({track!r}, {arg!r})")
     return name
 
@@ -124,6 +142,19 @@ def xling_exp(lang: str | None = None) -> str:
 def speech_exp(setting: str | None = None) -> str:
     """``'sample'`` -> ``'speech_sample'``; ``None`` -> the shared ``'speech'``."""
     return format_exp("speech", setting)
+
+
+def size_exp(width: int, seed: int) -> str:
+    """``(256, 1)`` -> ``'size_h256_s1'``: the size study's experiment at hidden width ``width``, seed ``seed``."""
+    if not (isinstance(width, int) and width >= 1 and isinstance(seed, int) and seed >= 0):
+        raise ValueError(f"size_exp: expected width >= 1 and seed >= 0 (integers), got {width!r}, {seed!r}")
+    return f"size_h{width}_s{seed}"
+
+
+def size_of(exp: str) -> tuple[int, int] | None:
+    """``'size_h256_s1'`` -> ``(256, 1)`` (width, seed); ``None`` for any other experiment."""
+    m = re.fullmatch(r"size_h(\d+)_s(\d+)", exp)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def model_exp(exp: str) -> str:
