@@ -5,11 +5,12 @@ import pandas as pd
 
 from qrerase.config import model_options
 from qrerase.io import read_jsonl, write_csv
+from qrerase.method.energy import selected_updates
 from qrerase.method.formats import load_decompositions
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.task_level_eval import evaluate_roles
 from qrerase.text.task_level_tradeoff import erase_points, held_out_nll, point_row
-from qrerase.workflow.job import job, load_checkpoint, selected_updates, template_from
+from qrerase.workflow.job import job, load_checkpoint, template_from
 
 p, inp = snakemake.params, snakemake.input
 with job(snakemake, seed=p.seed) as log:

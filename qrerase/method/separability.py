@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .naming import block_index
+from .module_names import block_index
 
 __all__ = ["principal_angles", "layer_overlap", "effective_layers"]
 
