@@ -64,7 +64,9 @@ CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 # (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
-TEXT_EXPS = exp_pattern("tofu_<split>", "xling", "xling_<lang>", "task_level", "size_<shape>")
+TEXT_EXPS = exp_pattern(
+    "tofu_<split>", "xling", "xling_<lang>", "task_level", "size_<shape>"
+)
 UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>", "size_<shape>")
 
 
