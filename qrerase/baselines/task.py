@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import engine
+from .. import engine, registry
 from ..config import from_mapping
 from ..determinism import set_determinism
 from ..text.lm import (
@@ -72,8 +72,9 @@ __all__ = [
     "train_ku",
 ]
 
-#: The task track's baselines: Gradient Ascent (qrerase.baselines.text), KGA and KU.
-TASK_BASELINES = ("ga", "kga", "ku")
+#: The task track's built-in baselines (from :mod:`qrerase.registry`): Gradient Ascent
+#: (qrerase.baselines.text), KGA and KU; their runners: :mod:`qrerase.baselines.task_runners`.
+TASK_BASELINES = tuple(m for m in registry.baselines_of_kind("task") if registry.method(m) in registry.METHODS)
 
 
 @dataclass
