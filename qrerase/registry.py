@@ -40,6 +40,7 @@ __all__ = [
     "CONTROL_SUFFIX",
     "register_method",
     "load_plugins",
+    "names",
     "method",
     "implementation",
     "methods_for",
@@ -222,6 +223,11 @@ def load_plugins(modules: Iterable[str]) -> None:
             importlib.import_module(module)
         except ImportError as exc:
             raise RegistryError(f"plugin {module!r}: cannot be imported ({exc})") from None
+
+
+def names() -> tuple[str, ...]:
+    """Every registered method name (built-in and plug-in), in registry order."""
+    return tuple(_METHODS)
 
 
 def method(name: str) -> Method:

@@ -89,7 +89,7 @@ def _load_schema(path: str, _methods: tuple[str, ...]) -> dict:
 
 def _schema(path: str) -> dict:
     """The injected schema, cached per path and set of registered methods (a plug-in adds some)."""
-    return _load_schema(path, tuple(registry.method_labels()))
+    return _load_schema(path, registry.names())
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
@@ -116,7 +116,8 @@ def check_finite(node: Any, key: str = "") -> None:
 @cache
 def _validator(path: str, _methods: tuple[str, ...]):
     """Draft 2020-12 validator whose ``integer`` is an ``int``: JSON Schema counts 2.0 as an integer,
-    but a rank, epoch count or batch size written 2.0 would reach the jobs as a float."""
+    but a rank, epoch count or batch size written 2.0 would reach the jobs as a float. Cached per path
+    and registered method names (as :func:`_schema`)."""
     import jsonschema
 
     base = jsonschema.Draft202012Validator
@@ -132,7 +133,7 @@ def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     path, naming its key. An ``unevaluatedProperties`` error of a section is only reported when no
     error lies deeper inside it (a bad value inside an ``allOf`` also leaves its key 'unevaluated')."""
     check_finite(cfg)
-    errors = list(_validator(str(schema_path), tuple(registry.method_labels())).iter_errors(cfg))
+    errors = list(_validator(str(schema_path), registry.names()).iter_errors(cfg))
     paths = [tuple(str(p) for p in e.absolute_path) for e in errors]
     kept = [
         (path, e)
