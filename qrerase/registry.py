@@ -1,37 +1,111 @@
-"""The method and track registry: every unlearning method and experiment track, in one place.
+"""The method and track registry: every unlearning method and experiment track, with its implementation.
 
-Pure data (standard library only, no torch): the config schema's method and track enums
+Each method is registered once (:func:`register_method`, duplicate names rejected) with its
+implementation per runner kind, the tracks it serves and the schema of its config sections. Everything
+else is derived from it: the config schema's method and track enums and the methods' config sections
 (:func:`qrerase.workflow.validation.load_schema`), the workflow's ``DECOMP`` and localised-method logic
-(``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`) and each
-track's target function (``all_targets`` in ``rules/common.smk``) are all derived from it.
+(``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`), each track's
+target function (``all_targets`` in ``rules/common.smk``) and the dispatch of every baseline job
+(:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline`,
+:func:`qrerase.baselines.task_level_runners.run_task_level_baseline` and :func:`qrerase.speech.baselines.run_baseline`).
 
-Adding a method: one :class:`Method` entry below (plus its implementation and, for a baseline, its
-config section in ``schemas/config.schema.yaml``); README "Adding a method / adding a track".
+Standard library only: implementations are ``"module:attribute"`` strings imported on first use, so
+planning code (``rules/common.smk``, the schema) never imports torch. A plug-in module registers its
+own methods when imported; the workflow imports the modules of the config key ``plugins``
+(:func:`load_plugins`). docs/extending.md: adding a method, adding a track.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 __all__ = [
     "Method",
     "Track",
+    "RegistryError",
     "METHODS",
     "TRACKS",
+    "KINDS",
+    "INPUTS",
+    "SETTINGS_SECTIONS",
     "DECOMPOSITIONS",
     "DECOMP",
     "SUBSPACE_METHODS",
     "REFERENCE_LABELS",
     "RANK_PAIRS",
     "CONTROL_SUFFIX",
+    "register_method",
+    "load_plugins",
+    "names",
     "method",
+    "implementation",
     "methods_for",
     "baselines_for",
+    "baselines_of_kind",
+    "required_section",
+    "settings_of",
     "is_localised",
     "global_method",
     "method_labels",
     "tex_method_labels",
 ]
+
+Impl = str | Callable[..., Any]
+
+
+class RegistryError(ValueError):
+    """A bad registration or an unknown method / track: the message is one line naming it."""
+
+
+@dataclass(frozen=True)
+class Track:
+    """One experiment track: its config name, the runner ``kind`` of its baselines (the key of
+    :attr:`Method.run` a baseline job of the track looks up: ``text``, ``task_level`` or ``speech``), and the
+    name of the function in ``rules/<track>_common.smk`` that lists its default targets (``all_targets``)."""
+
+    name: str
+    kind: str
+    targets: str
+
+
+#: Every track, in config order.
+TRACKS: dict[str, Track] = {
+    t.name: t
+    for t in (
+        Track("tofu", "text", "tofu_targets"),
+        Track("crosslingual", "text", "crosslingual_targets"),
+        Track("speech", "speech", "speech_targets"),
+        Track("task_level", "task_level", "task_level_targets"),
+    )
+}
+#: Runner kinds: what a baseline's implementation of that kind is called with.
+KINDS: dict[str, str] = {
+    "text": "a TextObjective subclass (qrerase.baselines.objective), trained by qrerase.baselines.text.train_baseline",
+    "task_level": (
+        "f(job) -> (model, curve), job a TaskLevelBaselineJob "
+        "(qrerase.baselines.task_level_runners.run_task_level_baseline)"
+    ),
+    "speech": "f(model, data, cfg) -> (model, curve) (qrerase.speech.baselines.run_baseline)",
+}
+#: Config sections holding one entry per method (``<section>.<method>``), by the kind of the tracks whose
+#: methods need one. A method's :attr:`Method.settings` gives the JSON schema of each of its entries.
+SETTINGS_SECTIONS: dict[str, str] = {
+    "baselines": "text",
+    "task_level.baselines": "task_level",
+    "speech.baselines": "speech",
+    "speech.tradeoff.baselines": "speech",
+}
+#: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
+INPUTS: dict[str, str] = {
+    "refusals": "template (refusal) answers, baselines.refusals (text tracks)",
+    "initial": "the checkpoint the fine-tuned model was trained from (task-level track)",
+}
+#: Sections whose entry a method listed in a track of that kind must have (the others are optional).
+_REQUIRED_SECTIONS = {"text": "baselines", "task_level": "task_level.baselines"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +116,13 @@ class Method:
     closed-form subspace method (eqs. 1-6), ``None`` for an optimisation baseline. localised: the
     edit touches only the layers selected by task energy (eqs. 14-16, the ``(LL)`` variants).
     label / tex_label: the table row label (Markdown, CSV, plots) and the LaTeX one (``None``: the
-    escaped ``label``). tracks: the tracks whose ``methods.<track>`` may list it.
+    escaped ``label``). tracks: the tracks whose ``methods.<track>`` may list it. run: runner kind
+    (:data:`KINDS`) -> implementation, a callable or a lazily imported ``"module:attribute"``; a
+    baseline has one for the kind of each of its tracks. settings: config section
+    (:data:`SETTINGS_SECTIONS`) -> the JSON schema of its ``<section>.<name>`` entry (``$ref`` may
+    point into the schema file's ``definitions``). inputs: extra inputs its baseline jobs read
+    (:data:`INPUTS`). plan_shape: ``(sequences per example, frozen model copies)`` of its training job
+    for the memory plan (:mod:`qrerase.workflow.plan_config`); ``None``: the plan leaves it out.
     """
 
     name: str
@@ -51,110 +131,293 @@ class Method:
     label: str
     tex_label: str | None
     tracks: tuple[str, ...]
+    run: Mapping[str, Impl] = field(default_factory=dict)
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    inputs: tuple[str, ...] = ()
+    plan_shape: tuple[int, int] | None = None
 
     @property
     def subspace(self) -> bool:
         return self.decomp is not None
 
 
-@dataclass(frozen=True)
-class Track:
-    """One experiment track: its config name, its rules file, the file of its constants and input
-    functions (``rules/<track>_common.smk``: the Snakemake linter keeps functions out of rules files),
-    and the name of the function there that lists its default targets (``all_targets``)."""
-
-    name: str
-    rules: str
-    functions: str
-    targets: str
-
-
-_ALL = ("tofu", "crosslingual", "speech", "task_level")
-_TEXT = ("tofu", "crosslingual")
-
-#: Every method, in table order: the subspace methods, then the baselines of each track.
-METHODS: tuple[Method, ...] = (
-    Method("unlearn", "svd", False, "UNLEARN", r"\textsc{UNLEARN}", _ALL),
-    Method("unlearn_ll", "svd", True, "UNLEARN (LL)", r"\textsc{UNLEARN (LL)}", _ALL),
-    Method("qr_erase", "cpqr", False, "QR-Erase", r"\textsc{QR-Erase}", _ALL),
-    Method("qr_erase_ll", "cpqr", True, "QR-Erase (LL)", r"\textsc{QR-Erase} (LL)", _ALL),
-    Method("ga", None, False, "Gradient Ascent", None, _ALL),
-    Method("graddiff", None, False, "Gradient Difference", None, _TEXT),
-    Method("kl", None, False, "KL Minimization", None, _TEXT),
-    Method("npo", None, False, "NPO", None, _TEXT),
-    Method("dpo", None, False, "DPO", None, _TEXT),
-    Method("flat", None, False, "FLAT", None, _TEXT),
-    Method("scrub", None, False, "SCRUB", None, ("speech",)),
-    Method("bad_teaching", None, False, "Bad Teaching", None, ("speech",)),
-    Method("kga", None, False, "KGA", None, ("task_level",)),
-    Method("ku", None, False, "KU", None, ("task_level",)),
-)
-
-#: Every track, in config order.
-TRACKS: dict[str, Track] = {
-    t.name: t
-    for t in (
-        Track("tofu", "rules/tables.smk", "rules/tofu_common.smk", "tofu_targets"),
-        Track("crosslingual", "rules/crosslingual.smk", "rules/crosslingual_common.smk", "crosslingual_targets"),
-        Track("speech", "rules/speech.smk", "rules/speech_common.smk", "speech_targets"),
-        Track("task_level", "rules/task_level.smk", "rules/task_level_common.smk", "task_level_targets"),
-    )
-}
-
 #: The decompositions, in report order: column-pivoted QR (QR-Erase) and SVD (UNLEARN).
 DECOMPOSITIONS: tuple[str, ...] = ("cpqr", "svd")
-#: subspace method -> its decomposition.
-DECOMP: dict[str, str] = {m.name: m.decomp for m in METHODS if m.decomp is not None}
-SUBSPACE_METHODS: tuple[str, ...] = tuple(DECOMP)
 #: '<method>_control': the same edit built with the adapters' roles swapped (selectivity control).
 CONTROL_SUFFIX = "_control"
 #: Rows that are no method: the fine-tuned model and the retain-only reference.
 REFERENCE_LABELS: dict[str, str] = {"base": "Base Model", "retain": "Retain reference"}
 
-_BY_NAME = {m.name: m for m in METHODS}
+_METHODS: dict[str, Method] = {}
+_BUILTIN_DONE = False
+
+
+def register_method(
+    name: str,
+    *,
+    label: str,
+    tracks: Iterable[str],
+    run: Impl | Mapping[str, Impl],
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    inputs: Iterable[str] = (),
+    plan_shape: tuple[int, int] | None = None,
+    decomp: str | None = None,
+    localised: bool = False,
+    tex_label: str | None = None,
+) -> Method:
+    """Register one method (in table order: registration order) and return its record.
+
+    ``run``: its implementation per runner kind (:data:`KINDS`); a single callable or string serves
+    every kind of its tracks. Rejected with a :class:`RegistryError` naming the problem: a name already
+    registered, an unknown track, kind or settings section, a baseline without an implementation for
+    one of its tracks' kinds or without the required settings section, a subspace method registered
+    after the built-in ones (a new decomposition is not a plug-in).
+    """
+    if not name.isidentifier() or name.endswith(CONTROL_SUFFIX) or name in REFERENCE_LABELS:
+        raise RegistryError(f"method name {name!r}: expected an identifier, not a reference row or '*{CONTROL_SUFFIX}'")
+    if name in _METHODS:
+        raise RegistryError(f"method {name!r} is already registered (label {_METHODS[name].label!r})")
+    tracks = tuple(tracks)
+    unknown = [t for t in tracks if t not in TRACKS]
+    if not tracks or unknown:
+        raise RegistryError(f"method {name!r}: tracks must be among {list(TRACKS)}, got {list(tracks)}")
+    kinds = list(dict.fromkeys(TRACKS[t].kind for t in tracks))
+    run_map = dict(run) if isinstance(run, Mapping) else {k: run for k in kinds}
+    if decomp is not None:
+        if _BUILTIN_DONE or decomp not in DECOMPOSITIONS:
+            raise RegistryError(f"method {name!r}: only the built-in subspace methods have a decomposition")
+    elif missing := [k for k in kinds if k not in run_map]:
+        raise RegistryError(f"method {name!r}: no implementation for the {missing} runner of its tracks {list(tracks)}")
+    if bad := [k for k in run_map if k not in KINDS]:
+        raise RegistryError(f"method {name!r}: unknown runner kind(s) {bad}; expected among {list(KINDS)}")
+    settings = dict(settings or {})
+    if bad := [s for s in settings if s not in SETTINGS_SECTIONS]:
+        raise RegistryError(
+            f"method {name!r}: unknown settings section(s) {bad}; expected among {list(SETTINGS_SECTIONS)}"
+        )
+    if decomp is None and (
+        missing := [_REQUIRED_SECTIONS[k] for k in kinds if _REQUIRED_SECTIONS.get(k) not in (None, *settings)]
+    ):
+        raise RegistryError(f"method {name!r}: no schema for its config section(s) {missing} (settings=...)")
+    inputs = tuple(inputs)
+    if bad := [i for i in inputs if i not in INPUTS]:
+        raise RegistryError(f"method {name!r}: unknown input(s) {bad}; expected among {list(INPUTS)}")
+    m = Method(
+        name,
+        decomp,
+        localised,
+        label,
+        tex_label,
+        tracks,
+        MappingProxyType(run_map),
+        MappingProxyType({k: MappingProxyType(dict(v)) for k, v in settings.items()}),
+        inputs,
+        None if plan_shape is None else (int(plan_shape[0]), int(plan_shape[1])),
+    )
+    _METHODS[name] = m
+    return m
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import each plug-in module (the config key ``plugins``); importing one registers its methods.
+    A module imported before is not run again; one that cannot be imported is a :class:`RegistryError`."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise RegistryError(f"plugin {module!r}: cannot be imported ({exc})") from None
+
+
+def names() -> tuple[str, ...]:
+    """Every registered method name (built-in and plug-in), in registry order."""
+    return tuple(_METHODS)
 
 
 def method(name: str) -> Method:
-    """The registry entry of a method name (KeyError for an unknown one)."""
-    return _BY_NAME[name]
+    """The registry entry of a method name; :class:`RegistryError` (a KeyError too) for an unknown one."""
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise _Unknown(f"unknown method {name!r}; registered: {list(_METHODS)}") from None
+
+
+class _Unknown(RegistryError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def implementation(name: str, kind: str) -> Callable[..., Any]:
+    """The implementation of method ``name`` for runner ``kind`` (a ``"module:attribute"`` string is
+    imported now); :class:`RegistryError` for an unknown method or one without that kind."""
+    m = method(name)
+    if kind not in m.run:
+        raise RegistryError(f"method {name!r} has no {kind!r} implementation (it has: {list(m.run)})")
+    impl = m.run[kind]
+    if callable(impl):
+        return impl
+    module, _, attr = impl.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"method {name!r}: implementation {impl!r} cannot be loaded ({exc})") from None
 
 
 def methods_for(track: str) -> list[str]:
     """The method names a track's ``methods.<track>`` may list, in registry order."""
     if track not in TRACKS:
         raise KeyError(f"unknown track {track!r}")
-    return [m.name for m in METHODS if track in m.tracks]
+    return [m.name for m in _METHODS.values() if track in m.tracks]
 
 
 def baselines_for(track: str) -> list[str]:
     """A track's optimisation baselines (its methods without a decomposition)."""
-    return [m for m in methods_for(track) if _BY_NAME[m].decomp is None]
+    return [m for m in methods_for(track) if _METHODS[m].decomp is None]
+
+
+def baselines_of_kind(kind: str) -> list[str]:
+    """The baselines with an implementation for runner ``kind`` (:data:`KINDS`), in registry order."""
+    if kind not in KINDS:
+        raise RegistryError(f"unknown runner kind {kind!r}; expected among {list(KINDS)}")
+    return [m.name for m in _METHODS.values() if m.decomp is None and kind in m.run]
+
+
+def settings_of(section: str) -> dict[str, Mapping[str, Any]]:
+    """Method name -> the JSON schema of its ``<section>.<name>`` config entry, in registry order."""
+    if section not in SETTINGS_SECTIONS:
+        raise RegistryError(f"unknown settings section {section!r}; expected among {list(SETTINGS_SECTIONS)}")
+    return {m.name: m.settings[section] for m in _METHODS.values() if section in m.settings}
+
+
+def required_section(track: str) -> str | None:
+    """The config section where a baseline listed in ``methods.<track>`` must have its entry."""
+    return _REQUIRED_SECTIONS.get(TRACKS[track].kind)
 
 
 def is_localised(name: str) -> bool:
     """True for a layer-localised subspace method (or its control): eq. 16 on the selected layers."""
-    return _BY_NAME[name.removesuffix(CONTROL_SUFFIX)].localised
+    return method(name.removesuffix(CONTROL_SUFFIX)).localised
 
 
 def global_method(decomp: str) -> str:
     """The all-layer subspace method of a decomposition: 'cpqr' -> 'qr_erase', 'svd' -> 'unlearn'."""
-    (name,) = [m.name for m in METHODS if m.decomp == decomp and not m.localised]
+    (name,) = [m.name for m in _METHODS.values() if m.decomp == decomp and not m.localised]
     return name
-
-
-#: (decomposition, its all-layer method) in report order: the rank sweep's two curves (speech track).
-RANK_PAIRS: tuple[tuple[str, str], ...] = tuple((d, global_method(d)) for d in DECOMPOSITIONS)
 
 
 def method_labels() -> dict[str, str]:
     """Raw key -> display label: every method, the reference rows, each subspace method's control."""
-    labels = {m.name: m.label for m in METHODS if m.subspace}
+    ms = list(_METHODS.values())
+    labels = {m.name: m.label for m in ms if m.subspace}
     labels.update(REFERENCE_LABELS)
-    labels.update({m.name: m.label for m in METHODS if not m.subspace})
-    labels.update({f"{m.name}{CONTROL_SUFFIX}": f"{m.label}, retain-adapter control" for m in METHODS if m.subspace})
+    labels.update({m.name: m.label for m in ms if not m.subspace})
+    labels.update({f"{m.name}{CONTROL_SUFFIX}": f"{m.label}, retain-adapter control" for m in ms if m.subspace})
     return labels
 
 
 def tex_method_labels() -> dict[str, str]:
     """Raw key -> LaTeX label, for the methods typeset specially in the paper (others: escaped label)."""
-    return {m.name: m.tex_label for m in METHODS if m.tex_label is not None}
+    return {m.name: m.tex_label for m in _METHODS.values() if m.tex_label is not None}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The built-in methods, in table order: the subspace methods, then the baselines of each track.
+# ---------------------------------------------------------------------------------------------------
+def _ref(definition: str, description: str, **extra: Any) -> dict[str, Any]:
+    return {"$ref": f"#/definitions/{definition}", "description": description, **extra}
+
+
+def _speech(label: str, description: str) -> dict[str, dict[str, Any]]:
+    return {
+        "speech.baselines": _ref("speech_baseline", description),
+        "speech.tradeoff.baselines": _ref("speech_sweep", f"the {label} sweep"),
+    }
+
+
+_ALL = tuple(TRACKS)
+_TEXT = ("tofu", "crosslingual")
+_SUBSPACE = "qrerase.method.discriminate:forget_updates"  # T_f, T_r -> the forget update (eqs. 1-6)
+_OBJ = "qrerase.baselines.objective"
+_TASK_TEXT = "qrerase.baselines.task_level_runners:run_text_objective"
+
+for _name, _decomp, _ll, _label, _tex in (
+    ("unlearn", "svd", False, "UNLEARN", r"\textsc{UNLEARN}"),
+    ("unlearn_ll", "svd", True, "UNLEARN (LL)", r"\textsc{UNLEARN (LL)}"),
+    ("qr_erase", "cpqr", False, "QR-Erase", r"\textsc{QR-Erase}"),
+    ("qr_erase_ll", "cpqr", True, "QR-Erase (LL)", r"\textsc{QR-Erase} (LL)"),
+):
+    register_method(_name, label=_label, tex_label=_tex, tracks=_ALL, run=_SUBSPACE, decomp=_decomp, localised=_ll)
+register_method(
+    "ga",
+    label="Gradient Ascent",
+    tracks=("tofu", "crosslingual", "speech", "task_level"),
+    run={"text": f"{_OBJ}:GradientAscent", "task_level": _TASK_TEXT, "speech": "qrerase.speech.baselines:run_ga"},
+    settings={
+        "baselines": _ref("baseline_plain", "Gradient Ascent: minus the mean answer-token NLL of the forget set"),
+        "task_level.baselines": _ref("baseline_plain", "Gradient Ascent"),
+        **_speech("Gradient Ascent", "Gradient Ascent"),
+    },
+    plan_shape=(1, 0),
+)
+_TEXT_BASELINES = (  # name, label, objective class, schema definition, description, inputs, plan shape
+    ("graddiff", "Gradient Difference", "GradientDifference", "baseline_retain",
+     "Gradient Difference: forget NLL ascent plus retain_weight x retain NLL", (), (2, 0)),
+    ("kl", "KL Minimization", "KLMinimization", "baseline_retain",
+     "KL Minimisation: forget NLL ascent plus retain_weight x KL to the fine-tuned model on retain answers",
+     (), (2, 1)),
+    ("npo", "NPO", "NPO", "baseline_beta", "NPO (Zhang et al. 2024)", (), (1, 1)),
+    ("dpo", "DPO", "DPO", "baseline_beta", "DPO (Rafailov et al. 2023) with refusals as preferred answers",
+     ("refusals",), (2, 1)),
+    ("flat", "FLAT", "FLAT", "baseline_flat", "FLAT (Wang et al. 2025), forget data only", ("refusals",), (2, 0)),
+)  # fmt: skip
+for _name, _label, _cls, _def, _desc, _inputs, _shape in _TEXT_BASELINES:
+    register_method(
+        _name,
+        label=_label,
+        tracks=_TEXT,
+        run={"text": f"{_OBJ}:{_cls}"},
+        settings={"baselines": _ref(_def, _desc)},
+        inputs=_inputs,
+        plan_shape=_shape,
+    )
+register_method(
+    "scrub",
+    label="SCRUB",
+    tracks=("speech",),
+    run="qrerase.speech.baselines:run_scrub",
+    settings=_speech("SCRUB", "SCRUB (teacher-student max / min steps)"),
+    plan_shape=(2, 1),
+)
+register_method(
+    "bad_teaching",
+    label="Bad Teaching",
+    tracks=("speech",),
+    run="qrerase.speech.baselines:run_bad_teaching",
+    settings=_speech("Bad Teaching", "Bad Teaching (competent and incompetent teachers)"),
+    plan_shape=(2, 2),
+)
+register_method(
+    "kga",
+    label="KGA",
+    tracks=("task_level",),
+    run="qrerase.baselines.task_level_runners:run_kga",
+    settings={"task_level.baselines": _ref("task_kga", "KGA (Wang et al. 2023)")},
+    inputs=("initial",),
+    plan_shape=(2, 3),
+)
+register_method(
+    "ku",
+    label="KU",
+    tracks=("task_level",),
+    run="qrerase.baselines.task_level_runners:run_ku",
+    settings={"task_level.baselines": _ref("task_ku", "KU (Jang et al. 2023)")},
+    plan_shape=(1, 0),
+)
+_BUILTIN_DONE = True
+
+#: The built-in methods, in table order (plug-ins: :func:`method`, :func:`methods_for`).
+METHODS: tuple[Method, ...] = tuple(_METHODS.values())
+#: subspace method -> its decomposition.
+DECOMP: dict[str, str] = {m.name: m.decomp for m in METHODS if m.decomp is not None}
+SUBSPACE_METHODS: tuple[str, ...] = tuple(DECOMP)
+#: (decomposition, its all-layer method) in report order: the rank sweep's two curves (speech track).
+RANK_PAIRS: tuple[tuple[str, str], ...] = tuple((d, global_method(d)) for d in DECOMPOSITIONS)

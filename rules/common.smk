@@ -1,7 +1,9 @@
 # Shared by every rule, in this order: config validation, globals, path patterns (path / log_path /
 # benchmark_path), resources, shared input functions, the default target. Each track's constants and
 # input functions are in rules/<track>_common.smk, included at the top of its rules file (the linter
-# keeps functions out of rules files; qrerase.registry.TRACKS names both); cost tables: rules/cost.smk.
+# keeps functions out of rules files; qrerase.registry.TRACKS names each track's target function);
+# cost tables: rules/cost.smk. Methods and their implementations: qrerase.registry (the config's
+# `plugins` register more, imported by validate below).
 #
 # Names: the cross-lingual track is `crosslingual` wherever a user sees it (config key, track name,
 # table names); its rules, scripts, path keys and experiment names keep the short prefix `xling`

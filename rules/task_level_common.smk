@@ -79,8 +79,8 @@ def task_level_baseline_inputs(wildcards):
             for s in ("forget", "retain", "new")
         },
     }
-    # KGA's A_f and A_n start from the fine-tuning's initial checkpoint
-    if wildcards.method == "kga":
+    # KGA's A_f and A_n start from the fine-tuning's initial checkpoint (the 'initial' input)
+    if "initial" in registry.method(wildcards.method).inputs:
         inputs.update(task_level_start_inputs(wildcards))
     return inputs
 

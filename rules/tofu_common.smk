@@ -30,7 +30,8 @@ TOFU_BASELINES = [m for m in TOFU_METHODS if m in BASELINES]
 
 
 def refusals_file():
-    """DPO / FLAT template answers: baselines.refusals, else idontknow.txt next to the TOFU data."""
+    """Template answers (methods with the 'refusals' input: DPO, FLAT): baselines.refusals, else
+    idontknow.txt next to the TOFU data."""
     given = config["baselines"].get("refusals")
     return (
         given if given else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
@@ -44,7 +45,7 @@ def baseline_inputs(wildcards):
         "forget": path("data", exp=wildcards.exp, name="forget"),
         "retain": path("data", exp=wildcards.exp, name="retain"),
     }
-    if wildcards.method in ("dpo", "flat"):
+    if "refusals" in registry.method(wildcards.method).inputs:
         inputs["refusals"] = refusals_file()
     return inputs
 

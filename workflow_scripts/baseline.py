@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
+from qrerase.baselines.text import TextBaselineConfig, objective_of, read_refusals, train_baseline
 from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
@@ -18,7 +18,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)
-    ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
+    ref_model = load_model(inp.model, dtype=dtype, device=device) if objective_of(cfg.method).needs_reference else None
     tokenizer = load_tokenizer(inp.model)
     forget, retain = read_jsonl(inp.forget), read_jsonl(inp.retain)
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None

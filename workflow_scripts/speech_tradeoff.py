@@ -3,7 +3,7 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.reports.tables import METHOD_LABELS
+from qrerase.registry import method_labels
 from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
 from qrerase.workflow.job import job
 
@@ -17,7 +17,7 @@ with job(snakemake) as log:
     write_csv(out.csv, frame)
     chosen, per_method = choose_scale(sweep, base, p.rank, p.rule_methods, p.max_drop)
     write_csv(out.rule_csv, per_method.assign(chosen_scale=chosen))
-    tradeoff_plot(sweep, base, out.figure, rank=p.rank, labels={**METHOD_LABELS, "base": "Fine-Tuned Model"})
+    tradeoff_plot(sweep, base, out.figure, rank=p.rank, labels={**method_labels(), "base": "Fine-Tuned Model"})
     log.info(
         "lambda rule (D_v drop <= %s at k=%s): %s\n%s", p.max_drop, p.rank, chosen, per_method.to_string(index=False)
     )

@@ -1,9 +1,9 @@
-"""Rule task_level_baseline: unlearn the forget skill with Gradient Ascent, KGA or KU."""
+"""Rule task_level_baseline: unlearn the forget skill with a task-level baseline (Gradient Ascent, KGA,
+KU or a plug-in's), its registered runner (qrerase.baselines.task_level_runners)."""
 
 import pandas as pd
 
-from qrerase.baselines.task_level import KgaConfig, KuConfig, train_kga, train_ku
-from qrerase.baselines.text import TextBaselineConfig, train_baseline
+from qrerase.baselines.task_level_runners import TaskLevelBaselineJob, run_task_level_baseline
 from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
@@ -23,27 +23,25 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     forget, retain, new = read_jsonl(inp.forget), read_jsonl(inp.retain), read_jsonl(inp.new)
     template = template_from(p.model)
     log.info("%s on %d forget / %d retain / %d new QA: %s", method, len(forget), len(retain), len(new), dict(p.cfg))
-    if method == "ga":
-        cfg = TextBaselineConfig.from_dict({**p.cfg, **common, "method": "ga"})
-        model, curve = train_baseline(model, None, tokenizer, forget, retain, template, cfg, desc="task-ga")
-    elif method == "kga":
-        cfg = KgaConfig.from_dict({**p.cfg, **common})
+
+    def initial():
+        """The checkpoint the fine-tuned model was trained from (KGA's auxiliary models start there)."""
         if "init" in inp.keys():
-            initial = load_model(inp.init, dtype=dtype, device=device)
-        elif p.model["name_or_path"] is None:
-            initial = build_tiny_llama(TinyLlamaConfig(**p.model["tiny"]), tokenizer, seed=p.seed).to(model.device)
-        else:
-            initial = load_model(
-                p.model["name_or_path"],
-                dtype=dtype,
-                device=device,
-                local_files_only=p.model.get("local_files_only", True),
-            )
-        model, curve = train_kga(model, initial, tokenizer, forget, retain, new, template, cfg, desc="task-kga")
-    else:
-        cfg = KuConfig.from_dict({**p.cfg, **common})
-        model, curve, info = train_ku(model, tokenizer, forget, new, template, cfg, desc="task-ku")
-        log.info("KU memorisation criterion: %s", info)
+            return load_model(inp.init, dtype=dtype, device=device)
+        if p.model["name_or_path"] is None:
+            return build_tiny_llama(TinyLlamaConfig(**p.model["tiny"]), tokenizer, seed=p.seed).to(model.device)
+        return load_model(
+            p.model["name_or_path"],
+            dtype=dtype,
+            device=device,
+            local_files_only=p.model.get("local_files_only", True),
+        )
+
+    model, curve = run_task_level_baseline(
+        TaskLevelBaselineJob(
+            method, model, tokenizer, forget, retain, new, template, {**p.cfg, **common}, initial, f"task-{method}", log
+        )
+    )
     if is_main_process():  # rank 0 writes; every rank holds the full trained weights
         save_model(model, tokenizer, out.model)
         write_csv(out.curve, pd.DataFrame(curve))

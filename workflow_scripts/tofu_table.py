@@ -4,8 +4,9 @@ import dataclasses
 
 import pandas as pd
 
+from qrerase.registry import method_labels
 from qrerase.reports.plots import truth_ratio_plot
-from qrerase.reports.tables import METHOD_LABELS, write_table
+from qrerase.reports.tables import write_table
 from qrerase.reports.tofu import tofu_table
 from qrerase.text.tofu import truth_ratios
 from qrerase.text.tofu_log import load_log
@@ -14,7 +15,7 @@ from qrerase.workflow.job import job
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake) as log:
     rows = pd.concat([pd.read_csv(f) for f in inp.metrics], ignore_index=True)
-    labels = {**METHOD_LABELS, **p.imported}
+    labels = {**method_labels(), **p.imported}
     split = snakemake.config["tofu"]["data"]["split"]
     caption = (
         f"TOFU {split}: Model Utility and Forget Quality (KS p-value of the forget-set truth ratios "

@@ -1,7 +1,7 @@
 """Rule tradeoff_baseline: one sweep point of an optimisation baseline (its configured run, with the
 number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
 
-from qrerase.baselines.text import NEEDS_REFERENCE, TextBaselineConfig, read_refusals, train_baseline
+from qrerase.baselines.text import TextBaselineConfig, objective_of, read_refusals, train_baseline
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
@@ -19,7 +19,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
     model = load_model(inp.model, dtype=dtype, device=device)
-    ref_model = load_model(inp.model, dtype=dtype, device=device) if cfg.method in NEEDS_REFERENCE else None
+    ref_model = load_model(inp.model, dtype=dtype, device=device) if objective_of(cfg.method).needs_reference else None
     tokenizer = load_tokenizer(inp.model)
     template = template_from(p.model, tokenizer)
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None

@@ -4,8 +4,8 @@ to the held-out retain slice (where the track has one), and the utility–Forget
 import pandas as pd
 
 from qrerase.io import write_csv
+from qrerase.registry import method_labels
 from qrerase.reports.plots import tradeoff_plot
-from qrerase.reports.tables import METHOD_LABELS
 from qrerase.text.tradeoff import curves, select_scale, tradeoff_frame
 from qrerase.workflow.job import job
 
@@ -21,7 +21,7 @@ with job(snakemake) as log:
     write_csv(out.csv, frame)
     write_csv(out.selection, selection)
     tradeoff_plot(
-        curves(frame, "forget_quality", "utility_rel", METHOD_LABELS),
+        curves(frame, "forget_quality", "utility_rel", method_labels()),
         out.figure,
         xlabel="Forget Quality (KS p-value, log)",
         ylabel="Model Utility / base model",

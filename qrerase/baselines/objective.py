@@ -1,8 +1,9 @@
 """The text baselines' objectives on one step's payload, whole or split into micro-batches.
 
-Used by :func:`qrerase.baselines.text.train_baseline` with :func:`qrerase.text.training.train_steps`
-(the engine's gradient accumulation and data parallelism); the loss functions are those of
-:mod:`qrerase.baselines.text`.
+One :class:`TextObjective` subclass per baseline, registered as its ``text`` implementation in
+:mod:`qrerase.registry`; :func:`qrerase.baselines.text.train_baseline` looks it up, prepares what its
+class attributes ask for and trains with it on :func:`qrerase.text.training.train_steps` (the engine's
+gradient accumulation and data parallelism). The loss functions are those of :mod:`qrerase.baselines.losses`.
 """
 
 from __future__ import annotations
@@ -13,28 +14,50 @@ from ..text.lm import answer_token_logits, answer_token_nll, collate, per_sequen
 from ..text.training import answer_tokens
 from .losses import dpo_loss, flat_loss, ga_loss, graddiff_loss, kl_divergence, kl_loss, npo_loss, token_mean_nll
 
-__all__ = ["TextObjective"]
+__all__ = [
+    "TextObjective",
+    "ForgetAscent",
+    "GradientAscent",
+    "GradientDifference",
+    "KLMinimization",
+    "ExampleMean",
+    "NPO",
+    "DPO",
+    "FLAT",
+]
 
 
 class TextObjective:
-    """The baselines' objectives on a step payload ``(forget batch, retain batch)``.
+    """A text baseline's objective on a step payload ``(forget batch, retain batch)``.
 
-    :meth:`full` is the objective of a whole step (the table above). :meth:`split` divides it into
-    ``parts`` micro-batch thunks whose losses sum to it (:func:`qrerase.text.training.train_steps`):
-    token means are divided by the whole batch's token count (GA, GradDiff, KL), example means are
-    weighted by ``|piece| / |batch|`` (NPO, DPO); FLAT, a non-linear function of batch means, is
-    linearised at the whole batch's means (a no-grad pass over the batch), which gives the exact
-    gradient, plus a constant so that the pieces' losses sum to its value.
+    :meth:`full` is the objective of a whole step (:mod:`qrerase.baselines.text`'s table). :meth:`split`
+    divides it into ``parts`` micro-batch thunks whose losses sum to it
+    (:func:`qrerase.text.training.train_steps`); each subclass gives :meth:`_piece`.
+
+    Class attributes (what :func:`~qrerase.baselines.text.train_baseline` prepares): ``needs_retain``
+    (retain examples), ``needs_reference`` (the frozen fine-tuned model π_ref), ``reference_nll``
+    (the sets, among ``forget`` and ``refusal``, whose per-example π_ref NLL sums are computed once
+    before training; π_ref itself is then dropped). A subclass with ``needs_reference`` and no
+    ``reference_nll`` keeps π_ref (frozen).
+    Refusal answers (one per forget question, ``refusal_ex``) come with a method registered with
+    ``inputs=("refusals",)`` (:mod:`qrerase.registry`: the workflow plans that input).
     """
 
-    def __init__(
-        self, method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal
-    ):
-        self.method, self.cfg, self.model, self.ref_model, self.pad_id = method, cfg, model, ref_model, pad_id
+    needs_retain = False
+    needs_reference = False
+    reference_nll: tuple[str, ...] = ()
+
+    def __init__(self, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal):
+        self.cfg, self.model, self.ref_model, self.pad_id = cfg, model, ref_model, pad_id
         self.forget_ex, self.retain_ex, self.refusal_ex = forget_ex, retain_ex, refusal_ex
         self.ref_forget, self.ref_refusal = ref_forget, ref_refusal
         self.fcount = [answer_tokens(e) for e in forget_ex]
         self.rcount = [answer_tokens(e) for e in retain_ex]
+
+    @classmethod
+    def keeps_reference(cls) -> bool:
+        """π_ref stays in memory during training (its logits are needed at every step)."""
+        return cls.needs_reference and not cls.reference_nll
 
     def _nll(self, examples, idx):
         return sequence_nll(self.model, collate([examples[i] for i in idx], self.pad_id))
@@ -43,57 +66,9 @@ class TextObjective:
         both = [self.refusal_ex[i] for i in idx] + [self.forget_ex[i] for i in idx]
         return collate(both, self.pad_id)
 
-    def _flat_probs(self, idx):
-        tok_nll, mask = answer_token_nll(self.model, self._pairs(idx))
-        mask = mask.to(tok_nll.device)
-        nll, n = per_sequence(tok_nll, mask)
-        prob_sum, _ = per_sequence(torch.exp(-tok_nll), mask)
-        k = len(idx)
-        prob = prob_sum / n.clamp_min(1)
-        return prob[:k], prob[k:], nll[k:], n[k:]
-
     def full(self, payload):
-        idx, ridx = payload
-        method, cfg, model = self.method, self.cfg, self.model
-        terms: dict[str, float] = {}
-        if method == "dpo":
-            nll, n = sequence_nll(model, self._pairs(idx))
-            k = len(idx)
-            chosen, rejected = nll[:k], nll[k:]
-            loss = dpo_loss(
-                chosen, rejected, self.ref_refusal[idx].to(nll.device), self.ref_forget[idx].to(nll.device), cfg.beta
-            )
-            terms["forget_nll"] = float(token_mean_nll(rejected, n[k:]).detach())
-            terms["refusal_nll"] = float(token_mean_nll(chosen, n[:k]).detach())
-            return loss, terms
-        if method == "flat":
-            p_e, p_f, nll, n = self._flat_probs(idx)
-            loss = flat_loss(p_e, p_f, cfg.divergence)
-            terms["forget_nll"] = float(token_mean_nll(nll, n).detach())
-            terms["forget_prob"] = float(p_f.mean().detach())
-            terms["refusal_prob"] = float(p_e.mean().detach())
-            return loss, terms
-        nll, n = self._nll(self.forget_ex, idx)
-        terms["forget_nll"] = float(token_mean_nll(nll, n).detach())
-        if method == "ga":
-            return ga_loss(nll, n), terms
-        if method == "npo":
-            return npo_loss(nll, self.ref_forget[idx].to(nll.device), cfg.beta), terms
-        if method == "graddiff":
-            r_nll, r_n = self._nll(self.retain_ex, ridx)
-            terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-            return graddiff_loss(nll, n, r_nll, r_n, cfg.retain_weight), terms
-        ref_logits, logits = self._kl_logits(ridx)
-        loss = kl_loss(nll, n, ref_logits, logits, cfg.retain_weight)
-        terms["retain_kl"] = float(kl_divergence(ref_logits, logits.detach()))
-        return loss, terms
-
-    def _kl_logits(self, ridx):
-        batch = collate([self.retain_ex[i] for i in ridx], self.pad_id)
-        with torch.no_grad():
-            ref_logits, _, _ = answer_token_logits(self.ref_model, batch)
-        logits, _, _ = answer_token_logits(self.model, batch)
-        return ref_logits.to(logits.device), logits
+        """``(loss, terms)`` of a whole step's payload."""
+        raise NotImplementedError
 
     def split(self, payload, parts: int):
         from .. import engine
@@ -114,28 +89,153 @@ class TextObjective:
         ]
 
     def _piece(self, f, f_live, r, r_live, whole):
-        method, cfg = self.method, self.cfg
+        raise NotImplementedError
+
+
+class ForgetAscent(TextObjective):
+    """Objectives ``−ℓ_tok(B_f) + retain term``: token means, so a piece divides its forget NLL sum by
+    the whole batch's token count (and its retain term likewise, :meth:`_retain_piece`)."""
+
+    def full(self, payload):
+        idx, ridx = payload
+        nll, n = self._nll(self.forget_ex, idx)
+        terms = {"forget_nll": float(token_mean_nll(nll, n).detach())}
+        return self._loss(nll, n, ridx, terms), terms
+
+    def _loss(self, nll, n, ridx, terms):
+        raise NotImplementedError
+
+    def _piece(self, f, f_live, r, r_live, whole):
         wf, wr = (1.0 if f_live else 0.0), (1.0 if r_live else 0.0)
-        if method in ("npo", "dpo"):
-            loss, terms = self.full((f, None))
-            return loss * (wf * len(f) / whole["n"]), terms
-        if method == "flat":
-            return self._flat_piece(f, wf, whole)
         nll, n = self._nll(self.forget_ex, f)
         terms = {"forget_nll": float(token_mean_nll(nll, n).detach())}
         loss = -nll.sum() * (wf / whole["nf"])
-        if method == "graddiff":
-            r_nll, r_n = self._nll(self.retain_ex, r)
-            terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-            loss = loss + r_nll.sum() * (cfg.retain_weight * wr / whole["nr"])
-        elif method == "kl":
-            ref_logits, logits = self._kl_logits(r)
-            kl = kl_divergence(ref_logits, logits)
-            terms["retain_kl"] = float(kl.detach())
-            loss = loss + kl * (cfg.retain_weight * wr * logits.shape[0] / whole["nr"])
+        return self._retain_piece(loss, r, wr, whole, terms), terms
+
+    def _retain_piece(self, loss, r, wr, whole, terms):
+        return loss
+
+
+class GradientAscent(ForgetAscent):
+    """ga: ``L = −ℓ_tok(B_f)``."""
+
+    def _loss(self, nll, n, ridx, terms):
+        return ga_loss(nll, n)
+
+
+class GradientDifference(ForgetAscent):
+    """graddiff: ``L = −ℓ_tok(B_f) + w · ℓ_tok(B_r)``."""
+
+    needs_retain = True
+
+    def _loss(self, nll, n, ridx, terms):
+        r_nll, r_n = self._nll(self.retain_ex, ridx)
+        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
+        return graddiff_loss(nll, n, r_nll, r_n, self.cfg.retain_weight)
+
+    def _retain_piece(self, loss, r, wr, whole, terms):
+        r_nll, r_n = self._nll(self.retain_ex, r)
+        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
+        return loss + r_nll.sum() * (self.cfg.retain_weight * wr / whole["nr"])
+
+
+class KLMinimization(ForgetAscent):
+    """kl: ``L = −ℓ_tok(B_f) + w · KL(π_ref ‖ π_θ)`` on the retain answer tokens."""
+
+    needs_retain = True
+    needs_reference = True
+
+    def _kl_logits(self, ridx):
+        batch = collate([self.retain_ex[i] for i in ridx], self.pad_id)
+        with torch.no_grad():
+            ref_logits, _, _ = answer_token_logits(self.ref_model, batch)
+        logits, _, _ = answer_token_logits(self.model, batch)
+        return ref_logits.to(logits.device), logits
+
+    def _loss(self, nll, n, ridx, terms):
+        ref_logits, logits = self._kl_logits(ridx)
+        loss = kl_loss(nll, n, ref_logits, logits, self.cfg.retain_weight)
+        terms["retain_kl"] = float(kl_divergence(ref_logits, logits.detach()))
+        return loss
+
+    def _retain_piece(self, loss, r, wr, whole, terms):
+        ref_logits, logits = self._kl_logits(r)
+        kl = kl_divergence(ref_logits, logits)
+        terms["retain_kl"] = float(kl.detach())
+        return loss + kl * (self.cfg.retain_weight * wr * logits.shape[0] / whole["nr"])
+
+
+class ExampleMean(TextObjective):
+    """Objectives that are example means over the forget batch: a piece is its own objective weighted
+    by ``|piece| / |batch|``."""
+
+    def _piece(self, f, f_live, r, r_live, whole):
+        wf = 1.0 if f_live else 0.0
+        loss, terms = self.full((f, None))
+        return loss * (wf * len(f) / whole["n"]), terms
+
+
+class NPO(ExampleMean):
+    """npo: ``L = (2/β) · mean_{B_f} log(1 + (π_θ(y|x) / π_ref(y|x))^β)``."""
+
+    needs_reference = True
+    reference_nll = ("forget",)
+
+    def full(self, payload):
+        idx, _ = payload
+        nll, n = self._nll(self.forget_ex, idx)
+        terms = {"forget_nll": float(token_mean_nll(nll, n).detach())}
+        return npo_loss(nll, self.ref_forget[idx].to(nll.device), self.cfg.beta), terms
+
+
+class DPO(ExampleMean):
+    """dpo: refusals preferred over the forget answers, relative to π_ref."""
+
+    needs_reference = True
+    reference_nll = ("forget", "refusal")
+
+    def full(self, payload):
+        idx, _ = payload
+        nll, n = sequence_nll(self.model, self._pairs(idx))
+        k = len(idx)
+        chosen, rejected = nll[:k], nll[k:]
+        loss = dpo_loss(
+            chosen, rejected, self.ref_refusal[idx].to(nll.device), self.ref_forget[idx].to(nll.device), self.cfg.beta
+        )
+        terms = {
+            "forget_nll": float(token_mean_nll(rejected, n[k:]).detach()),
+            "refusal_nll": float(token_mean_nll(chosen, n[:k]).detach()),
+        }
         return loss, terms
 
-    def _flat_piece(self, f, wf, whole):
+
+class FLAT(TextObjective):
+    """flat: ``L = −g*(P̄_e) + f*(g*(P̄_f))``, a non-linear function of batch means: a piece is linearised
+    at the whole batch's means (a no-grad pass over the batch), which gives the exact gradient, plus a
+    constant so that the pieces' losses sum to its value."""
+
+    def _flat_probs(self, idx):
+        tok_nll, mask = answer_token_nll(self.model, self._pairs(idx))
+        mask = mask.to(tok_nll.device)
+        nll, n = per_sequence(tok_nll, mask)
+        prob_sum, _ = per_sequence(torch.exp(-tok_nll), mask)
+        k = len(idx)
+        prob = prob_sum / n.clamp_min(1)
+        return prob[:k], prob[k:], nll[k:], n[k:]
+
+    def full(self, payload):
+        idx, _ = payload
+        p_e, p_f, nll, n = self._flat_probs(idx)
+        loss = flat_loss(p_e, p_f, self.cfg.divergence)
+        terms = {
+            "forget_nll": float(token_mean_nll(nll, n).detach()),
+            "forget_prob": float(p_f.mean().detach()),
+            "refusal_prob": float(p_e.mean().detach()),
+        }
+        return loss, terms
+
+    def _piece(self, f, f_live, r, r_live, whole):
+        wf = 1.0 if f_live else 0.0
         if "coef" not in whole:  # FLAT's batch means over the whole step batch, without gradients
             with torch.no_grad():
                 sums = torch.zeros(2, dtype=torch.float64)

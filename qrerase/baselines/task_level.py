@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import engine
+from .. import engine, registry
 from ..config import from_mapping
 from ..determinism import set_determinism
 from ..text.lm import (
@@ -72,8 +72,11 @@ __all__ = [
     "train_ku",
 ]
 
-#: The task-level track's baselines: Gradient Ascent (qrerase.baselines.text), KGA and KU.
-TASK_LEVEL_BASELINES = ("ga", "kga", "ku")
+#: The task-level track's built-in baselines (from :mod:`qrerase.registry`): Gradient Ascent
+#: (qrerase.baselines.text), KGA and KU; their runners: :mod:`qrerase.baselines.task_level_runners`.
+TASK_LEVEL_BASELINES = tuple(
+    m for m in registry.baselines_of_kind("task_level") if registry.method(m) in registry.METHODS
+)
 
 
 @dataclass

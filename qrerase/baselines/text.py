@@ -26,7 +26,9 @@ flat       ``L = −g*(P̄_e) + f*(g*(P̄_f))`` with ``P̄`` the batch mean of t
 
 :func:`train_baseline` runs one of them deterministically (:func:`qrerase.text.training.train_steps`:
 AdamW, linear warmup/decay, clipping, seeded length-bucketed batches) and returns the unlearned
-model and its loss curve.
+model and its loss curve. Each objective is a :class:`qrerase.baselines.objective.TextObjective`
+subclass, registered as the method's ``text`` implementation in :mod:`qrerase.registry`
+(:func:`objective_of`); a plug-in text baseline registers its own subclass.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import registry
 from ..config import from_mapping
 from ..determinism import set_determinism
 from ..text.lm import (
@@ -72,9 +75,6 @@ from .losses import (
 
 __all__ = [
     "TEXT_BASELINES",
-    "NEEDS_REFERENCE",
-    "NEEDS_RETAIN",
-    "NEEDS_REFUSALS",
     "DIVERGENCES",
     "TextBaselineConfig",
     "token_mean_nll",
@@ -85,33 +85,34 @@ __all__ = [
     "npo_loss",
     "dpo_loss",
     "flat_loss",
+    "objective_of",
     "read_refusals",
     "freeze",
     "retain_stream",
     "train_baseline",
 ]
 
-#: The text baselines, in the paper's table order.
-TEXT_BASELINES = ("ga", "graddiff", "kl", "npo", "dpo", "flat")
-#: Methods whose objective compares with the frozen fine-tuned model π_ref.
-NEEDS_REFERENCE = frozenset({"kl", "npo", "dpo"})
-#: Methods with a retain-set term.
-NEEDS_RETAIN = frozenset({"graddiff", "kl"})
-#: Methods that train towards a refusal / template answer.
-NEEDS_REFUSALS = frozenset({"dpo", "flat"})
+#: The built-in text baselines, in the paper's table order (from :mod:`qrerase.registry`).
+TEXT_BASELINES = tuple(m for m in registry.baselines_of_kind("text") if registry.method(m) in registry.METHODS)
+
+
+def objective_of(method: str):
+    """The :class:`~qrerase.baselines.objective.TextObjective` subclass of a text baseline (its
+    registered ``text`` implementation); ``ValueError`` naming the method when it has none."""
+    return registry.implementation(method, "text")
 
 
 @dataclass
 class TextBaselineConfig:
     """One baseline run.
 
-    ``method``: one of :data:`TEXT_BASELINES`. Optimisation (as :class:`qrerase.text.training.TrainConfig`):
-    ``epochs`` over the forget set, peak ``lr``, ``batch_size`` (forget examples per step; retain
-    batches have the same size), ``weight_decay``, ``warmup_ratio``, ``max_grad_norm``,
-    ``max_length`` (tokens per example), ``seed``, ``threads``. Objective: ``beta`` (NPO / DPO
-    inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl, >= 0), ``divergence`` (FLAT's
-    f-divergence, one of :data:`DIVERGENCES`). Engine: ``micro_batch_size``,
-    ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see
+    ``method``: a registered text baseline (:data:`TEXT_BASELINES` and plug-ins). Optimisation (as
+    :class:`qrerase.text.training.TrainConfig`): ``epochs`` over the forget set, peak ``lr``,
+    ``batch_size`` (forget examples per step; retain batches have the same size), ``weight_decay``,
+    ``warmup_ratio``, ``max_grad_norm``, ``max_length`` (tokens per example), ``seed``, ``threads``.
+    Objective: ``beta`` (NPO / DPO inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl,
+    >= 0), ``divergence`` (FLAT's f-divergence, one of :data:`DIVERGENCES`). Engine:
+    ``micro_batch_size``, ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see
     :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
     (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end).
     """
@@ -141,8 +142,9 @@ class TextBaselineConfig:
 
     def __post_init__(self):
         self.lora_target_modules = tuple(self.lora_target_modules)
-        if self.method not in TEXT_BASELINES:
-            raise ValueError(f"baseline config: unknown method {self.method!r}; expected one of {list(TEXT_BASELINES)}")
+        text = registry.baselines_of_kind("text")
+        if self.method not in text:
+            raise ValueError(f"baseline config: unknown method {self.method!r}; expected one of {text}")
         checks = [
             (self.epochs >= 1, "epochs", "an integer >= 1"),
             (self.lr > 0, "lr", "> 0"),
@@ -249,11 +251,12 @@ def train_baseline(
 
     ``model``: the fine-tuned causal LM (trained in place in ``full`` mode; in ``lora`` mode LoRA
     adapters are added, trained and merged, so the result is always a plain ``PreTrainedModel``).
-    ``ref_model``: a frozen copy of the same fine-tuned model (π_ref), required by
-    :data:`NEEDS_REFERENCE` methods, ignored otherwise. ``forget`` / ``retain``: QA records
-    (``question``/``answer`` or TOFU keys); ``retain`` is used by :data:`NEEDS_RETAIN` methods.
-    ``refusals``: template answers for :data:`NEEDS_REFUSALS` methods; each forget question gets
-    one, drawn once with the configured seed.
+    ``ref_model``: a frozen copy of the same fine-tuned model (π_ref), required by methods whose
+    objective has ``needs_reference``, ignored otherwise. ``forget`` / ``retain``: QA records
+    (``question``/``answer`` or TOFU keys); ``retain`` is used by ``needs_retain`` methods.
+    ``refusals``: template answers for methods registered with the ``refusals`` input; each forget question gets
+    one, drawn once with the configured seed. The objective is the method's registered
+    :class:`~qrerase.baselines.objective.TextObjective` (:func:`objective_of`).
 
     One epoch = one pass over the forget set in shuffled length-bucketed batches of
     ``cfg.batch_size`` (retain batches of the same size are drawn from an endless seeded stream).
@@ -262,14 +265,16 @@ def train_baseline(
     (``retain_nll``, ``retain_kl``, ``refusal_nll``, ``forget_prob``, ``refusal_prob``).
     """
     method = cfg.method
+    objective = objective_of(method)
+    needs_refusals = "refusals" in registry.method(method).inputs
     desc = desc or method
     if not forget:
         raise ValueError(f"{desc}: the forget set is empty")
-    if method in NEEDS_RETAIN and not retain:
+    if objective.needs_retain and not retain:
         raise ValueError(f"{desc}: method {method!r} needs a non-empty retain set")
-    if method in NEEDS_REFERENCE and ref_model is None:
+    if objective.needs_reference and ref_model is None:
         raise ValueError(f"{desc}: method {method!r} needs the reference (fine-tuned) model")
-    if method in NEEDS_REFUSALS and not refusals:
+    if needs_refusals and not refusals:
         raise ValueError(f"{desc}: method {method!r} needs refusal answers (e.g. TOFU's idontknow.txt)")
     set_determinism(cfg.seed, cfg.threads)
     pad_id = pad_token_id(tokenizer)
@@ -277,21 +282,22 @@ def train_baseline(
     forget_ex = encode_qa_many(tokenizer, template, forget_pairs, cfg.max_length)
     retain_ex = (
         encode_qa_many(tokenizer, template, [qa_pair(r) for r in retain], cfg.max_length)
-        if method in NEEDS_RETAIN
+        if objective.needs_retain
         else []
     )
     refusal_ex = []
-    if method in NEEDS_REFUSALS:
+    if needs_refusals:
         rng = np.random.default_rng(cfg.seed)
         picks = rng.integers(len(refusals), size=len(forget_pairs))
         refusal_ex = encode_qa_many(
             tokenizer, template, [(q, refusals[int(j)]) for (q, _), j in zip(forget_pairs, picks)], cfg.max_length
         )
-    if method in NEEDS_REFERENCE:
+    if objective.needs_reference:
         freeze(ref_model)
-    ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if method in ("npo", "dpo") else None
-    ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if method == "dpo" else None
-    if method in ("npo", "dpo"):
+    by_ref = objective.reference_nll
+    ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if "forget" in by_ref else None
+    ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if "refusal" in by_ref else None
+    if by_ref:
         ref_model.to("meta")  # only its NLLs are needed: free the reference's memory now
 
     if cfg.mode == "lora":
@@ -302,11 +308,7 @@ def train_baseline(
     retain_batches = retain_stream([len(x[0]) for x in retain_ex], cfg.batch_size, cfg.seed) if retain_ex else None
     # payload of a step: (forget batch, retain batch or None), drawn up front so a resumed run sees the same
     steps = [(epoch, (idx, next(retain_batches) if retain_batches is not None else None)) for epoch, idx in steps]
-    from .objective import TextObjective
-
-    losses = TextObjective(
-        method, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal
-    )
+    losses = objective(cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal)
     rows = train_steps(
         model,
         cfg.train_config(),
@@ -314,7 +316,7 @@ def train_baseline(
         losses.full,
         desc=desc,
         split=losses.split,
-        frozen=[ref_model] if method == "kl" else [],
+        frozen=[ref_model] if objective.keeps_reference() else [],
     )
     if cfg.mode == "lora":
         model = model.merge_and_unload()

@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..registry import method_labels, tex_method_labels
 from ..text.crosslingual import language_label
 from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
-from .tables import METHOD_LABELS, TEX_METHOD_LABELS, Column, TableSpec, tex_escape
+from .tables import METHOD_LABELS, Column, TableSpec, tex_escape
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]
 
@@ -123,8 +124,8 @@ def pairs_table(
         columns=tuple(columns),
         label_column="method",
         reference_rows=(BASE, REFERENCE),
-        labels=dict(METHOD_LABELS),
-        tex_labels=dict(TEX_METHOD_LABELS),
+        labels=method_labels(),
+        tex_labels=tex_method_labels(),
     )
     return pd.DataFrame(records), spec
 

@@ -73,11 +73,11 @@ def truth_ratio_plot(
     """
     from scipy.stats import ks_2samp
 
-    from .tables import METHOD_LABELS
+    from ..registry import method_labels
 
     if reference_label not in ratios:
         raise ValueError(f"truth_ratio_plot: reference {reference_label!r} not among {list(ratios)}")
-    names = labels if labels is not None else METHOD_LABELS
+    names = labels if labels is not None else method_labels()
     clean: dict[str, np.ndarray] = {}
     for key, arr in ratios.items():
         a = np.asarray(arr, dtype=np.float64).ravel()

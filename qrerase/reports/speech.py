@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..registry import RANK_PAIRS
+from ..registry import RANK_PAIRS, method_labels
 from .tables import Column, TableSpec
 
 __all__ = ["SETTING_LABELS", "speech_table", "localisation", "energy_compare_plot", "rank_curve", "rank_plot"]
@@ -54,10 +54,8 @@ def speech_table(
                     raise ValueError(f"speech_table: no {name} accuracy of model {m!r} in setting {s!r}")
                 row[f"{s}_{name}"] = 100.0 * lookup[(s, m, name)]
         rows.append(row)
-    from .tables import METHOD_LABELS
-
     spec = TableSpec(
-        columns=tuple(columns), reference_rows=("base",), labels={**METHOD_LABELS, "base": "Fine-Tuned Model"}
+        columns=tuple(columns), reference_rows=("base",), labels={**method_labels(), "base": "Fine-Tuned Model"}
     )
     return pd.DataFrame(rows), spec
 

@@ -60,7 +60,8 @@ __all__ = [
     "write_table",
 ]
 
-#: raw method key -> display name (Markdown, CSV ``display_label``, plots), from :mod:`qrerase.registry`.
+#: raw method key -> display name (Markdown, CSV ``display_label``, plots) of the built-in methods, from
+#: :mod:`qrerase.registry` (:func:`~qrerase.registry.method_labels` also has the plug-ins' labels).
 METHOD_LABELS: dict[str, str] = method_labels()
 
 #: raw method key -> LaTeX label, as typeset in the paper (others are escaped display names).
@@ -106,8 +107,8 @@ class TableSpec:
     label_column: str = "method"
     label_header: str = "Method"
     reference_rows: tuple[str, ...] = ()
-    labels: Mapping[str, str] = field(default_factory=lambda: dict(METHOD_LABELS))
-    tex_labels: Mapping[str, str] = field(default_factory=lambda: dict(TEX_METHOD_LABELS))
+    labels: Mapping[str, str] = field(default_factory=method_labels)
+    tex_labels: Mapping[str, str] = field(default_factory=tex_method_labels)
     missing: str = "---"
     md_missing: str = "—"
 

@@ -14,8 +14,9 @@ configured seed. Losses (logits ``s`` of the student, ``t`` of a teacher, labels
   ``retain_fraction`` subset of) retain utterances, ``L = KL(p_T‖softmax(s/τ))`` (batch mean) where
   ``p_T = softmax(t_incompetent/τ)`` for forget and ``softmax(t_competent/τ)`` for retain utterances; Adam.
 
-Every trainer returns (unlearned model — a plain, merged ``transformers`` model — and its loss curve
-``step, epoch, phase, loss``).
+Every trainer (``run_<method>(model, data, cfg)``, registered as the method's ``speech``
+implementation in :mod:`qrerase.registry`, which :func:`run_baseline` looks up) returns (unlearned
+model — a plain, merged ``transformers`` model — and its loss curve ``step, epoch, phase, loss``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import registry
+
 __all__ = [
     "SPEECH_BASELINES",
     "SpeechBaselineConfig",
@@ -37,10 +40,14 @@ __all__ = [
     "scrub_min_loss",
     "bad_teaching_loss",
     "random_like",
+    "run_ga",
+    "run_scrub",
+    "run_bad_teaching",
     "run_baseline",
 ]
 
-SPEECH_BASELINES = ("ga", "scrub", "bad_teaching")
+#: The built-in speech baselines, in table order (from :mod:`qrerase.registry`).
+SPEECH_BASELINES = tuple(m for m in registry.baselines_of_kind("speech") if registry.method(m) in registry.METHODS)
 
 
 @dataclass
@@ -232,7 +239,8 @@ def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
     return batches(n, cfg.batch_size, epoch_seed(cfg.seed, salt))
 
 
-def _run_ga(model, data, cfg):
+def run_ga(model, data, cfg):
+    """Gradient Ascent on the forget utterances (``data``: ``forget`` / ``retain`` tensors)."""
     import torch
 
     from .train import classifier_logits
@@ -249,7 +257,8 @@ def _run_ga(model, data, cfg):
     return _unwrap(student), curve
 
 
-def _run_scrub(model, data, cfg):
+def run_scrub(model, data, cfg):
+    """SCRUB: max-steps on forget, min-steps on retain batches, the frozen fine-tuned model as teacher."""
     import torch
 
     from .train import classifier_logits
@@ -280,7 +289,8 @@ def _run_scrub(model, data, cfg):
     return _unwrap(student), curve
 
 
-def _run_bad_teaching(model, data, cfg):
+def run_bad_teaching(model, data, cfg):
+    """Bad Teaching: distil forget ∪ retain from the incompetent / competent teacher."""
     import torch
 
     from .train import classifier_logits
@@ -308,9 +318,6 @@ def _run_bad_teaching(model, data, cfg):
     return _unwrap(student), curve
 
 
-_RUNNERS: dict[str, Callable] = {"ga": _run_ga, "scrub": _run_scrub, "bad_teaching": _run_bad_teaching}
-
-
 def run_baseline(
     method: str,
     model,
@@ -319,16 +326,19 @@ def run_baseline(
     retain_mask: np.ndarray,
     cfg: SpeechBaselineConfig,
 ):
-    """Unlearn with ``method`` (``ga`` | ``scrub`` | ``bad_teaching``) from the fine-tuned ``model``
-    (modified in place in full mode). ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩
-    train and D_r. Returns ``(model, loss_curve)``."""
+    """Unlearn with ``method`` (a registered speech baseline: ``ga`` | ``scrub`` | ``bad_teaching`` or a
+    plug-in's) from the fine-tuned ``model`` (modified in place in full mode) with its registered
+    ``speech`` implementation. ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩ train
+    and D_r. Returns ``(model, loss_curve)``."""
     from ..checkpoints import model_device
     from ..determinism import set_determinism
     from .train import as_tensors
 
-    if method not in _RUNNERS:
-        raise ValueError(f"speech baseline must be one of {SPEECH_BASELINES}, got {method!r}")
+    known = registry.baselines_of_kind("speech")
+    if method not in known:
+        raise ValueError(f"speech baseline must be one of {known}, got {method!r}")
+    runner = registry.implementation(method, "speech")
     set_determinism(cfg.seed, cfg.threads)
     device = model_device(model)
     data = {"forget": as_tensors(arrays, forget_mask, device), "retain": as_tensors(arrays, retain_mask, device)}
-    return _RUNNERS[method](model, data, cfg)
+    return runner(model, data, cfg)

@@ -39,6 +39,8 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     A multi-process job (``accelerate launch``, :mod:`qrerase.workflow.launch`): every rank runs the
     body (seeded alike, with its share of the threads); rank 0 alone appends to the log file and
     writes the record (with ``world_size``); the other ranks log to stderr.
+
+    The config's ``plugins`` are imported first (their methods' labels and implementations).
     """
     main = is_main_process()
     log_file = snakemake.log[0] if len(snakemake.log) and main else None
@@ -56,6 +58,10 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     if main:
         provenance.remove_records(outputs)
     config = getattr(snakemake, "config", None)
+    if isinstance(config, dict) and config.get("plugins"):  # read before recording: not a param's source
+        from .. import registry
+
+        registry.load_plugins(config["plugins"])
     recording = provenance.RecordingDict(config) if isinstance(config, dict) else None
     if recording is not None:
         snakemake.config = recording

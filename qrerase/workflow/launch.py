@@ -141,6 +141,8 @@ def job_spec(rule: str, *, input: Any, output: Any, wildcards: Any, params: Mapp
         "params": params,
         "config": _nested(json.loads(json.dumps(config_subset(config, params), default=str))),
     }
+    if config.get("plugins"):
+        spec["plugins"] = list(config["plugins"])
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
@@ -192,7 +194,8 @@ class LaunchedJob:
 
 
 def load_job(argv: Sequence[str] | None = None) -> LaunchedJob:
-    """The job of this script from its command line (``--threads --log --job``)."""
+    """The job of this script from its command line (``--threads --log --job``); the spec's plug-in
+    modules are imported (:func:`qrerase.registry.load_plugins`)."""
     parser = argparse.ArgumentParser(description="a qr-erase workflow job (started by its Snakemake rule)")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--log", action="append", default=[])
@@ -205,5 +208,8 @@ def load_job(argv: Sequence[str] | None = None) -> LaunchedJob:
     missing = [k for k in ("rule", "input", "output", "wildcards", "params", "config") if k not in spec]
     if missing:
         raise ValueError(f"--job: the job spec lacks {', '.join(missing)}")
+    from .. import registry
+
+    registry.load_plugins(spec.get("plugins", []))
     scriptdir = str(Path(sys.argv[0]).resolve().parent)
     return LaunchedJob(spec, threads=args.threads, log=args.log, scriptdir=scriptdir)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import registry
+
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 PROCESS_OVERHEAD = 3 * GIB  # per training / inference process on the host (CUDA context, torch, data)
@@ -369,7 +371,7 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
                     "; use finetune.mode: lora"
                     if stage in ("finetune", "pretrain")
                     else "; use baselines.mode: lora"
-                    if stage in ("ga", "graddiff", "kl", "npo", "dpo", "flat")
+                    if stage in registry.baselines_of_kind("text")
                     else "; needs more than one node (this baseline has no LoRA mode)"
                 )
         elif needed > job.processes:

@@ -21,28 +21,22 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import registry
 from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, ModelShape, Node, plan_job, resolve_shape
 
 #: The embedded default config: package data, in a checkout a link to config.yaml next to the Snakefile
 #: (a built sdist / wheel holds a copy), so a non-editable install plans with it too.
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.yaml"
 KINDS = ("train", "evaluate", "linalg", "light")
-#: sequences per example and frozen reference copies of each baseline (qrerase.baselines.*)
-BASELINE_SHAPE = {
-    "ga": (1, 0),
-    "graddiff": (2, 0),
-    "kl": (2, 1),
-    "npo": (1, 1),
-    "dpo": (2, 1),
-    "flat": (2, 0),
-    "kga": (2, 3),
-    "ku": (1, 0),
-    "scrub": (2, 1),
-    "bad_teaching": (2, 2),
-}
 FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
 GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12
 LIGHT_MB = 1000
+
+
+def _plan_shape(method: str) -> tuple[int, int] | None:
+    """(sequences per example, frozen model copies) of a baseline's training job (its registration's
+    ``plan_shape``); ``None`` for a subspace method or a baseline registered without one."""
+    return registry.method(method).plan_shape
 
 
 def deep_update(base: dict, over: Mapping) -> dict:
@@ -121,12 +115,12 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
         baselines, bl = cfg.get("task_level", {}).get("baselines") or {}, {"mode": "full"}
     else:
         bl = cfg.get("baselines") or {}
-        baselines = {m: bl.get(m) for m in BASELINE_SHAPE if bl.get(m)}
+        baselines = {m: bl.get(m) for m in registry.baselines_of_kind("text") if bl.get(m)}
     mode_kind = "lora" if bl.get("mode") == "lora" else "train"
     rank = int((bl.get("lora") or {}).get("r", 0)) if mode_kind == "lora" else 0
     for method in cfg.get("methods", {}).get(track, []):
-        if method in BASELINE_SHAPE and baselines.get(method):
-            seqs, refs = BASELINE_SHAPE[method]
+        if _plan_shape(method) is not None and baselines.get(method):
+            seqs, refs = _plan_shape(method)
             job = _train_job(
                 f"{track}:{method}",
                 baselines[method],
@@ -173,10 +167,10 @@ def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
     )
     common = (sp.get("baselines") or {}).get("common") or {}
     for method in cfg.get("methods", {}).get("speech", []):
-        if method in BASELINE_SHAPE and method in (sp.get("baselines") or {}):
+        if _plan_shape(method) is not None and method in (sp.get("baselines") or {}):
             section = {**common, **(sp["baselines"][method] or {})}
             kind = "lora" if section.get("mode") == "lora" else "train"
-            seqs, refs = BASELINE_SHAPE[method]
+            seqs, refs = _plan_shape(method)
             jobs.append(
                 (
                     "train",

@@ -5,7 +5,10 @@ line naming the config key: ``config key 'speech.top_k': 12 exceeds the number o
 
 The schema file (``schemas/config.schema.yaml``) lists no method or track names: a node holding
 ``x-registry: <source>`` gets its ``enum`` from :mod:`qrerase.registry` at load time (sources:
-``methods.<track>``, ``subspace``, ``tracks``).
+``methods.<track>``, ``subspace``, ``tracks``), and a node holding ``x-registry-settings: <section>``
+gets one property per method registered with a schema for that section
+(:func:`qrerase.registry.settings_of`). The methods of the config's ``plugins`` are registered first
+(:func:`validate`).
 """
 
 from __future__ import annotations
@@ -25,24 +28,23 @@ __all__ = [
     "load_schema",
     "registry_enum",
     "validate",
+    "load_config_plugins",
     "check_schema",
     "check_finite",
     "check_core",
     "check_crosslingual",
     "check_speech",
     "check_baselines",
+    "check_method_settings",
     "check_tradeoff",
     "check_task_level",
     "check_model_source",
     "crosslingual_root",
-    "TEXT_BASELINE_TRACKS",
 ]
 
 #: Package data: in a checkout a symlink to the source, schemas/config.schema.yaml (the file the Snakefile
 #: reads); a built wheel holds a copy, so a non-editable install finds the schema too.
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"
-#: Tracks whose `methods` may list the text baselines (each needs its `baselines.<method>` section).
-TEXT_BASELINE_TRACKS = ("tofu", "crosslingual")
 
 
 class ConfigError(ValueError):
@@ -63,9 +65,15 @@ def registry_enum(source: str) -> list[str]:
 
 def _inject(node: Any) -> Any:
     if isinstance(node, dict):
-        out = {k: _inject(v) for k, v in node.items() if k != "x-registry"}
+        out = {k: _inject(v) for k, v in node.items() if k not in ("x-registry", "x-registry-settings")}
         if "x-registry" in node:
             out["enum"] = registry_enum(node["x-registry"])
+        if "x-registry-settings" in node:
+            section, props = node["x-registry-settings"], out.setdefault("properties", {})
+            for name, schema in registry.settings_of(section).items():
+                if name in props:
+                    raise ValueError(f"schema: '{section}.{name}' is both in the schema file and registered")
+                props[name] = _inject(copy.deepcopy(dict(schema)))
         return out
     if isinstance(node, list):
         return [_inject(v) for v in node]
@@ -73,15 +81,20 @@ def _inject(node: Any) -> Any:
 
 
 @cache
-def _load_schema(path: str) -> dict:
+def _load_schema(path: str, _methods: tuple[str, ...]) -> dict:
     import yaml
 
     return _inject(yaml.safe_load(Path(path).read_text()))
 
 
+def _schema(path: str) -> dict:
+    """The injected schema, cached per path and set of registered methods (a plug-in adds some)."""
+    return _load_schema(path, registry.names())
+
+
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
-    """The config schema with the registry's enums injected (read once per path)."""
-    return copy.deepcopy(_load_schema(str(path)))
+    """The config schema with the registry's enums and method settings injected (read once per path)."""
+    return copy.deepcopy(_schema(str(path)))
 
 
 def check_finite(node: Any, key: str = "") -> None:
@@ -101,9 +114,10 @@ def check_finite(node: Any, key: str = "") -> None:
 
 
 @cache
-def _validator(path: str):
+def _validator(path: str, _methods: tuple[str, ...]):
     """Draft 2020-12 validator whose ``integer`` is an ``int``: JSON Schema counts 2.0 as an integer,
-    but a rank, epoch count or batch size written 2.0 would reach the jobs as a float."""
+    but a rank, epoch count or batch size written 2.0 would reach the jobs as a float. Cached per path
+    and registered method names (as :func:`_schema`)."""
     import jsonschema
 
     base = jsonschema.Draft202012Validator
@@ -111,7 +125,7 @@ def _validator(path: str):
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     )
     strict = jsonschema.validators.extend(base, type_checker=checker)
-    return strict(_load_schema(path))
+    return strict(_schema(path))
 
 
 def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
@@ -119,7 +133,7 @@ def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     path, naming its key. An ``unevaluatedProperties`` error of a section is only reported when no
     error lies deeper inside it (a bad value inside an ``allOf`` also leaves its key 'unevaluated')."""
     check_finite(cfg)
-    errors = list(_validator(str(schema_path)).iter_errors(cfg))
+    errors = list(_validator(str(schema_path), registry.names()).iter_errors(cfg))
     paths = [tuple(str(p) for p in e.absolute_path) for e in errors]
     kept = [
         (path, e)
@@ -277,16 +291,37 @@ def check_speech(cfg: Mapping) -> None:
         raise ConfigError(f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})")
 
 
+def _section(cfg: Mapping, dotted: str) -> Mapping:
+    node: Any = cfg
+    for key in dotted.split("."):
+        node = (node.get(key) or {}) if isinstance(node, Mapping) else {}
+    return node
+
+
+def check_method_settings(cfg: Mapping, track: str) -> None:
+    """Every baseline in ``methods.<track>`` has its entry in the config section its track's runner
+    reads (:func:`qrerase.registry.required_section`: ``baselines.<method>`` for the text tracks,
+    ``task_level.baselines.<method>`` for the task-level track)."""
+    section = registry.required_section(track)
+    if section is None:
+        return
+    baselines = registry.baselines_for(track)
+    for i, name in enumerate(cfg["methods"].get(track, [])):
+        if name in baselines and not _section(cfg, section).get(name):
+            raise ConfigError(
+                f"config key 'methods.{track}.{i}': baseline '{name}' has no '{section}.{name}' settings"
+                + (" (epochs, lr, batch_size, ...)" if section == "baselines" else "")
+            )
+
+
 def check_baselines(cfg: Mapping) -> None:
-    """Every text baseline listed in a text track's methods has its `baselines.<method>` settings."""
-    for track in TEXT_BASELINE_TRACKS:
-        baselines = registry.baselines_for(track)
-        for i, name in enumerate(cfg["methods"].get(track, [])):
-            if name in baselines and not cfg.get("baselines", {}).get(name):
-                raise ConfigError(
-                    f"config key 'methods.{track}.{i}': baseline '{name}' has no "
-                    f"'baselines.{name}' settings (epochs, lr, batch_size, ...)"
-                )
+    """:func:`check_method_settings` of every track in ``methods`` whose baselines read a shared section
+    (a track whose section lies inside its own, e.g. ``task_level.baselines``, is checked by its track's
+    check, when it runs); ``baselines.refusals`` exists."""
+    for track in cfg["methods"]:
+        section = registry.required_section(track)
+        if section is not None and section.split(".")[0] != track:
+            check_method_settings(cfg, track)
     refusals = cfg.get("baselines", {}).get("refusals")
     if refusals is not None and not Path(refusals).is_file():
         raise ConfigError(f"config key 'baselines.refusals': {refusals} not found")
@@ -324,12 +359,7 @@ def check_task_level(cfg: Mapping) -> None:
     lora_r = cfg["lora"]["r"]
     if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
         raise ConfigError(f"config key 'task_level.rank': {rank} exceeds the LoRA rank lora.r={lora_r}")
-    baselines = registry.baselines_for("task_level")
-    for i, name in enumerate(cfg["methods"]["task_level"]):
-        if name in baselines and not cfg["task_level"]["baselines"].get(name):
-            raise ConfigError(
-                f"config key 'methods.task_level.{i}': baseline '{name}' has no 'task_level.baselines.{name}' settings"
-            )
+    check_method_settings(cfg, "task_level")
     section = cfg["task_level"]
     base = (section.get("lora") or {}).get("base", cfg["lora"].get("base", "finetuned"))
     tiny = cfg["model"].get("name_or_path") is None
@@ -353,8 +383,23 @@ def check_task_level(cfg: Mapping) -> None:
             )
 
 
+def load_config_plugins(cfg: Mapping) -> None:
+    """Import the modules of the config key ``plugins`` (each registers its methods); a bad one is a
+    :class:`ConfigError` naming the key."""
+    plugins = cfg.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"config key 'plugins': expected a list of module names, got {plugins!r}")
+    for i, module in enumerate(plugins):
+        try:
+            registry.load_plugins([module])
+        except registry.RegistryError as exc:
+            raise ConfigError(f"config key 'plugins.{i}': {exc}") from None
+
+
 def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
-    """Every check, in order: the schema first (so the cross-key checks may trust types and keys)."""
+    """Every check, in order: the plug-ins' methods registered, then the schema (so the cross-key
+    checks may trust types and keys), then the cross-key checks."""
+    load_config_plugins(cfg)
     check_schema(cfg, schema_path)
     check_core(cfg)
     check_crosslingual(cfg)
