@@ -89,7 +89,7 @@ def test_unknown_names_are_errors_not_defaults():
     with pytest.raises(ValueError, match=r"speech baseline must be one of \['ga', 'scrub', 'bad_teaching'\]"):
         run_baseline("kl", None, {}, np.zeros(1, bool), np.zeros(1, bool), SpeechBaselineConfig())
     job = TaskLevelBaselineJob("npo", None, None, [], [], [], None, {}, lambda: None, "task-npo")
-    with pytest.raises(ValueError, match=r"task baseline must be one of \['ga', 'kga', 'ku'\], got 'npo'"):
+    with pytest.raises(ValueError, match=r"task-level baseline must be one of \['ga', 'kga', 'ku'\], got 'npo'"):
         run_task_level_baseline(job)
 
 
@@ -149,7 +149,7 @@ def test_a_registered_text_baseline_is_what_train_baseline_runs(scratch_registry
 # Derived: the schema (enums and per-method sections), the config checks, the plug-in loading.
 # ---------------------------------------------------------------------------------------------
 def test_schema_sections_come_from_the_registrations(scratch_registry):
-    from qrerase.workflow.config import load_schema
+    from qrerase.workflow.validation import load_schema
 
     def sections(schema):
         props = schema["properties"]
@@ -172,11 +172,11 @@ def test_schema_sections_come_from_the_registrations(scratch_registry):
 
 
 def _test_config(**changes) -> dict:
-    """config.yaml updated by config/test.yaml as Snakemake merges them, then ``changes`` (top-level keys)."""
+    """config.yaml updated by tests/configs/test.yaml as Snakemake merges them, then ``changes`` (top-level keys)."""
     from qrerase.workflow.plan_config import deep_update
 
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    deep_update(cfg, yaml.safe_load((REPO / "config" / "test.yaml").read_text()))
+    deep_update(cfg, yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text()))
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     for key, value in changes.items():
         cfg[key] = value
@@ -184,7 +184,7 @@ def _test_config(**changes) -> dict:
 
 
 def test_config_plugins_register_their_methods_and_bad_ones_name_the_key(scratch_registry, monkeypatch):
-    from qrerase.workflow.config import ConfigError, validate
+    from qrerase.workflow.validation import ConfigError, validate
 
     cfg = _test_config(methods={"tofu": ["qr_erase", "toy_ga"]})
     with pytest.raises(ConfigError, match="config key 'methods.tofu.1'"):
@@ -226,7 +226,7 @@ def test_a_launched_job_imports_the_plugins_of_its_spec(scratch_registry, monkey
 # The workflow plans a plug-in's method: its baseline job and its table row, through snakemake -n.
 # ---------------------------------------------------------------------------------------------
 def test_snakemake_plans_a_plugin_baseline(tmp_path):
-    cfg = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     cfg["plugins"] = ["toy_plugin"]
     cfg["methods"]["tofu"] = [*cfg["methods"]["tofu"], "toy_ga"]
