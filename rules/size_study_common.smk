@@ -15,9 +15,12 @@ if _unknown:
         f"size_study.methods: {_unknown} are neither subspace methods ({list(DECOMP)}) "
         f"nor text baselines ({BASELINES})"
     )
+# The widths are checked at planning time for the embedded model; with a hub model (name_or_path set)
+# only a run that asks for a size_h<W>_s<S> target fails, in exp_model, naming model.name_or_path.
 try:
-    for _w in SIZE.get("widths", []):
-        size_model(config["model"], _w, SIZE["intermediate_ratio"])
+    if config["model"].get("name_or_path") is None:
+        for _w in SIZE.get("widths", []):
+            size_model(config["model"], _w, SIZE["intermediate_ratio"])
 except ValueError as exc:
     raise WorkflowError(str(exc)) from None
 
