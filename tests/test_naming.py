@@ -12,6 +12,7 @@ from qrerase.workflow.naming import (
     Experiment,
     exp_pattern,
     format_exp,
+    method_of,
     model_exp,
     parse_exp,
     speech_exp,
@@ -190,3 +191,9 @@ def test_import_qrerase_registry_and_naming_stay_stdlib_only():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_method_of_an_evaluated_model():
+    assert method_of("qr_erase_k4") == "qr_erase" and method_of("unlearn_ll_k12") == "unlearn_ll"
+    assert method_of("ga") == "ga" and method_of("base") == "base" and method_of("bad_teaching") == "bad_teaching"
+    assert method_of("qr_erase_ll_control_k2") == "qr_erase_ll_control" and method_of("x_k") == "x_k"

@@ -5,14 +5,13 @@ import pandas as pd
 from qrerase.reports.speech import SETTING_LABELS, speech_table
 from qrerase.reports.tables import write_table
 from qrerase.workflow.job import job
+from qrerase.workflow.naming import method_of
 
 p, out = snakemake.params, snakemake.output
 with job(snakemake) as log:
     evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
-    df, spec = speech_table(
-        evals, p.settings, models, row_key=lambda m: m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m
-    )
+    df, spec = speech_table(evals, p.settings, models, row_key=method_of)
     caption = (
         f"Speaker-identification unlearning on FSDD ({', '.join(SETTING_LABELS[s] for s in p.settings)}): "
         f"top-{p.top_k} accuracy (\\%) on $D_t$ (held-out test), $D_f$ (forget) and $D_r$ (retain). "

@@ -7,13 +7,14 @@ from qrerase.reports.tables import write_table
 from qrerase.reports.task_level import task_level_table
 from qrerase.text.task_level_eval import task_level_frame
 from qrerase.workflow.job import job
+from qrerase.workflow.naming import method_of
 
 p, out = snakemake.params, snakemake.output
 with job(snakemake) as log:
     evals = pd.concat([pd.read_csv(f) for f in snakemake.input.evals], ignore_index=True)
     models = list(p.models)
     frame = task_level_frame(evals.to_dict("records"), models)
-    frame["method"] = [m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m for m in models]
+    frame["method"] = [method_of(m) for m in models]
     caption = (
         f"Task-level unlearning when removing {p.skills['forget']} (tiny setting): exact-match accuracy on held-out "
         f"questions of the unrelated ({p.skills['unrelated']}), similar ({p.skills['similar']}) and forgotten skill. "

@@ -10,6 +10,7 @@ from qrerase.text.task_level_eval import task_level_frame
 from qrerase.text.task_level_tradeoff import picked_rows
 from qrerase.text.tradeoff import select_scale
 from qrerase.workflow.job import job
+from qrerase.workflow.naming import method_of
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake) as log:
@@ -26,7 +27,7 @@ with job(snakemake) as log:
     evals = pd.concat([pd.read_csv(f) for f in inp.evals], ignore_index=True)
     rows = evals.to_dict("records") + picked_rows(points, at_rank, p.skills)
     frame = task_level_frame(rows, p.models)
-    frame["method"] = [m.rsplit("_k", 1)[0] if m.rsplit("_k", 1)[-1].isdigit() else m for m in p.models]
+    frame["method"] = [method_of(m) for m in p.models]
     picks = ", ".join(f"{s.method} {s.selected_scale:g}" for s in at_rank.itertuples(index=False))
     df, spec = task_level_table(frame, p.skills)
     write_table(

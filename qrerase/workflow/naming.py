@@ -40,6 +40,7 @@ __all__ = [
     "TASK_LEVEL_EXP",
     "size_exp",
     "size_of",
+    "method_of",
     "LANG_PATTERN",
     "ROMANISED_LANG_PATTERN",
     "XLING_EXP",
@@ -162,3 +163,10 @@ def model_exp(exp: str) -> str:
     own theirs; ``xling_<lang>`` uses the shared ``xling`` models, ``speech_<setting>`` ``speech``."""
     track, _ = parse_exp(exp)
     return PREFIX[track] if track in ("crosslingual", "speech") else exp
+
+
+def method_of(model: str) -> str:
+    """The method of an evaluated model's name: ``'qr_erase_k4'`` -> ``'qr_erase'`` (a subspace method at
+    rank k is evaluated as ``<method>_k<k>``); any other name (``'ga'``, ``'base'``) is returned unchanged."""
+    head, _, rank = model.rpartition("_k")
+    return head if head and rank.isdigit() else model
