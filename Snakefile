@@ -34,6 +34,7 @@ include: "rules/task_level.smk"
 include: "rules/bench.smk"
 include: "rules/tradeoff.smk"
 include: "rules/size_study.smk"
+include: "rules/seeds.smk"
 include: "rules/provenance.smk"
 
 

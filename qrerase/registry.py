@@ -65,21 +65,23 @@ class RegistryError(ValueError):
 class Track:
     """One experiment track: its config name, the runner ``kind`` of its baselines (the key of
     :attr:`Method.run` a baseline job of the track looks up: ``text``, ``task_level`` or ``speech``), and the
-    name of the function in ``rules/<track>_common.smk`` that lists its default targets (``all_targets``)."""
+    name of the function in ``rules/<track>_common.smk`` that lists its default targets (``all_targets``),
+    and its headline tables (``results/tables/<table>.csv``, repeated over ``seeds`` by ``snakemake seeds``)."""
 
     name: str
     kind: str
     targets: str
+    tables: tuple[str, ...]
 
 
 #: Every track, in config order.
 TRACKS: dict[str, Track] = {
     t.name: t
     for t in (
-        Track("tofu", "text", "tofu_targets"),
-        Track("crosslingual", "text", "crosslingual_targets"),
-        Track("speech", "speech", "speech_targets"),
-        Track("task_level", "task_level", "task_level_targets"),
+        Track("tofu", "text", "tofu_targets", ("tofu",)),
+        Track("crosslingual", "text", "crosslingual_targets", ("crosslingual",)),
+        Track("speech", "speech", "speech_targets", ("speech",)),
+        Track("task_level", "task_level", "task_level_targets", ("task_level",)),
     )
 }
 #: Runner kinds: what a baseline's implementation of that kind is called with.
