@@ -6,9 +6,22 @@ from qrerase.workflow.naming import size_exp
 
 SIZE = config.get("size_study") or {}
 SIZE_METHODS = list(SIZE.get("methods", []))
-SIZE_EXPS = [
-    size_exp(w, s) for w in SIZE.get("widths", []) for s in SIZE.get("seeds", [])
-]
+_WIDE = SIZE.get("wide_seeds")
+if _WIDE and not set(_WIDE["seeds"]) <= set(SIZE.get("seeds", [])):
+    raise WorkflowError(
+        f"size_study.wide_seeds.seeds: {_WIDE['seeds']} must be a subset of size_study.seeds "
+        f"({SIZE.get('seeds', [])})"
+    )
+
+
+def size_seeds(width):
+    """The seeds a width runs: size_study.seeds, or wide_seeds.seeds from wide_seeds.min_width on."""
+    if _WIDE and width >= _WIDE["min_width"]:
+        return [s for s in SIZE["seeds"] if s in _WIDE["seeds"]]
+    return list(SIZE.get("seeds", []))
+
+
+SIZE_EXPS = [size_exp(w, s) for w in SIZE.get("widths", []) for s in size_seeds(w)]
 _unknown = [m for m in SIZE_METHODS if m not in DECOMP and m not in BASELINES]
 if _unknown:
     raise WorkflowError(

@@ -195,6 +195,19 @@ def test_size_study_plans_every_width_and_seed_and_stays_out_of_the_default_run(
     assert not (tmp_path / "results").exists()
 
 
+def test_wide_seeds_limit_the_seeds_of_the_wide_widths(tmp_path):
+    wide = {"min_width": 32, "seeds": [1]}
+    cfg = size_config(tmp_path, widths=[16, 32, 64], seeds=[0, 1], wide_seeds=wide)
+    text = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), "--", "size_study").stdout
+    planned = {e for w in (16, 32, 64) for s in (0, 1) if f"results/size_h{w}_s{s}/size_study/rows.csv" in text
+               for e in [(w, s)]}  # fmt: skip
+    assert planned == {(16, 0), (16, 1), (32, 1), (64, 1)}
+    cfg = size_config(tmp_path, seeds=[0, 1], wide_seeds={"min_width": 32, "seeds": [2]})
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), "--", "size_study", check=False)
+    assert proc.returncode != 0 and "size_study.wide_seeds.seeds: [2] must be a subset" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_size_study_rejects_a_width_the_heads_do_not_divide(tmp_path):
     cfg = size_config(tmp_path, widths=[16, 18])
     proc = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg), "--", "size_study", check=False)
