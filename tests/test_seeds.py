@@ -4,13 +4,12 @@ workflow per extra seed, and a tiny end-to-end run over two seeds."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from test_size_study import snakemake  # the same `snakemake -s Snakefile --directory` runner
 
 from qrerase.reports.seeds import measures_of, render_spread, seed_spread
 
@@ -75,14 +74,6 @@ def test_seed_spread_refuses_tables_that_do_not_match():
 # ---------------------------------------------------------------------------------------------
 # Workflow
 # ---------------------------------------------------------------------------------------------
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc
-
-
 def seeds_config(workdir: Path, seeds) -> Path:
     """The size study's tiny TOFU configuration (tests/configs/test_size.yaml) with `seeds`."""
     cfg = yaml.safe_load((REPO / "tests" / "configs" / "test_size.yaml").read_text())
