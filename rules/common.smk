@@ -18,6 +18,7 @@ from snakemake.exceptions import WorkflowError
 # The qrerase library of this checkout, also without an install.
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
+from qrerase.gguf import resolve_gguf
 from qrerase.workflow.validation import ConfigError, validate
 from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
 from qrerase.workflow.plan_config import rule_resources
@@ -85,6 +86,7 @@ PATHS = {
     "tokenizer": "results/{exp}/models/tokenizer",
     "model": "results/{exp}/models/{which}",
     "train_curve": "results/{exp}/models/{which}_loss.csv",
+    "imported": "results/{exp}/models/imported",
     "lora": "results/{exp}/lora/{set}",
     "lora_curve": "results/{exp}/lora/{set}_loss.csv",
     "task_matrix": "results/{exp}/task_matrices/{set}.safetensors",
@@ -274,6 +276,16 @@ def tiny_model():
     return config["model"]["name_or_path"] is None
 
 
+# A GGUF model (model.name_or_path / model.gguf_file): the file, found at planning time from package
+# metadata (qrerase.gguf; no torch), which rule import_gguf turns into the pretrained checkpoint.
+GGUF_FILE = resolve_gguf(config["model"])
+
+
+def imported_model(exp):
+    """The imported GGUF checkpoint of an experiment's model family (rule import_gguf), or None."""
+    return path("imported", exp=model_exp(exp)) if GGUF_FILE else None
+
+
 def base_model(wildcards):
     """The fine-tuned ("full") model an experiment's erase edits (and baselines) start from."""
     return path("model", exp=model_exp(wildcards.exp), which="full")
@@ -333,7 +345,7 @@ def finetune_init_inputs(wildcards):
     pretrained checkpoint (both fine-tuned models of the embedded default), or nothing (a hub
     model, loaded by name)."""
     if not tiny_model():
-        return {}
+        return {"init": imported_model(wildcards.exp)} if GGUF_FILE else {}
     pretraining = wildcards.get("which", "pretrained") == "pretrained"
     if (
         wildcards.exp == TASK_LEVEL_EXP and not pretraining
@@ -355,6 +367,8 @@ def lora_base_inputs(wildcards):
         return {
             "model": path("model", exp=model_exp(wildcards.exp), which="pretrained")
         }
+    if GGUF_FILE:
+        return {"model": imported_model(wildcards.exp)}
     return {}
 
 

