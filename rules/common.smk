@@ -445,8 +445,12 @@ def eval_data_inputs(wildcards):
 # The default target: each configured track's `<track>_targets()` (rules/<track>_common.smk).
 # ---------------------------------------------------------------------------------------------
 def all_targets():
-    return [
+    """Each configured track's targets, and the trade-off sweeps when tradeoff.in_default_target."""
+    targets = [
         t
         for track in config["tracks"]
         for t in globals()[registry.TRACKS[track].targets]()
     ]
+    if config.get("tradeoff", {}).get("in_default_target"):
+        targets += tradeoff_targets()
+    return targets

@@ -30,6 +30,7 @@ rule tradeoff_erase:
         evaluate=tradeoff_evaluate,
         lang=tradeoff_lang,
         stored_scale=lambda wc: erase_scale(wc.exp),
+        protocol=TRADEOFF_PROTOCOL,
         seed=lambda wc: exp_seed(wc.exp),
     script:
         "../workflow_scripts/tradeoff_erase.py"
@@ -62,6 +63,7 @@ rule tradeoff_baseline:
             lang=tradeoff_lang,
             baseline=baseline_params,
             seed=lambda wc: exp_seed(wc.exp),
+            protocol=TRADEOFF_PROTOCOL,
         ),
     shell:
         launch("tradeoff_baseline.py")
@@ -74,6 +76,7 @@ rule track_tradeoff:
     output:
         csv=path("table", table="{track}_tradeoff", ext="csv"),
         selection=path("tradeoff_selection"),
+        selectivity=path("table", table="{track}_selectivity", ext="csv"),
         figure=report(
             path("figure", name="{track}_tradeoff"),
             caption="../report/tradeoff.rst",
@@ -90,6 +93,8 @@ rule track_tradeoff:
         **resources_for("light"),
     params:
         max_rise=TRADEOFF.get("max_retain_nll_rise", 0.1),
+        target=config.get("size_study", {}).get("selectivity_rise", 0.1),
+        protocol=TRADEOFF_PROTOCOL,
         title=lambda wc: f"{wc.track}: utility vs forgetting, every method's sweep",
     script:
         "../workflow_scripts/tradeoff_table.py"

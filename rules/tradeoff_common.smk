@@ -5,6 +5,14 @@ TRADEOFF = config.get("tradeoff", {})
 TRADEOFF_SCALES = [scale_name(s) for s in TRADEOFF.get("scales", [])]
 TRADEOFF_RANKS = list(TRADEOFF.get("ranks", [RANK]))
 TRADEOFF_EPOCHS = list(TRADEOFF.get("epochs", []))
+TRADEOFF_PROTOCOL = TRADEOFF.get("protocol", "tofu")
+# the baselines swept over epochs (tradeoff.baselines; null: every baseline of the track)
+_SWEPT = TRADEOFF.get("baselines")
+if _SWEPT is not None and not set(_SWEPT) <= set(BASELINES):
+    raise WorkflowError(
+        f"tradeoff.baselines: {sorted(set(_SWEPT) - set(BASELINES))} are not text baselines ({BASELINES})"
+    )
+TRADEOFF_BASELINES = list(BASELINES if _SWEPT is None else _SWEPT)
 
 
 def tradeoff_lang(wildcards):
@@ -69,7 +77,7 @@ def tradeoff_points(track):
             path("tradeoff_baseline", exp=e, method=m, epochs=n)
             for e in exps
             for m in methods
-            if m in BASELINES
+            if m in TRADEOFF_BASELINES
             for n in TRADEOFF_EPOCHS
         ],
     ]
@@ -84,6 +92,7 @@ def tradeoff_targets():
         for out in (
             path("table", table=f"{track}_tradeoff", ext="csv"),
             path("tradeoff_selection", track=track),
+            path("table", table=f"{track}_selectivity", ext="csv"),
             path("figure", name=f"{track}_tradeoff"),
         )
     ]

@@ -61,7 +61,7 @@ def test_batched_losses_equal_unbatched(tok_model, eval_sets):
         assert math.isclose(s1, s2, rel_tol=1e-5, abs_tol=1e-5)
     # and equal to a plain full-logit computation of one pair
     q, a = pairs[3]
-    ids, labels = encode_qa(tok, TPL, q, a, 128)
+    ids, labels = encode_qa(tok, TPL, q, a, None)  # EvalConfig.max_length None: no cap
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
     target = torch.tensor(labels[1:])

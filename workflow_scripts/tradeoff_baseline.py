@@ -49,7 +49,15 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
             "epochs": epochs,
         }
         row = evaluate_text_point(
-            model, tokenizer, template, eval_sets, tune, point_reference(inp.reference, p.lang), ecfg, meta
+            model,
+            tokenizer,
+            template,
+            eval_sets,
+            tune,
+            point_reference(inp.reference, p.lang),
+            ecfg,
+            meta,
+            protocol=p.protocol,
         )
         write_csv(snakemake.output[0], row)
         log.info(

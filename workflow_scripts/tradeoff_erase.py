@@ -40,6 +40,7 @@ with job(snakemake, seed=p.seed) as log:
         point_reference(inp.reference, p.lang),
         cfg,
         meta,
+        protocol=p.protocol,
     )
     write_csv(snakemake.output[0], row)
     log.info(

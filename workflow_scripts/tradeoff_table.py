@@ -1,12 +1,15 @@
 """Rule track_tradeoff: every sweep point of a text track in one table, the λ selection rule applied
-to the held-out retain slice (where the track has one), and the utility–Forget Quality figure."""
+to the held-out retain slice (where the track has one), each method's selectivity at the target
+held-out rise, and the figure: utility against Forget Quality (protocol tofu), or the forget-set NLL
+rise against the held-out retain NLL rise (protocol nll)."""
 
 import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.registry import method_labels
 from qrerase.reports.plots import tradeoff_plot
-from qrerase.text.tradeoff import curves, select_scale, tradeoff_frame
+from qrerase.reports.size_study import sweep_rows
+from qrerase.text.tradeoff import curves, nll_rises, select_scale, tradeoff_frame
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
@@ -20,19 +23,44 @@ with job(snakemake) as log:
         frame.loc[hit & (frame["scale"] == s["selected_scale"]), "selected"] = True
     write_csv(out.csv, frame)
     write_csv(out.selection, selection)
-    tradeoff_plot(
-        curves(frame, "forget_quality", "utility_rel", method_labels()),
-        out.figure,
-        xlabel="Forget Quality (KS p-value, log)",
-        ylabel="Model Utility / base model",
-        log_x=True,
-        xline=0.1,
-        xline_label="p = 0.1",
-        title=p.title,
-    )
+    if frame["tune_retain_nll"].notna().any():  # TOFU: the held-out slice; cross-lingual has none
+        selectivity = pd.concat(
+            [
+                sweep_rows(grp, target=p.target, max_rise=p.max_rise).assign(group=group)
+                for group, grp in frame.groupby("group", sort=False)
+            ],
+            ignore_index=True,
+        )
+    else:
+        selectivity = pd.DataFrame(columns=["group", "method", "family", "x_star", "selectivity", "picked"])
+    write_csv(out.selectivity, selectivity)
+    if p.protocol == "nll":
+        rises = nll_rises(frame)
+        tradeoff_plot(
+            curves(rises, "tune_retain_rise", "forget_rise", method_labels()),
+            out.figure,
+            xlabel="held-out retain answer NLL rise (nats)",
+            ylabel="forget-set answer NLL rise (nats)",
+            xline=p.target,
+            xline_label=f"held-out rise {p.target:g}",
+            title=p.title,
+        )
+    else:
+        tradeoff_plot(
+            curves(frame, "forget_quality", "utility_rel", method_labels()),
+            out.figure,
+            xlabel="Forget Quality (KS p-value, log)",
+            ylabel="Model Utility / base model",
+            log_x=True,
+            xline=0.1,
+            xline_label="p = 0.1",
+            title=p.title,
+        )
     log.info(
-        "%d points; λ rule (held-out retain NLL rise <= %s):\n%s",
+        "%d points; λ rule (held-out retain NLL rise <= %s):\n%s\nselectivity at a %s-nat held-out rise:\n%s",
         len(frame),
         p.max_rise,
         selection.to_string(index=False),
+        p.target,
+        selectivity.to_string(index=False),
     )

@@ -16,7 +16,7 @@ from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at
 from .plots import save_figure
 from .tables import METHOD_LABELS
 
-__all__ = ["exp_rows", "aggregate", "trend", "render_markdown", "size_study_plot", "PAPER_SIZES"]
+__all__ = ["sweep_rows", "exp_rows", "aggregate", "trend", "render_markdown", "size_study_plot", "PAPER_SIZES"]
 
 #: the paper's model sizes (parameters) the trend is extrapolated to.
 PAPER_SIZES: dict[str, float] = {"7B": 7e9, "8B": 8e9, "70B": 70e9}
@@ -26,21 +26,20 @@ MEASURES = ("selectivity", "x_star", "picked", "forget_quality", "model_utility"
 MECHANISTIC = ("overlap", "overlap_random", "min_angle_deg", "effective_layers")
 
 
-def exp_rows(
-    points: pd.DataFrame, *, width: int, seed: int, n_params: int, target: float, max_rise: float
-) -> pd.DataFrame:
-    """One row per method of one experiment's sweep (``points``: the tradeoff point CSVs of
-    :func:`qrerase.text.tradeoff.evaluate_text_point`, subspace methods with a λ = 0 point).
+def sweep_rows(points: pd.DataFrame, *, target: float, max_rise: float) -> pd.DataFrame:
+    """One row per method of one sweep (``points``: the tradeoff point CSVs of
+    :func:`qrerase.text.tradeoff.evaluate_text_point` of one model, subspace methods with a λ = 0 point).
 
     A subspace method's sweep runs over λ, a baseline's over epochs, both starting at the unedited
-    model (the λ = 0 point). Columns: width, seed, params, method, family, x_star / selectivity
-    (:func:`selectivity_at_rise` at ``target`` nats), picked (:func:`rule_pick` at ``max_rise``),
-    forget_quality, model_utility and utility_rel (Model Utility / the unedited model's) at the pick.
+    model (the λ = 0 point). Columns: method, family, x_star / selectivity (:func:`selectivity_at_rise`
+    at ``target`` nats), picked (:func:`rule_pick` at ``max_rise``), forget_quality, model_utility and
+    utility_rel (Model Utility / the unedited model's) at the pick (NaN where the points were measured
+    with the NLL-only protocol).
     """
     sub = points[points["family"] == "subspace"]
     base = sub[sub["scale"] == 0]
     if base.empty:
-        raise ValueError(f"size study, width {width} seed {seed}: no λ = 0 point (tradeoff.scales needs 0)")
+        raise ValueError("sweep: no λ = 0 point (tradeoff.scales needs 0)")
     base = base.iloc[0]
     rows = []
     for (family, method), grp in points.groupby(["family", "method"], sort=False):
@@ -54,11 +53,9 @@ def exp_rows(
         sel = selectivity_at_rise(x, sweep["forget_nll"].astype(float), sweep["tune_retain_nll"].astype(float), target)
         pick = rule_pick(x, sweep["tune_retain_nll"].astype(float), max_rise)
         at = sweep[x == pick].iloc[0]
+        base_utility = float(base["model_utility"])
         rows.append(
             {
-                "width": width,
-                "seed": seed,
-                "params": n_params,
                 "method": method,
                 "family": family,
                 "x_star": sel["x_star"],
@@ -66,12 +63,25 @@ def exp_rows(
                 "picked": pick,
                 "forget_quality": float(at["forget_quality"]),
                 "model_utility": float(at["model_utility"]),
-                "utility_rel": float(at["model_utility"]) / float(base["model_utility"])
-                if float(base["model_utility"]) > 0
-                else math.nan,
+                "utility_rel": float(at["model_utility"]) / base_utility if base_utility > 0 else math.nan,
             }
         )
     return pd.DataFrame(rows)
+
+
+def exp_rows(
+    points: pd.DataFrame, *, width: int, seed: int, n_params: int, target: float, max_rise: float
+) -> pd.DataFrame:
+    """:func:`sweep_rows` of one size-study experiment, preceded by its ``width``, ``seed`` and
+    ``params`` (the fine-tuned model's parameter count)."""
+    try:
+        rows = sweep_rows(points, target=target, max_rise=max_rise)
+    except ValueError as exc:
+        raise ValueError(f"size study, width {width} seed {seed}: {exc}") from None
+    rows.insert(0, "params", n_params)
+    rows.insert(0, "seed", seed)
+    rows.insert(0, "width", width)
+    return rows
 
 
 def aggregate(per_seed: pd.DataFrame) -> pd.DataFrame:

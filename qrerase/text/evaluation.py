@@ -22,6 +22,7 @@ Metric aggregation (truth ratio, probability, Model Utility, Forget Quality) is 
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,13 +68,21 @@ TOFU_LOG_NAMES = {
 }
 
 
+_log = logging.getLogger("qrerase.evaluation")
+
+
 @dataclass
 class EvalConfig:
-    """Batch size (loss and generation), generation length and the per-example token cap."""
+    """Batch size (loss and generation), generation length and the per-example token cap.
+
+    ``max_length`` ``None`` (the default): no cap, every sequence is scored whole, so its length comes
+    from the data and the template. A cap shortens longer answers; each evaluation then logs how many
+    sequences it cut (the job's log, logger ``qrerase.evaluation``).
+    """
 
     batch_size: int = 32
     max_new_tokens: int = 48
-    max_length: int = 128
+    max_length: int | None = None  # None: no cap (every sequence whole); a cap's cuts are logged
     rouge_tokenizer: str = "tofu"  # "tofu": rouge_score's English tokenizer + stemmer; "unicode": see UnicodeWords
 
     def __post_init__(self):
@@ -102,7 +111,10 @@ def answer_losses(
     each, under ``torch.inference_mode``); results come back in input order and equal the unbatched
     values up to float rounding. ``progress`` is an optional tqdm bar advanced once per pair.
     """
-    examples = encode_qa_many(tokenizer, template, pairs, cfg.max_length)
+    cut: list[int] = []
+    examples = encode_qa_many(tokenizer, template, pairs, cfg.max_length, cut=cut)
+    if cfg.max_length is not None:  # the evaluation log counts every sequence the cap shortened
+        _log.info("answer losses: %d of %d sequences cut at max_length %d", len(cut), len(pairs), cfg.max_length)
     out: list[tuple[float, int]] = [(0.0, 0)] * len(examples)
     pad_id = pad_token_id(tokenizer)
     was_training = model.training

@@ -144,7 +144,10 @@ def _tok(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 
 def _assemble(prefix, prompt_ids, answer_ids, eos, max_length):
     prompt_ids = prefix + prompt_ids
-    budget = max(max_length - len(prompt_ids) - 1, 0)  # room for answer content, EOS kept always
+    if max_length is None:  # no cap: the whole answer
+        budget = len(answer_ids)
+    else:
+        budget = max(max_length - len(prompt_ids) - 1, 0)  # room for answer content, EOS kept always
     answer_ids = answer_ids[:budget] + [eos]
     input_ids = prompt_ids + answer_ids
     labels = [IGNORE_INDEX] * len(prompt_ids) + answer_ids
@@ -162,12 +165,22 @@ def encode_qa(tokenizer, template: PromptTemplate, question: str, answer: str, m
     return encode_qa_many(tokenizer, template, [(question, answer)], max_length)[0]
 
 
-def encode_qa_many(tokenizer, template: PromptTemplate, pairs: Sequence[tuple[str, str]], max_length: int):
-    """:func:`encode_qa` for many pairs at once (one batched tokenizer call per side)."""
+def encode_qa_many(
+    tokenizer, template: PromptTemplate, pairs: Sequence[tuple[str, str]], max_length: int | None, cut=None
+):
+    """:func:`encode_qa` for many pairs at once (one batched tokenizer call per side).
+
+    ``max_length`` ``None``: no cap (every answer whole). ``cut``: an optional list that receives the
+    indices of the pairs whose answer the cap shortened (so callers can count truncation).
+    """
     prompts = _tok(tokenizer, [template.prompt(q) for q, _ in pairs])
     answers = _tok(tokenizer, [template.answer_text(a) for _, a in pairs])
     prefix, eos = _prefix_ids(tokenizer), _eos_id(tokenizer)
-    return [_assemble(prefix, p, a, eos, max_length) for p, a in zip(prompts, answers)]
+    out = [_assemble(prefix, p, a, eos, max_length) for p, a in zip(prompts, answers)]
+    if cut is not None:
+        kept = [sum(t != IGNORE_INDEX for t in labels) - 1 for _, labels in out]  # answer tokens, EOS aside
+        cut.extend(i for i, (k, a) in enumerate(zip(kept, answers)) if k < len(a))
+    return out
 
 
 def encode_prompts(tokenizer, template: PromptTemplate, questions: Sequence[str]) -> list[list[int]]:

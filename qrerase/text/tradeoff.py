@@ -25,12 +25,17 @@ __all__ = [
     "select_scale",
     "tradeoff_frame",
     "curves",
+    "nll_rises",
     "point_reference",
     "POINT_COLUMNS",
+    "PROTOCOLS",
 ]
 
 #: the columns of one text-track point (in this order; metric columns follow).
 POINT_COLUMNS = ("group", "method", "family", "rank", "scale", "epochs")
+
+#: what a sweep point measures (config ``tradeoff.protocol``): the whole TOFU protocol, or answer NLLs only.
+PROTOCOLS = ("tofu", "nll")
 
 
 def scale_name(scale: float) -> str:
@@ -115,21 +120,36 @@ def evaluate_text_point(
     reference_log: Mapping,
     cfg,
     meta: Mapping[str, Any],
+    protocol: str = "tofu",
 ) -> pd.DataFrame:
     """One text-track point: the TOFU protocol on ``eval_sets`` (Model Utility, Forget Quality against
     ``reference_log``, the twelve components, forget/retain answer NLL) plus ``tune_retain_nll``, the
     mean answer NLL on the held-out retain slice ``tune_set``. Returns a one-row frame:
     ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.text.tofu.metrics_frame` order,
     then ``tune_retain_nll``.
+
+    ``protocol="nll"``: only ``forget_nll`` and ``retain_nll`` (the mean per-question answer NLL of the
+    forget and retain evaluation sets' answers, as :func:`qrerase.text.tofu.answer_nll` reads them from
+    a TOFU log) and ``tune_retain_nll``; ``model_utility`` and ``forget_quality`` are NaN. No
+    generation, no paraphrased or perturbed answers: the sweep of a model too slow for the whole
+    protocol at every point.
     """
     from .evaluation import answer_losses, evaluate_tofu
     from .lm import qa_pair
     from .tofu import metrics_frame
 
-    log = evaluate_tofu(model, tokenizer, template, eval_sets, cfg)
-    metrics = metrics_frame(log, reference_log, model=str(meta.get("method")))
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"tradeoff.protocol: expected one of {list(PROTOCOLS)}, got {protocol!r}")
     row = {c: meta.get(c) for c in POINT_COLUMNS}
-    row.update(dict(zip(metrics["metric"], metrics["value"])))
+    if protocol == "tofu":
+        log = evaluate_tofu(model, tokenizer, template, eval_sets, cfg)
+        metrics = metrics_frame(log, reference_log, model=str(meta.get("method")))
+        row.update(dict(zip(metrics["metric"], metrics["value"])))
+    else:
+        for name in ("forget", "retain"):
+            pairs = [qa_pair(r) for r in eval_sets[name]]
+            row[f"{name}_nll"] = mean_answer_nll(answer_losses(model, tokenizer, template, pairs, cfg))
+        row["model_utility"] = row["forget_quality"] = float("nan")
     if tune_set:
         row["tune_retain_nll"] = mean_answer_nll(
             answer_losses(model, tokenizer, template, [qa_pair(r) for r in tune_set], cfg)
@@ -158,6 +178,16 @@ def tradeoff_frame(points: pd.DataFrame) -> pd.DataFrame:
     df["_g"], df["_m"] = df["group"].map(groups), df["method"].map(order)
     df = df.sort_values(["_g", "family", "_m", "rank", "scale", "epochs"], kind="stable", na_position="first")
     return df.drop(columns=["_g", "_m"]).reset_index(drop=True)
+
+
+def nll_rises(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` plus ``forget_rise`` and ``tune_retain_rise``: each point's forget-set and held-out
+    retain answer NLL minus its group's unedited model's (the λ = 0 point), in nats."""
+    base = frame[(frame["family"] == "subspace") & (frame["scale"] == 0)].groupby("group", sort=False)
+    out = frame.copy()
+    out["forget_rise"] = out["forget_nll"] - out["group"].map(base["forget_nll"].first())
+    out["tune_retain_rise"] = out["tune_retain_nll"] - out["group"].map(base["tune_retain_nll"].first())
+    return out
 
 
 def curves(frame: pd.DataFrame, x: str, y: str, labels: Mapping[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
