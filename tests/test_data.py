@@ -245,3 +245,16 @@ def test_crosslingual_forget_question_in_retain_names_both_lines(tmp_path):
         ValueError, match=r"retain99\.jsonl:500: question also in the forget split at \S*forget01_perturbed\.jsonl:7"
     ):
         make_language_sets(tmp_path, n_authors=3, max_questions=40)
+
+
+def test_perturbed_split_out_of_line_names_both_lines(tmp_path):
+    cfg = _tofu_dir(tmp_path, FORGET, [("Who is R?", "r")])
+    pert = [{"question": q, "answer": a, "perturbed_answer": ["x"], "paraphrased_answer": a} for q, a in FORGET]
+    pert[1]["question"] = "Where did A study?"
+    (tmp_path / "forget10_perturbed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pert))
+    with pytest.raises(
+        ValueError,
+        match=r"forget10_perturbed\.jsonl:2: question differs from the training split's \S*forget10\.jsonl:2 "
+        r"\(the files must be row-aligned\)",
+    ):
+        make_tofu_sets(cfg)
