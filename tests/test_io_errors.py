@@ -38,7 +38,13 @@ def test_a_write_that_finds_no_room_names_the_artifact(tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         out = sys.argv[1]
+
+        def model_dir():
+            with io.atomic_dir(out + "/model") as tmp:
+                (tmp / "model.safetensors").write_bytes(b"x" * 10000)
+
         for write in (
+            model_dir,
             lambda: io.write_text(out + "/table.md", "x" * 10000),
             lambda: io.save_arrays(out + "/factors.safetensors", {"a": np.zeros(5000)}),
             lambda: io.write_text(out + "/small.txt", "fits"),
@@ -57,8 +63,9 @@ def test_a_write_that_finds_no_room_names_the_artifact(tmp_path):
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
     lines = done.stdout.splitlines()
-    assert lines[0] == f"27 {tmp_path}/table.md: could not write (File too large)"
-    assert lines[1].startswith(f"27 {tmp_path}/factors.safetensors: could not write (") and len(lines) == 2
+    assert lines[0] == f"27 {tmp_path}/model: could not write (File too large)"
+    assert lines[1] == f"27 {tmp_path}/table.md: could not write (File too large)"
+    assert lines[2].startswith(f"27 {tmp_path}/factors.safetensors: could not write (") and len(lines) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.txt"]  # no temporaries, no partial files
 
 
