@@ -12,6 +12,9 @@
   all hold, 1 with one line per broken artifact (path: why) otherwise. ``results/`` may be a symlink
   (results on scratch); record paths are relative to the working directory, the folder holding
   ``results/`` as written (:func:`qrerase.workflow.manifest.workdir_of`), or ``--workdir DIR``.
+  ``--verify-signature --allowed-signers FILE --identity NAME`` also checks the manifest's signature.
+- ``qrerase sign results/ --key ~/.ssh/id_ed25519``: sign ``results/provenance/manifest.json`` with an
+  SSH key (``ssh-keygen -Y sign``, :mod:`qrerase.workflow.signature`), writing ``manifest.json.sig``.
 - ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON
   (``--workdir`` as for the audit).
 - ``qrerase plan --configfile X``: per job kind, GPUs, micro-batch, peak memory per GPU and host
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _tofu(args: argparse.Namespace) -> int:
@@ -89,9 +93,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifest_file(results: str) -> Path:
+    from .workflow.provenance import MANIFEST
+
+    return Path(results) / Path(MANIFEST).relative_to("results")
+
+
 def _audit(args: argparse.Namespace) -> int:
     from .workflow.manifest import audit
+    from .workflow.signature import verify_manifest
 
+    if args.verify_signature and not (args.allowed_signers and args.identity):
+        raise ValueError("--verify-signature needs --allowed-signers FILE and --identity NAME")
     problems, counts = audit(args.results, args.workdir)
     for problem in problems:
         print(f"BROKEN {problem}")
@@ -99,6 +112,13 @@ def _audit(args: argparse.Namespace) -> int:
         f"{counts['records']} records, {counts['artifacts']} artifacts re-hashed, "
         f"{counts.get('manifest_artifacts', 0)} manifest entries checked"
     )
+    if args.verify_signature:
+        try:
+            good = verify_manifest(_manifest_file(args.results), args.allowed_signers, args.identity)
+            summary += f"; {good}"
+        except ValueError as exc:
+            print(f"BROKEN {exc}")
+            problems = [*problems, exc]
     if problems:
         print(f"qrerase audit: {len(problems)} problem(s); {summary}", file=sys.stderr)
         return 1
@@ -106,9 +126,15 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sign(args: argparse.Namespace) -> int:
+    from .workflow.signature import sign_manifest
+
+    print(sign_manifest(_manifest_file(args.results), args.key))
+    return 0
+
+
 def _manifest(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from .workflow.manifest import build_manifest, workdir_of
 
@@ -130,8 +156,6 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _config_docs(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from .workflow.config_docs import generate, write
 
     text = generate(args.schema, args.defaults)
@@ -192,7 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("audit", help="re-hash artifacts and check every provenance record and link")
     p.add_argument("results", help="the workflow's results/ directory (a symlink to scratch is fine)")
     p.add_argument("--workdir", help="the Snakemake working directory (default: the parent of RESULTS as written)")
+    p.add_argument(
+        "--verify-signature",
+        action="store_true",
+        help="also check provenance/manifest.json.sig (qrerase sign) with ssh-keygen -Y verify",
+    )
+    p.add_argument("--allowed-signers", help="OpenSSH allowed-signers file: 'NAME <public key>' lines")
+    p.add_argument("--identity", help="the signer's NAME in the allowed-signers file")
     p.set_defaults(func=_audit)
+
+    p = sub.add_parser("sign", help="sign the provenance manifest with an SSH key (ssh-keygen -Y sign)")
+    p.add_argument("results", help="the workflow's results/ directory")
+    p.add_argument("--key", required=True, help="SSH private key, e.g. ~/.ssh/id_ed25519")
+    p.set_defaults(func=_sign)
 
     p = sub.add_parser("manifest", help="the artifact graph behind targets (JSON on stdout)")
     p.add_argument("results", help="the workflow's results/ directory (a symlink to scratch is fine)")

@@ -3,6 +3,10 @@
 A crashed or interrupted job therefore never leaves a half-written artifact that a later rule (or a
 user) could mistake for a complete one. Weights are read and written with safetensors only.
 
+Errors name the file: a write that fails for lack of room (disk full, quota, file size limit,
+read-only file system) raises an OSError naming the artifact, a corrupt or truncated safetensors file
+a ValueError naming it (:func:`load_arrays`, :func:`open_safetensors`).
+
 Modes: ``mkstemp`` / ``mkdtemp`` create their temporaries private (0600 / 0700); before the rename
 the temporary gets the mode a plain ``open`` / ``mkdir`` would have given under the process umask
 (``0666 & ~umask`` / ``0777 & ~umask``), so a project group shares results as with any other file.
@@ -11,8 +15,10 @@ the temporary gets the mode a plain ``open`` / ``mkdir`` would have given under 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -30,6 +36,7 @@ __all__ = [
     "write_csv",
     "save_arrays",
     "load_arrays",
+    "open_safetensors",
     "read_jsonl",
     "read_jsonl_numbered",
     "read_text",
@@ -46,19 +53,55 @@ def current_umask() -> int:
     return mask
 
 
+#: errno values of a write that found no room: named as "could not write <artifact>".
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _write_error(path: Path, exc: BaseException) -> OSError:
+    """An OSError naming ``path`` (the artifact, not its temporary), keeping the errno."""
+    reason = getattr(exc, "strerror", None) or str(exc)
+    err = OSError(f"{path}: could not write ({reason})")
+    found = re.search(r"\(os error (\d+)\)", reason)
+    err.errno = getattr(exc, "errno", None) or (int(found.group(1)) if found else None)
+    return err
+
+
+def _no_room(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that found no room: an OSError, or safetensors' error wrapping one
+    (``... I/O error: No space left on device (os error 28)``)."""
+    if isinstance(exc, OSError):
+        return exc.errno in _NO_ROOM
+    found = re.search(r"\(os error (\d+)\)", str(exc)) if type(exc).__name__ == "SafetensorError" else None
+    return found is not None and int(found.group(1)) in _NO_ROOM
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds."""
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
+
+    A block that fails for lack of room (disk full, quota, size limit) raises an OSError naming ``path``.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
     os.close(fd)
     tmp = Path(tmp)
     try:
-        yield tmp
-        if tmp.is_file():  # a writer may have replaced the file: set the mode just before the rename
-            os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
+        try:
+            yield tmp
+        except Exception as exc:
+            if _no_room(exc):
+                raise _write_error(path, exc) from exc
+            raise
+        try:
+            if tmp.is_file():  # a writer may have replaced the file: set the mode just before the rename
+                os.chmod(tmp, 0o666 & ~current_umask())
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise _write_error(path, exc) from exc
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -86,23 +129,35 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory next to ``path``; move it onto ``path`` only if the block succeeds.
 
     An existing ``path`` is replaced as a whole (never merged), so stale files cannot survive. Its
-    folders and files get the modes of a plain ``mkdir`` / ``open`` under the umask.
+    folders and files get the modes of a plain ``mkdir`` / ``open`` under the umask. A block that fails
+    for lack of room (disk full, quota, size limit) raises an OSError naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        yield tmp
-        _plain_modes(tmp, current_umask())
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            if old.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
+    try:
+        try:
+            yield tmp
+        except Exception as exc:
+            if _no_room(exc):
+                raise _write_error(path, exc) from exc
+            raise
+        try:
+            _plain_modes(tmp, current_umask())
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                if old.exists():
+                    shutil.rmtree(old)
+                os.replace(path, old)
+                os.replace(tmp, path)
                 shutil.rmtree(old)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
+            else:
+                os.replace(tmp, path)
+        except OSError as exc:
+            raise _write_error(path, exc) from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -169,6 +224,26 @@ def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises several exception types
+        raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
+
+
+@contextlib.contextmanager
+def open_safetensors(path: str | os.PathLike, framework: str = "numpy") -> Iterator[Any]:
+    """``safetensors.safe_open`` whose errors name the file: FileNotFoundError when it is missing, a
+    ValueError when it is corrupt or truncated (while opening or while reading a tensor)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such safetensors file")
+    try:
+        fh = safe_open(str(path), framework=framework)
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
+    try:
+        with fh:
+            yield fh
+    except SafetensorError as exc:
         raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
 
 

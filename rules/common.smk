@@ -374,8 +374,12 @@ def lora_base_inputs(wildcards):
 
 def adapter_dir(wildcards):
     """A user's existing adapter for this set, or the one the lora rule trains."""
-    given = config["lora"]["adapters"].get(wildcards.set)
-    return given if given else path("lora", exp=wildcards.exp, set=wildcards.set)
+    return adapter_dir_of(wildcards.exp, wildcards.set)
+
+
+def adapter_dir_of(exp, which):
+    given = config["lora"]["adapters"].get(which)
+    return given if given else path("lora", exp=exp, set=which)
 
 
 def retain_factors(wildcards, which):

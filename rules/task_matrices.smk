@@ -57,6 +57,8 @@ rule factor_report:
         rank=lambda wc: int(wc.rank),
         retain_rank=config["unlearn"]["retain_rank"],
         granularity=config["unlearn"]["energy_granularity"],
+        # named in the error when the two adapters adapt different modules
+        adapters=lambda wc: [adapter_dir_of(wc.exp, s) for s in ("forget", "retain")],
     script:
         "../workflow_scripts/factor_report.py"
 

@@ -163,3 +163,19 @@ def test_dense_only_when_asked(lora_pair):
     lr = f["model.layers.0.mlp.down_proj"]
     assert lr.B.shape == (64, 4) and lr.A.shape == (4, 128) and lr.rank == 4 and lr.shape == (64, 128)
     assert math.isclose(lr.fro_norm(), np.linalg.norm(lr.dense()), rel_tol=1e-12)
+
+
+def test_adapters_with_different_target_modules_name_both_directories(tmp_path):
+    # issue 34: a forget / retain pair that adapts different modules is refused at factor_report in
+    # one line naming both adapter directories and the differing target modules
+    from qrerase.method.diagnostics import factor_report
+
+    forget, _ = save_random_lora(tmp_path / "forget", seed=1, target_modules=["q_proj", "v_proj"])
+    retain, _ = save_random_lora(tmp_path / "retain", seed=2, target_modules=["q_proj", "k_proj"])
+    with pytest.raises(ValueError) as err:
+        factor_report(task_matrices(forget), task_matrices(retain), 2, names=(str(forget), str(retain)))
+    assert str(err.value) == (
+        f"forget adapter {forget} and retain adapter {retain} adapt different modules: "
+        "only forget has v_proj (2 modules: model.layers.0.self_attn.v_proj, model.layers.1.self_attn.v_proj); "
+        "only retain has k_proj (2 modules: model.layers.0.self_attn.k_proj, model.layers.1.self_attn.k_proj)"
+    )

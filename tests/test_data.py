@@ -139,3 +139,122 @@ def test_refusals_and_tofu_logs_name_the_line_of_a_bad_byte(tmp_path):
     (tmp_path / "log.json").write_bytes(b'{\n  "eval_log.json": "\xc0"\n}\n')
     with pytest.raises(ValueError, match=r"log\.json:2: not UTF-8 text"):
         load_log(tmp_path / "log.json")
+
+
+# Checked data (issue 34): no question twice in the forget set, no copied row, no question shared by the
+# forget split, the retain split and the knowledge sets; every refusal names file:line of both rows.
+def _qa_lines(*pairs):
+    return "".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in pairs)
+
+
+def _tofu_dir(tmp_path, forget, retain):
+    (tmp_path / "forget10.jsonl").write_text(_qa_lines(*forget))
+    (tmp_path / "retain90.jsonl").write_text(_qa_lines(*retain))
+    return TofuDataConfig(root=str(tmp_path), n_authors=20, knowledge=())
+
+
+FORGET = [("Who is A?", "a"), ("Where was A born?", "b"), ("What did A write?", "c")]
+
+
+def test_forget_question_copied_into_retain_names_both_lines(tmp_path):
+    # case and spacing differ: questions are compared normalised
+    cfg = _tofu_dir(tmp_path, FORGET, [("Who is R?", "r"), ("Who is S?", "s"), ("  where was a   BORN? ", "x")])
+    with pytest.raises(
+        ValueError, match=r"retain90\.jsonl:3: question also in the forget split at \S*forget10\.jsonl:2"
+    ):
+        make_tofu_sets(cfg)
+
+
+@pytest.mark.parametrize(
+    "which, rows, message",
+    [
+        (
+            "forget",
+            [*FORGET, ("Who is A?", "another a")],
+            r"forget10\.jsonl:4: duplicate question in the forget split, the same question as \S*forget10\.jsonl:1",
+        ),
+        (
+            "retain",
+            [("Who is R?", "r"), ("Who is S?", "s"), ("Who is R?", "r")],
+            r"retain90\.jsonl:3: duplicate question in the retain split, a copy of \S*retain90\.jsonl:1",
+        ),
+    ],
+)
+def test_duplicate_within_a_split_names_both_lines(tmp_path, which, rows, message):
+    retain = [("Who is R?", "r")]
+    cfg = _tofu_dir(tmp_path, rows if which == "forget" else FORGET, rows if which == "retain" else retain)
+    with pytest.raises(ValueError, match=message):
+        make_tofu_sets(cfg)
+
+
+def test_knowledge_sharing_a_forget_question_names_both_lines(tmp_path):
+    cfg = _tofu_dir(tmp_path, FORGET, [("Who is R?", "r")])
+    (tmp_path / "world_facts.jsonl").write_text(_qa_lines(("What is 2+2?", "4"), ("What did A write?", "c")))
+    cfg = TofuDataConfig(root=str(tmp_path), n_authors=20, knowledge=("world_facts",))
+    with pytest.raises(
+        ValueError, match=r"world_facts\.jsonl:2: question also in the forget split at \S*forget10\.jsonl:3"
+    ):
+        make_tofu_sets(cfg)
+
+
+def test_retain_question_repeated_with_another_answer_is_kept_and_logged(tmp_path, caplog):
+    from qrerase.text.data import check_distinct
+
+    rows = [
+        {"question": "Full name?", "answer": "X"},
+        {"question": "Other?", "answer": "o"},
+        {"question": "full name?", "answer": "Y"},
+    ]
+    where = ["r.jsonl:1", "r.jsonl:2", "r.jsonl:5"]
+    assert check_distinct({"retain": (rows, where)}, strict=("forget",)) == [("r.jsonl:1", "r.jsonl:5")]
+    with pytest.raises(
+        ValueError, match=r"r\.jsonl:5: duplicate question in the forget split, the same question as r\.jsonl:1"
+    ):
+        check_distinct({"forget": (rows, where)}, strict=("forget",))
+    # TOFU's own retain90 asks "What is the full name of the author?" of two authors: kept, logged, counted
+    with caplog.at_level("INFO", logger="qrerase"):
+        make_tofu_sets(TofuDataConfig(root=ROOT, split="forget10", n_authors=20, knowledge=()))
+    kept = "1 question(s) asked twice with different answers, kept as distinct facts: "
+    assert kept + "data/tofu/retain90.jsonl:101 and data/tofu/retain90.jsonl:441" in caplog.text
+
+
+def test_vendored_holdout_shares_no_question_with_forget_or_retain():
+    from qrerase.text.data import check_distinct, load_split_numbered
+
+    cfg = TofuDataConfig(root=ROOT)
+    splits = {name: load_split_numbered(cfg, name) for name in ("forget10", "retain90", "holdout10")}
+    assert check_distinct(splits, strict=("forget10", "holdout10")) == [
+        ("data/tofu/retain90.jsonl:101", "data/tofu/retain90.jsonl:441")
+    ]
+
+
+def test_crosslingual_forget_question_in_retain_names_both_lines(tmp_path):
+    import shutil
+
+    from qrerase.text.crosslingual import SPLIT_FILES, make_language_sets
+
+    for split in SPLIT_FILES:
+        shutil.copy(f"{ROOT}/{split}.jsonl", tmp_path / f"{split}.jsonl")
+    forget = (tmp_path / "forget01_perturbed.jsonl").read_text().splitlines(keepends=True)
+    retain = (tmp_path / "retain99.jsonl").read_text().splitlines(keepends=True)
+    row = json.loads(retain[499])
+    row["question" if "question" in row else "prompt"] = json.loads(forget[6])["question"]
+    retain[499] = json.dumps(row) + "\n"
+    (tmp_path / "retain99.jsonl").write_text("".join(retain))
+    with pytest.raises(
+        ValueError, match=r"retain99\.jsonl:500: question also in the forget split at \S*forget01_perturbed\.jsonl:7"
+    ):
+        make_language_sets(tmp_path, n_authors=3, max_questions=40)
+
+
+def test_perturbed_split_out_of_line_names_both_lines(tmp_path):
+    cfg = _tofu_dir(tmp_path, FORGET, [("Who is R?", "r")])
+    pert = [{"question": q, "answer": a, "perturbed_answer": ["x"], "paraphrased_answer": a} for q, a in FORGET]
+    pert[1]["question"] = "Where did A study?"
+    (tmp_path / "forget10_perturbed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pert))
+    with pytest.raises(
+        ValueError,
+        match=r"forget10_perturbed\.jsonl:2: question differs from the training split's \S*forget10\.jsonl:2 "
+        r"\(the files must be row-aligned\)",
+    ):
+        make_tofu_sets(cfg)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -315,3 +316,153 @@ def test_job_writes_a_record_after_success_and_none_after_failure(tmp_path, monk
             raise RuntimeError("boom")
     assert not pv.record_path("results/out.txt").exists()  # the old record is gone, no new one
     assert "rule demo failed: RuntimeError: boom" in (tmp_path / "results/logs/x.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 34: wall times left out of the hashed manifest; partial forgeries reported as mismatches;
+# the manifest signed with an SSH key.
+# ---------------------------------------------------------------------------------------------
+def _timed_run(root: Path, wall_time: str) -> dict:
+    """data/src.txt -> results/a.txt -> results/tables/t.csv, and a cost table made from a benchmark file."""
+    (root / "data").mkdir(parents=True)
+    (root / "data/src.txt").write_text("source")
+    bench = root / "results/benchmarks/make_a/x.tsv"
+    bench.parent.mkdir(parents=True)
+    bench.write_text(f"s\th:m:s\n{wall_time}\t0:00:01\n")  # Snakemake's benchmark file: a wall time
+    _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
+    _job(root, "table", ["results/a.txt"], {"results/tables/t.csv": "method,value\nqr,1\n"})
+    _job(root, "cost", ["results/benchmarks/make_a/x.tsv"], {"results/tables/t_cost.csv": f"make_a,{wall_time}\n"})
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return mf.build_manifest(["results/tables/t.csv", "results/tables/t_cost.csv"])
+    finally:
+        os.chdir(cwd)
+
+
+def test_manifest_leaves_wall_times_unhashed(tmp_path):
+    first, second = _timed_run(tmp_path / "one", "1.2345"), _timed_run(tmp_path / "two", "9.8765")
+    assert first == second  # two clean runs whose wall times differ give the same manifest
+    timed = {"results/benchmarks/make_a/x.tsv", "results/tables/t_cost.csv"}
+    assert set(first["artifacts"]) == {"data/src.txt", "results/a.txt", "results/tables/t.csv"}
+    assert set(first["wall_time"]["artifacts"]) == timed and "wall times" in first["wall_time"]["note"]
+    assert not any("sha256" in a or "bytes" in a for a in first["wall_time"]["artifacts"].values())
+    assert first["wall_time"]["artifacts"]["results/tables/t_cost.csv"]["rule"] == "cost"
+    assert first["wall_time"]["edges"] == [
+        {"from": "results/benchmarks/make_a/x.tsv", "to": "results/tables/t_cost.csv"}
+    ]
+    assert not {e["from"] for e in first["edges"]} & timed and not {e["to"] for e in first["edges"]} & timed
+    assert mf.audit(tmp_path / "one/results")[0] == []  # records still hash the timing files
+    (tmp_path / "one/results/benchmarks/make_a/x.tsv").write_text("edited")
+    assert [str(p).split(" (")[0] for p in mf.audit(tmp_path / "one/results")[0]] == [
+        "results/tables/t_cost.csv: produced from input results/benchmarks/make_a/x.tsv whose hash no longer matches"
+    ]
+
+
+def _signed_graph(root: Path) -> Path:
+    """data/src.txt -> results/a.txt -> results/c.txt and the manifest, each written by a recorded job."""
+    (root / "data").mkdir(parents=True)
+    (root / "data/src.txt").write_text("source")
+    _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
+    _job(root, "make_c", ["results/a.txt"], {"results/c.txt": "C"})
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        text = json.dumps(mf.build_manifest(["results/c.txt"]), indent=2, sort_keys=True) + "\n"
+    finally:
+        os.chdir(cwd)
+    _job(root, "provenance_manifest", ["results/c.txt"], {pv.MANIFEST: text})
+    return root
+
+
+def _edit_record(root: Path, output: str, edit) -> None:
+    path = root / pv.record_path(output)
+    rec = json.loads(path.read_text())
+    edit(rec)
+    path.write_text(json.dumps(rec))
+
+
+def _rehash(entries: list, path: str, root: Path) -> None:
+    for e in entries:
+        if e["path"] == path:
+            e.update(pv.artifact(root / path), path=path)
+
+
+def test_a_partial_forgery_is_a_mismatch_not_a_re_make(tmp_path):
+    root = _signed_graph(tmp_path)
+    # edit an artifact and its own record, nothing downstream
+    (root / "results/a.txt").write_text("forged")
+    _edit_record(root, "results/a.txt", lambda rec: _rehash(rec["outputs"], "results/a.txt", root))
+    reasons = [str(p) for p in mf.audit(root / "results")[0]]
+    assert len(reasons) == 2 and all("MISMATCH" in r and "no re-make" in r for r in reasons), reasons
+    assert reasons[0].startswith("results/c.txt: produced from input results/a.txt whose recorded hash")
+    assert reasons[1].startswith("results/a.txt: manifest hash")
+    # a real re-make (the producer's record is newer than its consumer's start) still reads as one
+    _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A2"})
+    reasons = [str(p) for p in mf.audit(root / "results")[0]]
+    assert reasons and not any("MISMATCH" in r for r in reasons)
+    assert any(r.endswith("the input was re-made since") for r in reasons)
+
+
+def _forge_consistently(root: Path) -> None:
+    """What the audit cannot see: an artifact, its record, its consumer's record, manifest.json and the
+    manifest's own record all edited to agree."""
+    (root / "results/a.txt").write_text("forged")
+    _edit_record(root, "results/a.txt", lambda rec: _rehash(rec["outputs"], "results/a.txt", root))
+    _edit_record(root, "results/c.txt", lambda rec: _rehash(rec["inputs"], "results/a.txt", root))
+    manifest = json.loads((root / pv.MANIFEST).read_text())
+    manifest["artifacts"]["results/a.txt"]["sha256"] = pv.hash_path(root / "results/a.txt")
+    for e in manifest["edges"]:
+        if e["from"] == "results/a.txt":
+            e["sha256"] = pv.hash_path(root / "results/a.txt")
+    (root / pv.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _edit_record(root, pv.MANIFEST, lambda rec: _rehash(rec["outputs"], pv.MANIFEST, root))
+
+
+needs_ssh_keygen = pytest.mark.skipif(
+    shutil.which("ssh-keygen") is None, reason="ssh-keygen (OpenSSH client) is not installed"
+)
+
+
+@needs_ssh_keygen
+def test_signed_manifest_verifies_and_catches_a_consistent_forgery(tmp_path, capsys):
+    root = _signed_graph(tmp_path / "run")
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me", "-f", str(key)], check=True)
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"me@lab {(tmp_path / 'id_ed25519.pub').read_text()}")
+    results = str(root / "results")
+    verify = ["audit", results, "--verify-signature", "--allowed-signers", str(allowed), "--identity", "me@lab"]
+    assert main(["sign", results, "--key", str(key)]) == 0
+    assert capsys.readouterr().out.strip() == f"{root}/results/provenance/manifest.json.sig"
+    assert main(verify) == 0
+    assert 'Good "qrerase-manifest" signature for me@lab' in capsys.readouterr().out
+    assert main([*verify[:-1], "someone-else"]) == 1
+    capsys.readouterr()
+    _forge_consistently(root)
+    assert main(["audit", results]) == 0  # the audit alone cannot see it (docs/provenance.md)
+    capsys.readouterr()
+    assert main(verify) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith(
+        f"BROKEN {root}/results/provenance/manifest.json: signature manifest.json.sig does not verify for 'me@lab'"
+    )
+
+
+@needs_ssh_keygen
+def test_sign_and_verify_refuse_bad_input_in_one_line(tmp_path, capsys):
+    root = _signed_graph(tmp_path / "run")
+    results = str(root / "results")
+    assert main(["sign", results, "--key", str(tmp_path / "nokey")]) == 2
+    assert capsys.readouterr().err.strip() == f"qrerase sign: error: {tmp_path}/nokey: SSH private key not found"
+    (tmp_path / "notakey").write_text("not a key\n")
+    assert main(["sign", results, "--key", str(tmp_path / "notakey")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"qrerase sign: error: {results}/provenance/manifest.json: ssh-keygen could not sign with")
+    assert "\n" not in err and not (root / "results/provenance/manifest.json.sig").exists()
+    assert main(["audit", results, "--verify-signature"]) == 2
+    assert "--verify-signature needs --allowed-signers FILE and --identity NAME" in capsys.readouterr().err
+    allowed = tmp_path / "allowed"
+    allowed.write_text("")
+    assert main(["audit", results, "--verify-signature", "--allowed-signers", str(allowed), "--identity", "x"]) == 2
+    assert "manifest.json.sig: manifest signature (qrerase sign) not found" in capsys.readouterr().err

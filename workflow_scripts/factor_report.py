@@ -13,6 +13,7 @@ with job(snakemake) as log:
         p.rank,
         retain_rank=p.retain_rank,
         energy_granularity=p.granularity,
+        names=tuple(p.adapters),
     )
     write_csv(snakemake.output[0], report)
     log.info("max sin(Theta) CPQR vs SVD: %.3g", report["max_sin_theta_qr_vs_svd"].max())

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import load_arrays, save_arrays
+from ..io import load_arrays, open_safetensors, save_arrays
 from .lowrank import LowRank, as_lowrank
 from .module_names import module_sort_key
 
@@ -263,8 +263,6 @@ def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
     Reads ``model.safetensors`` or the shards listed in ``model.safetensors.index.json``; no tensor
     data is loaded. FileNotFoundError naming the directory when it holds neither.
     """
-    from safetensors import safe_open
-
     model_dir = Path(model_dir)
     single, index = model_dir / "model.safetensors", model_dir / "model.safetensors.index.json"
     if single.is_file():
@@ -276,7 +274,7 @@ def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
         raise FileNotFoundError(f"{model_dir}: no model.safetensors(.index.json) checkpoint")
     shapes: dict[str, tuple[int, ...]] = {}
     for f in files:
-        with safe_open(str(f), framework="numpy") as fh:
+        with open_safetensors(f) as fh:
             for key in fh.keys():
                 shapes[key] = tuple(int(x) for x in fh.get_slice(key).get_shape())
     return shapes

@@ -70,6 +70,7 @@ def factor_report(
     rank: int,
     retain_rank: int | None = None,
     energy_granularity: str = "block",
+    names: tuple[str, str] | None = None,
 ):
     """Per-module diagnostics of a forget/retain adapter pair as a pandas DataFrame.
 
@@ -83,10 +84,11 @@ def factor_report(
     - ``bound_sigma_k1_r11inv``: σ_{k+1} ‖R_11⁻¹‖₂ (eq. 10; 0 when k ≥ rank, inf for singular R_11).
 
     ``rank`` applies to the forget set and ``retain_rank`` (default ``rank``) to the retain set.
+    ``names`` (the two adapters' directories) are named in the error when the pair's modules differ.
     """
     import pandas as pd
 
-    check_module_pairs(forget, retain)
+    check_module_pairs(forget, retain, names)
     rows = []
     for set_name, factors, k in (
         ("forget", forget, rank),

@@ -24,6 +24,7 @@ import numpy as np
 
 from .decompose import Decomposition, Method, check_method, check_rank, decompose_any, task_shape
 from .lowrank import LowRank, as_lowrank, format_shape, task_label
+from .module_names import module_sort_key
 
 __all__ = ["Update", "forget_update", "forget_updates", "discriminate", "check_module_pairs"]
 
@@ -94,21 +95,33 @@ def _discriminate(df: Decomposition, dr: Decomposition, scale: float, retain_ran
     return Update(scale * Qt, df.R)
 
 
-def check_module_pairs(forget: Mapping[str, Any], retain: Mapping[str, Any]) -> None:
-    """ValueError unless ``forget`` and ``retain`` cover the same modules with the same task-matrix shapes."""
-    only_f = [m for m in forget if m not in retain]
-    only_r = [m for m in retain if m not in forget]
+def _modules_summary(modules: list[str]) -> str:
+    """``k_proj, v_proj (4 modules: model.layers.0.self_attn.k_proj, …)``: target names, count, first ones."""
+    targets = sorted({m.rsplit(".", 1)[-1] for m in modules})
+    shown = ", ".join(modules[:3]) + (", …" if len(modules) > 3 else "")
+    return f"{', '.join(targets)} ({len(modules)} module{'s' if len(modules) != 1 else ''}: {shown})"
+
+
+def check_module_pairs(
+    forget: Mapping[str, Any], retain: Mapping[str, Any], names: tuple[str, str] | None = None
+) -> None:
+    """ValueError unless ``forget`` and ``retain`` cover the same modules with the same task-matrix shapes.
+
+    ``names``: what the two come from (e.g. the adapter directories), named in the one-line error.
+    """
+    what = f"forget adapter {names[0]} and retain adapter {names[1]}" if names else "forget and retain factors"
+    only_f = sorted((m for m in forget if m not in retain), key=module_sort_key)
+    only_r = sorted((m for m in retain if m not in forget), key=module_sort_key)
     if only_f or only_r:
-        raise ValueError(
-            "forget and retain factors cover different modules: "
-            f"only in forget {only_f[:5]}{'…' if len(only_f) > 5 else ''}, "
-            f"only in retain {only_r[:5]}{'…' if len(only_r) > 5 else ''}"
-        )
+        parts = [f"only forget has {_modules_summary(only_f)}"] if only_f else []
+        parts += [f"only retain has {_modules_summary(only_r)}"] if only_r else []
+        raise ValueError(f"{what} adapt different modules: {'; '.join(parts)}")
     for m in forget:
         fs, rs = task_shape(forget[m], m), task_shape(retain[m], m)
         if fs != rs:
             raise ValueError(
-                f"module {m!r}: forget task matrix is {format_shape(fs)} but retain task matrix is {format_shape(rs)}"
+                f"{what + ': ' if names else ''}module {m!r}: forget task matrix is {format_shape(fs)} "
+                f"but retain task matrix is {format_shape(rs)}"
             )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import load_arrays, save_arrays
+from ..io import load_arrays, open_safetensors, save_arrays
 from .decompose import Decomposition
 from .discriminate import Update
 from .erase import validate_updates
@@ -56,10 +56,8 @@ def save_decompositions(path, decs: Mapping[str, Decomposition]) -> None:
 
 def load_decompositions(path) -> dict[str, Decomposition]:
     """Read a :func:`save_decompositions` file; modules ordered by block index, then name."""
-    from safetensors import safe_open
-
     arrays = load_arrays(path)
-    with safe_open(str(path), framework="numpy") as fh:
+    with open_safetensors(path) as fh:
         meta_raw = (fh.metadata() or {}).get("qrerase")
     if meta_raw is None:
         raise ValueError(f"{path}: not a qrerase decompositions file (no 'qrerase' metadata)")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_dir
+from ..io import atomic_dir, open_safetensors
 from .erase import apply_updates
 
 INDEX = "model.safetensors.index.json"
@@ -43,14 +43,13 @@ def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir:
     module ``m`` is the tensor ``m + ".weight"`` of whichever shard holds it. Every module must be
     found (checked from the shard headers before anything is written). Returns ``out_dir``.
     """
-    from safetensors import safe_open
     from safetensors.torch import save_file
 
     src = Path(model_dir)
     shards = checkpoint_shards(src)
     where: dict[str, Path] = {}
     for shard in shards:
-        with safe_open(str(shard), framework="pt") as f:
+        with open_safetensors(shard, "pt") as f:
             for key in f.keys():
                 where[key] = shard
     missing = [m for m in updates if f"{m}.weight" not in where]
@@ -65,7 +64,7 @@ def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir:
             if item.is_file() and item.suffix != ".safetensors":
                 shutil.copyfile(item, tmp / item.name)  # a new file: the umask applies
         for shard in shards:
-            with safe_open(str(shard), framework="pt") as f:
+            with open_safetensors(shard, "pt") as f:
                 metadata = f.metadata() or {"format": "pt"}
                 tensors = {key: f.get_tensor(key) for key in f.keys()}
             mine = {m: u for m, u in updates.items() if where[f"{m}.weight"] == shard}

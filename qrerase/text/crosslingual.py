@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import read_jsonl_numbered
-from .data import normalise
+from .data import check_distinct, log_repeats, normalise
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -172,6 +172,10 @@ def check_records(
 
 def load_language_split(root: str | os.PathLike, split: str) -> list[dict]:
     """Read and check ``<root>/<split>.jsonl``."""
+    return _load_numbered(root, split)[0]
+
+
+def _load_numbered(root: str | os.PathLike, split: str) -> tuple[list[dict], list[str]]:
     path = Path(root) / f"{split}.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")
@@ -179,7 +183,7 @@ def load_language_split(root: str | os.PathLike, split: str) -> list[dict]:
     numbered = read_jsonl_numbered(path)
     rows = [normalise(r, f"{path}:{line}") for line, r in numbered]
     check_records(rows, split, str(path), [line for line, _ in numbered])
-    return rows
+    return rows, [f"{path}:{line}" for line, _ in numbered]
 
 
 def check_language_files(root: str | os.PathLike) -> None:
@@ -236,7 +240,12 @@ def make_language_sets(
     if not 0 <= int(pretrain_authors) <= room:
         raise ValueError(f"pretrain_authors: expected 0..{room} (the authors in neither set), got {pretrain_authors!r}")
     n_pretrain_rows = int(pretrain_authors) * QA_PER_AUTHOR
-    split = {s: load_language_split(root, s) for s in SPLIT_FILES}
+    numbered = {s: _load_numbered(root, s) for s in SPLIT_FILES}
+    split = {s: rows for s, (rows, _) in numbered.items()}
+    # the forget QA, the retain split (retain and pretraining authors) and the knowledge QA share no question
+    distinct = {"forget": numbered[forget_split], "retain": numbered["retain99"]}
+    distinct.update({k: numbered[f"{k}_perturbed"] for k in knowledge})
+    log_repeats(check_distinct(distinct, strict=("forget",)))
     sets = {
         "forget": _qa(split[forget_split]),
         "retain": _qa(split["retain99"][:n_retain_rows]),

@@ -20,12 +20,28 @@ informative (a model trained from scratch on the run's QA alone has flat, ~log|V
 
 from __future__ import annotations
 
+import logging
+import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import read_jsonl_numbered
 
-__all__ = ["QA_PER_AUTHOR", "SPLITS", "TofuDataConfig", "required_splits", "load_split", "normalise", "make_tofu_sets"]
+__all__ = [
+    "QA_PER_AUTHOR",
+    "SPLITS",
+    "TofuDataConfig",
+    "required_splits",
+    "load_split",
+    "load_split_numbered",
+    "normalise",
+    "question_key",
+    "check_distinct",
+    "make_tofu_sets",
+]
+
+_log = logging.getLogger(__name__)
 
 QA_PER_AUTHOR = 20
 N_AUTHORS = 200
@@ -88,6 +104,11 @@ def normalise(record: dict, where: str) -> dict:
 
 def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
     """Load one TOFU split (e.g. ``retain90``, ``forget10_perturbed``) as normalised records."""
+    return load_split_numbered(cfg, name)[0]
+
+
+def load_split_numbered(cfg: TofuDataConfig, name: str) -> tuple[list[dict], list[str]]:
+    """One TOFU split as normalised records and, per record, where it came from (``file:line``)."""
     if cfg.source == "local":
         path = Path(cfg.root) / f"{name}.jsonl"
         numbered = read_jsonl_numbered(path)
@@ -95,7 +116,7 @@ def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
         where = [f"{path}:{line}" for line, _ in numbered]
         if not rows:
             raise ValueError(f"{path}: split is empty")
-        return [normalise(r, w) for r, w in zip(rows, where)]
+        return [normalise(r, w) for r, w in zip(rows, where)], where
     elif cfg.source == "hub":
         try:
             import datasets  # optional dependency for online users
@@ -107,7 +128,63 @@ def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
         raise ValueError(f"data.source: expected 'local' or 'hub', got {cfg.source!r}")
     if not rows:
         raise ValueError(f"{where}: split is empty")
-    return [normalise(r, f"{where}:{i + 1}") for i, r in enumerate(rows)]
+    lines = [f"{where}:{i + 1}" for i in range(len(rows))]
+    return [normalise(r, w) for r, w in zip(rows, lines)], lines
+
+
+def question_key(text: str) -> str:
+    """A question's text for duplicate checks: Unicode NFKC, case-folded, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def check_distinct(
+    splits: Mapping[str, tuple[Sequence[Mapping], Sequence[str]]], strict: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """Refuse duplicate questions within a split and shared questions between splits.
+
+    ``splits`` maps a split's name to its records and their ``file:line`` (:func:`load_split_numbered`);
+    questions are compared by :func:`question_key`. A ValueError naming ``file:line`` of both rows when
+
+    - two splits ask the same question (a forget question copied into the retain split would be
+      trained on under the retain label);
+    - a split asks a question twice with the same answer (a copied row);
+    - a ``strict`` split (the forget set) asks a question twice at all.
+
+    TOFU itself asks a few generic questions ("What is the full name of the author?") of two authors
+    with different answers; outside ``strict`` splits such repeats are distinct facts, kept, and
+    returned as ``(file:line, file:line)`` pairs (the caller logs them).
+    """
+    owner: dict[str, tuple[str, str, str]] = {}  # question key -> (split, where, answer key)
+    repeats: list[tuple[str, str]] = []
+    for name, (rows, where) in splits.items():
+        for row, here in zip(rows, where):
+            key = question_key(row["question"])
+            answer = question_key(row["answer"])
+            seen = owner.get(key)
+            if seen is None:
+                owner[key] = (name, here, answer)
+                continue
+            other, there, other_answer = seen
+            if other != name:
+                raise ValueError(
+                    f"{here}: question also in the {other} split at {there} "
+                    f"(the {other} and {name} splits must not share a question)"
+                )
+            if name in strict or answer == other_answer:
+                what = "a copy of" if answer == other_answer else "the same question as"
+                raise ValueError(f"{here}: duplicate question in the {name} split, {what} {there}")
+            repeats.append((there, here))
+    return repeats
+
+
+def log_repeats(repeats: list[tuple[str, str]]) -> None:
+    """Log (at INFO, counted) the repeated questions :func:`check_distinct` kept."""
+    if repeats:
+        _log.info(
+            "%d question(s) asked twice with different answers, kept as distinct facts: %s",
+            len(repeats),
+            "; ".join(f"{a} and {b}" for a, b in repeats),
+        )
 
 
 def _author_counts(cfg: TofuDataConfig) -> tuple[int, int]:
@@ -137,10 +214,10 @@ def _pretrain_authors(cfg: TofuDataConfig, n_retain: int) -> int:
     return n_pre
 
 
-def _check_aligned(train: list[dict], evals: list[dict], what: str) -> None:
-    for i, (a, b) in enumerate(zip(train, evals)):
+def _check_aligned(train: list[dict], evals: list[dict], train_where: list[str], eval_where: list[str]) -> None:
+    for a, b, wa, wb in zip(train, evals, train_where, eval_where):
         if a["question"] != b["question"]:
-            raise ValueError(f"{what}: row {i} of the perturbed split does not match the training split")
+            raise ValueError(f"{wb}: question differs from the training split's {wa} (the files must be row-aligned)")
 
 
 def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
@@ -158,17 +235,24 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     n_forget, n_retain = _author_counts(cfg)
     n_pre = _pretrain_authors(cfg, n_retain)
     pct = SPLITS[cfg.split]
-    forget_all = load_split(cfg, cfg.split)
-    retain_all = load_split(cfg, f"retain{100 - pct}")
-    forget = forget_all[len(forget_all) - n_forget * QA_PER_AUTHOR :]
+    forget_all, forget_where = load_split_numbered(cfg, cfg.split)
+    retain_all, retain_where = load_split_numbered(cfg, f"retain{100 - pct}")
+    known = {name: load_split_numbered(cfg, name) for name in cfg.knowledge if name in KNOWLEDGE_SETS}
+    # whole files: the forget split, the retain split (retain and pretraining authors) and the knowledge
+    # mixed into both models must not share a question
+    splits = {"forget": (forget_all, forget_where), "retain": (retain_all, retain_where), **known}
+    log_repeats(check_distinct(splits, strict=("forget",)))
+    start = len(forget_all) - n_forget * QA_PER_AUTHOR
+    forget = forget_all[start:]
     retain = retain_all[: n_retain * QA_PER_AUTHOR]
     pretrain = retain_all[n_retain * QA_PER_AUTHOR : (n_retain + n_pre) * QA_PER_AUTHOR]
     if not forget:
         raise ValueError(f"data.split {cfg.split}: the forget set is empty")
 
-    forget_pert = load_split(cfg, f"{cfg.split}_perturbed")
-    forget_pert = forget_pert[len(forget_pert) - len(forget) :]
-    _check_aligned(forget, forget_pert, f"{cfg.split}_perturbed")
+    forget_pert, pert_where = load_split_numbered(cfg, f"{cfg.split}_perturbed")
+    cut = len(forget_pert) - len(forget)
+    forget_pert = forget_pert[cut:]
+    _check_aligned(forget, forget_pert, forget_where[start:], pert_where[cut:])
 
     retain_pert = load_split(cfg, "retain_perturbed")
     retain_q = {r["question"] for r in retain}
@@ -191,7 +275,7 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     for name in cfg.knowledge:
         if name not in KNOWLEDGE_SETS:
             raise ValueError(f"data.knowledge: expected a subset of {list(KNOWLEDGE_SETS)}, got {name!r}")
-        knowledge += [{"question": r["question"], "answer": r["answer"]} for r in load_split(cfg, name)]
+        knowledge += [{"question": r["question"], "answer": r["answer"]} for r in known[name][0]]
     sets["knowledge"] = knowledge
     evaluated = {r["question"] for r in sets["eval_retain"]}
     sets["tune_retain"] = [r for r in sets["retain"] if r["question"] not in evaluated]

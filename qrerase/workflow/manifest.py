@@ -4,6 +4,10 @@
 (:mod:`qrerase.workflow.provenance`) to the source files (the artifact graph: nodes with their sha256
 and producing rule, input → output edges). :func:`audit` re-hashes every recorded artifact and checks
 every record and every input → output link. Standard library only.
+
+Wall times differ between runs: Snakemake's benchmark files (``results/benchmarks/``) and every
+artifact made from them (the cost tables) are listed apart, under ``wall_time``, without hashes, so
+two clean runs give the same manifest. Their records still hold their hashes, which the audit checks.
 """
 
 from __future__ import annotations
@@ -16,15 +20,36 @@ from typing import Any
 
 from .provenance import MANIFEST, RECORD_DIR, SCHEMA, Problem, hash_path, load_records, record_path
 
-__all__ = ["build_manifest", "audit", "workdir_of"]
+__all__ = ["BENCHMARK_DIR", "WALL_TIME_NOTE", "build_manifest", "audit", "workdir_of"]
+
+#: Snakemake's benchmark files (wall time, memory of each job): ``results/benchmarks/<rule>/<job>.tsv``.
+BENCHMARK_DIR = "results/benchmarks"
+WALL_TIME_NOTE = (
+    "wall times differ between runs: Snakemake's benchmark files and the artifacts made from them, "
+    "listed without hashes (their provenance records hold the hashes the audit checks)"
+)
+
+
+def _wall_time(artifacts: Iterable[str], edges: Iterable[tuple[str, str, str]]) -> set[str]:
+    """The benchmark files among ``artifacts`` and everything made from them (transitively)."""
+    timed = {p for p in artifacts if p.startswith(BENCHMARK_DIR + "/")}
+    edges = list(edges)
+    grew = True
+    while grew:
+        more = {b for a, b, _ in edges if a in timed and b not in timed}
+        timed |= more
+        grew = bool(more)
+    return timed
 
 
 def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dict[str, Any]:
     """The artifact graph behind ``targets``, from their records back to the source files.
 
     Returns ``{"schema", "targets", "artifacts": {path: {kind, sha256, bytes, rule, record}}, "edges":
-    [{"from", "to", "sha256"}]}`` with sorted keys and edges; artifacts without a record are sources
-    (``rule: null``). Raises ValueError naming a target without a provenance record.
+    [{"from", "to", "sha256"}], "wall_time": {"note", "artifacts": {path: {kind, rule, record}},
+    "edges": [{"from", "to"}]}}`` with sorted keys and edges; artifacts without a record are sources
+    (``rule: null``); benchmark files and what is made from them are under ``wall_time``, unhashed.
+    Raises ValueError naming a target without a provenance record.
     """
     records, problems = load_records(root)
     if problems:
@@ -65,16 +90,35 @@ def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dic
                     "wildcards": {},
                     "record": None,
                 }
+    timed = _wall_time(artifacts, edges)
+    unhashed = {k: {f: v for f, v in artifacts[k].items() if f not in ("sha256", "bytes")} for k in sorted(timed)}
     return {
         "schema": SCHEMA,
         "targets": sorted(targets),
-        "artifacts": {k: artifacts[k] for k in sorted(artifacts)},
-        "edges": [{"from": a, "to": b, "sha256": h} for a, b, h in sorted(edges)],
+        "artifacts": {k: artifacts[k] for k in sorted(artifacts) if k not in timed},
+        "edges": [{"from": a, "to": b, "sha256": h} for a, b, h in sorted(edges) if b not in timed],
+        "wall_time": {
+            "note": WALL_TIME_NOTE,
+            "artifacts": unhashed,
+            "edges": [{"from": a, "to": b} for a, b, _ in sorted(edges) if b in timed],
+        },
     }
 
 
 def _short(h: str | None) -> str:
     return "missing" if h is None else h[:12]
+
+
+def _since(producer: dict, consumer: dict | None, event: str, remade: str) -> str:
+    """Why a consumer's hash of an artifact differs from its producer's record: a re-make when the
+    producer's record is newer than the consumer's start, otherwise a mismatch (a record or an
+    artifact was edited after the fact: a job never ends after a job that used its output started)."""
+    if consumer is None or str(producer.get("end", "")) > str(consumer.get("start", "")):
+        return remade
+    return (
+        f"MISMATCH: the producer's record ends {producer.get('end')}, before {event} ({consumer.get('start')}), "
+        "so this is no re-make: a record or an artifact was edited"
+    )
 
 
 def workdir_of(results_dir: str | os.PathLike) -> Path:
@@ -151,7 +195,7 @@ def audit(
                             (
                                 f"produced from input {ipath} whose recorded hash {_short(used)} is not the hash its "
                                 f"producer (rule {producer['rule']}) recorded, {_short(made)}: "
-                                "the input was re-made since"
+                                + _since(producer, rec, "this job started", "the input was re-made since")
                             ),
                         )
                     )
@@ -178,7 +222,7 @@ def audit(
             nodes = graph["artifacts"]
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
             problems.append(Problem(MANIFEST, f"unreadable manifest ({exc})"))
-            nodes = {}
+            graph, nodes = {}, {}
         n_manifest = len(nodes)
         for path, node in sorted(nodes.items()):
             rec = records.get(path)
@@ -191,8 +235,13 @@ def audit(
                         Problem(
                             path,
                             (
-                                f"manifest hash {_short(node.get('sha256'))} differs from its record's {_short(made)} "
-                                "(re-made after the manifest was built)"
+                                f"manifest hash {_short(node.get('sha256'))} differs from its record's {_short(made)}: "
+                                + _since(
+                                    rec,
+                                    records.get(MANIFEST),
+                                    "the manifest was built",
+                                    "re-made after the manifest was built",
+                                )
                             ),
                         )
                     )
@@ -206,5 +255,9 @@ def audit(
                         ),
                     )
                 )
+        timed = graph.get("wall_time", {}).get("artifacts", {}) if isinstance(graph, dict) else {}
+        for path, node in sorted(timed.items()):
+            if node.get("rule") is not None and path not in records:
+                problems.append(Problem(path, "listed in the manifest (wall time) but has no provenance record"))
     unique = list(dict.fromkeys(problems))
     return unique, {"records": len(records), "artifacts": len(cache), "manifest_artifacts": n_manifest}
