@@ -95,6 +95,7 @@ rule track_tradeoff:
         max_rise=TRADEOFF.get("max_retain_nll_rise", 0.1),
         target=config.get("size_study", {}).get("selectivity_rise", 0.1),
         protocol=TRADEOFF_PROTOCOL,
+        rank=RANK,
         title=lambda wc: f"{wc.track}: utility vs forgetting, every method's sweep",
     script:
         "../workflow_scripts/tradeoff_table.py"

@@ -146,3 +146,20 @@ def test_evaluate_tofu_fields(tok_model, eval_sets, tmp_path):
     assert json.loads((tmp_path / "log.json").read_text())["eval_log.json"]["num_token_gt"]["0"] > 0
     with pytest.raises(ValueError, match="unknown eval set"):
         evaluate_tofu(model, tok, TPL, {"holdout": []}, EvalConfig())
+
+
+def test_a_length_cap_logs_how_many_sequences_it_cut_and_no_cap_cuts_none(tok_model, eval_sets, caplog):
+    """EvalConfig.max_length: None (the default) scores every sequence whole; a cap's cuts are counted in the log."""
+    import logging
+
+    tok, model = tok_model
+    pairs = _pairs(eval_sets)
+    whole = answer_losses(model, tok, TPL, pairs, EvalConfig(batch_size=16))
+    full_n = [len(tok(TPL.answer_text(a), add_special_tokens=False)["input_ids"]) + 1 for _, a in pairs]
+    assert [n for _, n in whole] == full_n  # every answer token and the EOS scored
+    cap = sorted(len(p) for p in [tok(TPL.prompt(q) + TPL.answer_text(a))["input_ids"] for q, a in pairs])[len(pairs) // 2]
+    with caplog.at_level(logging.INFO, logger="qrerase.evaluation"):
+        capped = answer_losses(model, tok, TPL, pairs, EvalConfig(batch_size=16, max_length=cap))
+    cut = sum(c < n for (_, c), n in zip(capped, full_n))
+    assert 0 < cut < len(pairs)
+    assert f"answer losses: {cut} of {len(pairs)} sequences cut at max_length {cap}" in caplog.text

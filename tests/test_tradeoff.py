@@ -104,3 +104,52 @@ def test_tradeoff_frame_orders_points_and_relates_utility_to_the_unedited_model(
     frame2 = tradeoff_frame(two)
     np.testing.assert_allclose(frame2.groupby("group")["utility_rel"].max(), [1.0, 1.0])
     assert "QR-Erase (LL) (hi→hi)" in curves(frame2, "forget_quality", "utility_rel", {"qr_erase_ll": "QR-Erase (LL)"})
+
+
+def test_nll_rises_are_measured_from_each_groups_unedited_model():
+    from qrerase.text.tradeoff import nll_rises
+
+    frame = pd.DataFrame(
+        {
+            "group": ["a", "a", "a", "b", "b"],
+            "family": ["subspace", "subspace", "baseline", "subspace", "subspace"],
+            "method": ["qr_erase", "qr_erase", "npo", "qr_erase", "qr_erase"],
+            "scale": [0.0, 1.0, np.nan, 0.0, 2.0],
+            "forget_nll": [1.0, 3.0, 2.5, 10.0, 10.5],
+            "tune_retain_nll": [0.5, 0.6, 0.55, 2.0, 2.25],
+        }
+    )
+    out = nll_rises(frame)
+    assert out["forget_rise"].tolist() == pytest.approx([0.0, 2.0, 1.5, 0.0, 0.5])
+    assert out["tune_retain_rise"].tolist() == pytest.approx([0.0, 0.1, 0.05, 0.0, 0.25])
+
+
+def test_the_nll_protocol_point_measures_the_same_nlls_as_the_tofu_protocol(tmp_path):
+    """protocol nll skips generation and the perturbed answers; its three NLLs equal the full protocol's."""
+    from tiny_text import DATA, TINY, TPL
+
+    from qrerase.io import read_jsonl
+    from qrerase.text.data import normalise
+    from qrerase.text.evaluation import EvalConfig
+    from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
+    from qrerase.text.tradeoff import evaluate_text_point
+
+    def rows(name, n):
+        return [normalise(r, name) for r in read_jsonl(DATA / f"{name}.jsonl")[:n]]
+
+    sets = {"forget": rows("forget10_perturbed", 6), "retain": rows("retain_perturbed", 6)}
+    sets["real_authors"], sets["world_facts"] = rows("real_authors_perturbed", 4), rows("world_facts_perturbed", 4)
+    tune = rows("retain90", 5)
+    texts = [r["question"] + " " + r["answer"] for rs in sets.values() for r in rs]
+    tok = train_bpe_tokenizer(texts, 300, tmp_path / "tok")
+    model, template = build_tiny_llama(TINY, tok, seed=0), TPL
+    cfg = EvalConfig(batch_size=8, max_new_tokens=4)
+    meta = {"group": "tofu", "method": "qr_erase", "family": "subspace", "rank": 2, "scale": 0.0, "epochs": None}
+    full = evaluate_text_point(model, tok, template, sets, tune, None, cfg, meta).iloc[0]
+    nll = evaluate_text_point(model, tok, template, sets, tune, None, cfg, meta, protocol="nll").iloc[0]
+    for col in ("forget_nll", "retain_nll", "tune_retain_nll"):
+        assert nll[col] == pytest.approx(full[col], rel=1e-6), col
+    assert np.isnan(nll["model_utility"]) and np.isnan(nll["forget_quality"])
+    assert np.isfinite(full["model_utility"])
+    with pytest.raises(ValueError, match="tradeoff.protocol"):
+        evaluate_text_point(model, tok, template, sets, tune, None, cfg, meta, protocol="rouge")

@@ -24,10 +24,14 @@ with job(snakemake) as log:
     write_csv(out.csv, frame)
     write_csv(out.selection, selection)
     if frame["tune_retain_nll"].notna().any():  # TOFU: the held-out slice; cross-lingual has none
+        # the subspace sweeps at unlearn.rank (else the first swept k), every baseline sweep
+        ranks = list(frame.loc[frame["family"] == "subspace", "rank"].dropna().unique())
+        k = p.rank if p.rank in ranks else ranks[0]
+        at_k = frame[(frame["family"] != "subspace") | (frame["rank"] == k)]
         selectivity = pd.concat(
             [
-                sweep_rows(grp, target=p.target, max_rise=p.max_rise).assign(group=group)
-                for group, grp in frame.groupby("group", sort=False)
+                sweep_rows(grp, target=p.target, max_rise=p.max_rise).assign(group=group, rank=k)
+                for group, grp in at_k.groupby("group", sort=False)
             ],
             ignore_index=True,
         )
