@@ -1,4 +1,6 @@
-"""What a local Hugging Face checkpoint folder must hold, checked from its file names (no torch).
+"""What a local Hugging Face checkpoint folder must hold, checked from its file names and, for a
+Llama-like or HuBERT model, its ``config.json`` against the shapes in the safetensors headers (no torch;
+no tensor is read).
 
 The loaders of the jobs (:func:`qrerase.checkpoints.resolve_checkpoint`) and the planning-time config
 checks (:mod:`qrerase.workflow.validation`) share these checks, so a bad ``model.name_or_path`` is refused
@@ -8,7 +10,9 @@ shape of a hub id (``org/name``) is left to the loader: planning never touches t
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 __all__ = [
@@ -19,6 +23,9 @@ __all__ = [
     "is_local_path",
     "check_dir",
     "check_model_dir",
+    "CHECKED_MODEL_TYPES",
+    "safetensors_shapes",
+    "check_config_matches_weights",
 ]
 
 MODEL_CONFIG = "config.json"
@@ -30,6 +37,14 @@ MODEL_WEIGHTS = (
     "pytorch_model.bin.index.json",
 )
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+#: ``config.json`` model types whose layer count, hidden size and vocabulary :func:`check_config_matches_weights`
+#: checks (decoders with ``[model.]layers.<i>.`` and ``embed_tokens``; HuBERT's ``encoder.layers.<i>.``).
+CHECKED_MODEL_TYPES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "cohere", "phi", "phi3"}
+    | {"olmo", "olmo2", "granite", "hubert"}
+)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_MAX_HEADER = 100 * 1024 * 1024
 
 
 def looks_like_hub_id(name: str) -> bool:
@@ -75,4 +90,76 @@ def check_model_dir(path: str | os.PathLike, what: str = "model", tokenizer: boo
         raise ValueError(f"{path}: no weights (none of {', '.join(MODEL_WEIGHTS)})")
     if tokenizer and not has_tokenizer:
         raise ValueError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
+    if MODEL_CONFIG in names:
+        check_config_matches_weights(p)
     return p
+
+
+def _header_shapes(file: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape from one safetensors file's JSON header (its first 8 + n bytes)."""
+    try:
+        with file.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= _MAX_HEADER:
+                raise ValueError(f"header size {size}")
+            header = json.loads(f.read(size))
+        return {k: list(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{file}: not a readable safetensors file ({exc})") from None
+
+
+def safetensors_shapes(path: str | os.PathLike) -> tuple[dict[str, list[int]], Path] | None:
+    """(tensor name -> shape, the weights file named in messages) of a model directory's safetensors
+    weights, from the headers only (``model.safetensors``, or every shard of
+    ``model.safetensors.index.json``); None when the weights are not safetensors."""
+    p = Path(path).expanduser()
+    single, index = p / "model.safetensors", p / "model.safetensors.index.json"
+    if single.is_file():
+        return _header_shapes(single), single
+    if not index.is_file():
+        return None
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{index}: not a readable safetensors index ({exc})") from None
+    shapes: dict[str, list[int]] = {}
+    for shard in shards:
+        if not (p / shard).is_file():
+            raise ValueError(f"{index}: shard {shard} not found")
+        shapes.update(_header_shapes(p / shard))
+    return shapes, index
+
+
+def check_config_matches_weights(path: str | os.PathLike) -> None:
+    """For a Llama-like or HuBERT ``config.json`` (:data:`CHECKED_MODEL_TYPES`) over safetensors weights:
+    ``num_hidden_layers`` against the layers the weights hold, ``hidden_size`` and ``vocab_size`` against
+    the token embedding (HuBERT: ``hidden_size`` against the encoder's layer norm). A one-line ValueError
+    naming ``config.json`` on a mismatch: a config that disagrees with its weights loads a truncated or
+    partly random model. Other models and ``.bin`` weights are left to the loader's check."""
+    p = Path(path).expanduser()
+    cfg_file = p / MODEL_CONFIG
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{cfg_file}: not readable JSON ({exc})") from None
+    if not isinstance(cfg, dict) or cfg.get("model_type") not in CHECKED_MODEL_TYPES:
+        return
+    found = safetensors_shapes(p)
+    if found is None:
+        return
+    shapes, weights = found
+
+    def differs(key: str, value: int, holds: str) -> None:
+        if isinstance(cfg.get(key), int) and cfg[key] != value:
+            raise ValueError(f"{cfg_file}: {key} is {cfg[key]} but {weights.name} holds {holds}")
+
+    layers = {int(m.group(1)) for k in shapes if (m := _LAYER.search(k))}
+    if layers:
+        differs("num_hidden_layers", max(layers) + 1, f"{max(layers) + 1} layers")
+    embed = next((s for k, s in shapes.items() if k.endswith("embed_tokens.weight") and len(s) == 2), None)
+    if embed is not None:
+        differs("vocab_size", embed[0], f"a token embedding of {embed[0]} rows")
+        differs("hidden_size", embed[1], f"a token embedding of width {embed[1]}")
+    norm = next((s for k, s in shapes.items() if k.endswith("encoder.layer_norm.weight") and len(s) == 1), None)
+    if cfg["model_type"] == "hubert" and norm is not None:
+        differs("hidden_size", norm[0], f"an encoder of width {norm[0]}")

@@ -2,14 +2,16 @@
 
 Devices (:func:`resolve_device`, :func:`model_device`), the ``dtype`` names of the config
 (:data:`DTYPES`), where a checkpoint lives (:func:`resolve_checkpoint`: a local directory, or a hub id
-resolved through the local cache) and the atomic safetensors writer :func:`save_model`.
+resolved through the local cache), the check that a loaded checkpoint's weights match its config
+(:func:`check_loading_info`) and the atomic safetensors writer :func:`save_model`.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -25,6 +27,7 @@ __all__ = [
     "inference_placement",
     "resolve_checkpoint",
     "first_line",
+    "check_loading_info",
     "save_model",
 ]
 
@@ -84,6 +87,49 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type name when empty), for one-line errors."""
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+def _some(keys: Iterable[str], n: int = 3) -> str:
+    keys = sorted(keys)
+    more = f", ... ({len(keys)} in all)" if len(keys) > n else ""
+    return ", ".join(keys[:n]) + more
+
+
+def check_loading_info(
+    name_or_path,
+    info: Mapping[str, Iterable],
+    allow_missing: Sequence[str] = (),
+    allow_unexpected: Sequence[str] = (),
+    allow_mismatched: Sequence[str] = (),
+) -> None:
+    """The ``output_loading_info`` of ``from_pretrained``: a one-line ValueError naming ``name_or_path`` and
+    the keys when the weights do not match the model its ``config.json`` describes.
+
+    ``missing_keys`` (weights the model has and the checkpoint lacks: ``from_pretrained`` would initialise
+    them randomly), ``unexpected_keys`` (weights the checkpoint holds beyond the model: dropped, e.g. a
+    ``num_hidden_layers`` below the checkpoint's, a silently truncated model) and ``mismatched_keys``
+    (another shape, reinitialised under ``ignore_mismatched_sizes``), each less the keys matching a
+    pattern (``re.search``) of its ``allow_*`` list. Tied weights are not listed by transformers.
+    """
+
+    def left(kind: str, allowed: Sequence[str]) -> list[str]:
+        keys = [k[0] if isinstance(k, (tuple, list)) else k for k in info.get(kind) or ()]
+        return [k for k in keys if not any(re.search(a, k) for a in allowed)]
+
+    problems = []
+    for kind, allowed, words in (
+        ("missing_keys", allow_missing, "weights missing from the checkpoint (they would be random)"),
+        ("unexpected_keys", allow_unexpected, "weights the model has no place for (they would be dropped)"),
+        ("mismatched_keys", allow_mismatched, "weights of another shape"),
+    ):
+        keys = left(kind, allowed)
+        if keys:
+            problems.append(f"{words}: {_some(keys)}")
+    errors = [first_line(Exception(e)) for e in info.get("error_msgs") or () if str(e).strip()]
+    if errors:
+        problems.append(f"load errors: {'; '.join(errors[:2])}")
+    if problems:
+        raise ValueError(f"{name_or_path}: the weights do not match its config.json; " + "; ".join(problems))
 
 
 def resolve_checkpoint(name_or_path, local_files_only: bool, markers: Sequence[str], what: str) -> str:

@@ -20,7 +20,15 @@ sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.gguf import resolve_gguf
 from qrerase.workflow.validation import ConfigError, validate
-from qrerase.workflow.launch import LAUNCH_CONFIG, job_spec, launcher
+from qrerase.workflow.launch import (
+    ENV_ACCELERATE,
+    ENV_PYTHON,
+    ENV_WORKFLOW,
+    LAUNCH_CONFIG,
+    job_spec,
+    launcher,
+    shell_word,
+)
 from qrerase.workflow.plan_config import rule_resources
 from qrerase.workflow.naming import (
     TASK_LEVEL_EXP,
@@ -213,12 +221,24 @@ def _conda_deployment():
     return DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 
 
+# The commands name this interpreter, its `accelerate` and this checkout through environment variables
+# (qrerase.workflow.launch.ENV_*), never by absolute path: Snakemake's `code` trigger compares a shell
+# rule's command text, so a moved checkout (with its .venv) re-runs nothing, and every word is quoted.
+_ACCELERATE = Path(sys.executable).parent / "accelerate"
+os.environ.update(
+    {
+        ENV_PYTHON: sys.executable,
+        ENV_ACCELERATE: str(_ACCELERATE) if _ACCELERATE.exists() else "accelerate",
+        ENV_WORKFLOW: workflow.basedir,
+    }
+)
+
+
 def _executables():
     """(python, accelerate): the environment's own under --sdm conda, else this interpreter's."""
     if _conda_deployment():
         return "python", "accelerate"
-    accelerate = Path(sys.executable).parent / "accelerate"
-    return sys.executable, str(accelerate) if accelerate.exists() else "accelerate"
+    return f"${ENV_PYTHON}", f"${ENV_ACCELERATE}"
 
 
 def launch(script, kind="train"):
@@ -231,9 +251,9 @@ def launch(script, kind="train"):
         config["model"].get("device", "cpu"),
         python,
         accelerate,
-        str(Path(workflow.basedir) / LAUNCH_CONFIG),
+        f"${ENV_WORKFLOW}/{LAUNCH_CONFIG}",
     )
-    script_path = Path(workflow.basedir) / "workflow_scripts" / script
+    script_path = shell_word(f"${ENV_WORKFLOW}/workflow_scripts/{script}")
     return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"
 
 

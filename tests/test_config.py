@@ -187,3 +187,90 @@ def test_schema_file_lists_no_method_names_and_the_loader_injects_the_registry()
     assert "x-registry" not in str(schema)
     load_schema()["properties"].clear()  # a copy: the cached schema stays whole
     assert "methods" in load_schema()["properties"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every object of the schema is closed: a misspelt key anywhere is refused, naming it.
+# ---------------------------------------------------------------------------------------------
+# A config holding an instance of every object the schema knows (the default config.yaml, the task-level
+# test config and the optional sections the default leaves out). A new object in the schema fails the
+# test below until an instance of it is added here.
+_EVERY_OBJECT = merged(
+    TASK_LEVEL,
+    dict(tracks=["tofu", "crosslingual", "speech", "task_level"]),
+    dotted(
+        model__shape=dict(layers=2, hidden=32, intermediate=64, vocab=400, heads=2, kv_heads=2),
+        speech__model__shape=dict(layers=2, hidden=32, intermediate=64, vocab=0, heads=2, kv_heads=2),
+        finetune__lora=dict(r=4, alpha=8, target_modules="auto"),
+        tofu__imported_models=[{"name": "other", "log": "config.yaml"}],
+    ),
+)
+
+
+def _is_object(schema: dict, node: dict) -> bool:
+    from qrerase.workflow.config_docs import _resolve
+
+    if "$ref" in node and _is_object(schema, _resolve(schema, node["$ref"])):
+        return True
+    types = node.get("type", [])
+    if "object" in ([types] if isinstance(types, str) else types) or "properties" in node:
+        return True
+    return any(_is_object(schema, b) for k in ("allOf", "oneOf", "anyOf") for b in node.get(k, []))
+
+
+def _instance(cfg: dict, path: str) -> tuple[dict | None, str]:
+    """The object at a config_keys path (``a[].b``: the first item; ``a.<name>``: the first key) and its
+    dotted key as the validator names it."""
+    node: object = cfg
+    keys: list[str] = []
+    for part in path.replace("[]", ".[]").split(".") if path else []:
+        if not isinstance(node, (dict, list)) or not node:
+            return None, ""
+        if part == "[]":
+            node, key = (node[0], "0") if isinstance(node, list) else (None, "")
+        elif part == "<name>":
+            key = next(iter(node))
+            node = node[key]
+        else:
+            node, key = (node.get(part), part) if isinstance(node, dict) else (None, "")
+        keys.append(key)
+    return (node if isinstance(node, dict) else None), ".".join(keys)
+
+
+def test_every_object_of_the_schema_refuses_an_unknown_key():
+    from qrerase.workflow.config_docs import config_keys
+
+    schema = load_schema()
+    validate(copy.deepcopy(_EVERY_OBJECT))  # valid as it is
+    keys = config_keys(schema)
+    paths = ["", *(k.path for k in keys if _is_object(schema, k.node))]
+    paths += [f"{k.path}[]" for k in keys if _is_object(schema, k.node.get("items", {}))]  # lists of objects
+    missing = [p for p in paths if _instance(_EVERY_OBJECT, p)[0] is None]
+    assert not missing, f"no instance of these schema objects in _EVERY_OBJECT: {missing}"
+    for path in paths:
+        cfg = copy.deepcopy(_EVERY_OBJECT)
+        node, key = _instance(cfg, path)
+        node["zz_typo"] = 1
+        full = f"{key}.zz_typo" if key else "zz_typo"
+        fails(cfg, f"config key '{full}': unknown key")
+    assert {"pretrain", "finetune", "lora", "speech.lora", "task_level.lora", "tofu.imported_models[]"} <= set(paths)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dotted(lora__rnk=4), "config key 'lora.rnk': unknown key"),
+        (
+            dotted(finetune__checkpoint_evry=2),
+            "config key 'finetune.checkpoint_evry': unknown key (did you mean 'checkpoint_every'?",
+        ),
+        (dotted(pretrain__epoch=3), "config key 'pretrain.epoch': unknown key (did you mean 'epochs'?"),
+        (dotted(speech__finetune__freeze_feature_encodr=True), "config key 'speech.finetune.freeze_feature_encodr'"),
+        (
+            dotted(task_level__data__sizes__arithmatic=dict(train=1, eval=1, new=1)),
+            "'task_level.data.sizes.arithmatic'",
+        ),
+    ],
+)
+def test_a_misspelt_training_key_is_refused(overrides, message):
+    fails(merged(overrides), message)

@@ -11,7 +11,7 @@ from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 from qrerase.checkpoints import inference_placement
 from qrerase.workflow import provenance
 from qrerase.workflow.job import job
-from qrerase.workflow.launch import LaunchedJob, NamedList, job_spec, launcher, load_job
+from qrerase.workflow.launch import LaunchedJob, NamedList, job_spec, launcher, load_job, shell_word
 
 CONFIG = {
     "seed": 3,
@@ -37,6 +37,24 @@ def test_several_processes_use_accelerate_launch_with_gloo_workers_on_cpu():
     assert "--cpu" not in words  # accelerate's --cpu picks its single-process launcher
     gpu = launcher(8, "cuda", "python", "accelerate", "c.yaml")
     assert gpu.startswith("accelerate launch --num_processes 8 ") and "ACCELERATE_USE_CPU" not in gpu
+
+
+def test_every_word_is_quoted_and_environment_variables_stay_expandable():
+    assert (
+        shell_word("$QRERASE_WORKFLOW/workflow_scripts/finetune.py")
+        == '"$QRERASE_WORKFLOW/workflow_scripts/finetune.py"'
+    )
+    assert shell_word("/home/me/my runs/qr-érase/x.py") == "'/home/me/my runs/qr-érase/x.py'"
+    assert shell_word("$(rm -rf ~)") == "'$(rm -rf ~)'" and shell_word("$HOME/a b") == "'$HOME/a b'"
+    assert launcher(1, "cpu", "$QRERASE_PYTHON", "$QRERASE_ACCELERATE", "c.yaml") == '"$QRERASE_PYTHON"'
+    cmd = launcher(2, "cpu", "python", "$QRERASE_ACCELERATE", "$QRERASE_WORKFLOW/envs/accelerate/multi_process.yaml")
+    env = {"QRERASE_ACCELERATE": "/my runs/accelerate", "QRERASE_WORKFLOW": "/my runs/qr-érase"}
+    words = shlex.split(
+        cmd.split(" ", 1)[1]
+        .replace("$QRERASE_ACCELERATE", env["QRERASE_ACCELERATE"])
+        .replace("$QRERASE_WORKFLOW", env["QRERASE_WORKFLOW"])
+    )
+    assert words[0] == "/my runs/accelerate" and words[-1] == "/my runs/qr-érase/envs/accelerate/multi_process.yaml"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])

@@ -29,7 +29,7 @@ TEXT = {  # rule -> (trained output, the checkpoint its update is measured from)
     "baseline": (f"results/{EXP}/baselines/npo/model", f"results/{EXP}/models/full"),  # reference-model baseline
 }
 SPEECH = {"speech_finetune": ("results/speech/models/full", "results/speech/models/pretrained")}
-LAUNCH = "accelerate launch --num_processes 2"
+LAUNCH = "launch --num_processes 2"  # after accelerate: "$QRERASE_ACCELERATE" (rules/common.smk)
 
 
 def processes(n: int) -> dict:
@@ -136,7 +136,8 @@ def test_dry_run_shows_the_launcher_for_training_jobs_only(tmp_path):
     assert all(line.startswith("Shell command: ACCELERATE_USE_CPU=true ") for line in commands if LAUNCH in line)
     assert "rule evaluate:" in proc.stdout  # evaluation and the others still run as scripts, unlaunched
     one = snakemake(tmp_path, "-n", "-p", "--cores", "2", "--configfile", str(tofu_config(tmp_path, **processes(1))))
-    assert "accelerate launch" not in one.stdout and "workflow_scripts/finetune.py --threads" in one.stdout
+    assert "--num_processes" not in one.stdout
+    assert '"$QRERASE_PYTHON" "$QRERASE_WORKFLOW/workflow_scripts/finetune.py" --threads' in one.stdout
 
 
 def test_finetune_mode_lora_trains_an_adapter_and_saves_the_merged_checkpoint(text_runs, tmp_path):

@@ -4,6 +4,7 @@ jobs' loaders make; errors are one line naming the key and the path. A hub id is
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
 import sys
@@ -59,12 +60,15 @@ def checkpoint(tmp_path_factory):
     cfg = TinyLlamaConfig(
         hidden_size=16,
         intermediate_size=32,
-        num_hidden_layers=1,
+        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=64,
     )
-    save_model(build_tiny_llama(cfg, tok, seed=0), tok, root / "model")
+    model = build_tiny_llama(cfg, tok, seed=0)
+    save_model(model, tok, root / "model")
+    model.save_pretrained(root / "sharded", max_shard_size="20KB")  # model.safetensors.index.json + shards
+    tok.save_pretrained(root / "sharded")
     return root
 
 
@@ -140,6 +144,99 @@ def test_speech_model_path_is_checked_when_the_track_runs(tmp_path):
     sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**tiny), ["a", "b"], 0), tmp_path / "hubert")
     cfg["speech"]["model"]["name_or_path"] = str(tmp_path / "hubert")
     validate(cfg)  # no tokenizer needed for a speech model
+
+
+# ---------------------------------------------------------------------------------------------
+# A config.json that disagrees with its weights: refused at planning time (from the safetensors headers)
+# and by the job's loader (from_pretrained's loading info), never loaded truncated or partly random.
+# ---------------------------------------------------------------------------------------------
+def edited(src: Path, dest: Path, **changes) -> Path:
+    """A copy of the checkpoint folder ``src`` with ``config.json`` keys changed."""
+    shutil.copytree(src, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg.update(changes)
+    (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+@pytest.mark.parametrize(
+    "source, changes, message",
+    [
+        ("model", dict(num_hidden_layers=1), "num_hidden_layers is 1 but model.safetensors holds 2 layers"),
+        ("model", dict(num_hidden_layers=3), "num_hidden_layers is 3 but model.safetensors holds 2 layers"),
+        ("model", dict(vocab_size=512), "vocab_size is 512 but model.safetensors holds a token embedding of 400 rows"),
+        ("model", dict(hidden_size=32), "hidden_size is 32 but model.safetensors holds a token embedding of width 16"),
+        ("sharded", dict(num_hidden_layers=1), "num_hidden_layers is 1 but model.safetensors.index.json holds 2"),
+    ],
+)
+def test_a_config_json_that_disagrees_with_its_weights_is_refused_at_planning(
+    checkpoint, tmp_path, source, changes, message
+):
+    assert (checkpoint / "sharded" / "model.safetensors.index.json").is_file()
+    validate(config(model__name_or_path=str(checkpoint / source)))  # as saved: valid
+    path = edited(checkpoint / source, tmp_path / "edited", **changes)
+    refused(
+        config(model__name_or_path=str(path)), f"config key 'model.name_or_path': {path / 'config.json'}: {message}"
+    )
+
+
+@pytest.mark.parametrize(
+    "layers, message",
+    [
+        (1, "weights the model has no place for (they would be dropped): model.layers.1."),
+        (3, "weights missing from the checkpoint (they would be random): model.layers.2."),
+    ],
+)
+@pytest.mark.parametrize("source", ["model", "sharded"])
+def test_the_text_loader_refuses_weights_that_do_not_match_the_config(checkpoint, tmp_path, source, layers, message):
+    from qrerase.text.models import load_model
+
+    assert load_model(checkpoint / source).config.num_hidden_layers == 2
+    path = edited(checkpoint / source, tmp_path / "edited", num_hidden_layers=layers)
+    with pytest.raises(ValueError) as info:
+        load_model(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: the weights do not match its config.json; {message}") and "\n" not in text
+
+
+def _tiny_hubert(out: Path, speakers=("a", "b")) -> Path:
+    from qrerase.speech import model as sm
+
+    tiny = dict(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        conv_dim=(8, 16, 16, 16),
+        num_conv_pos_embeddings=4,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=16,
+    )
+    sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**tiny), list(speakers), 0), out)
+    return out
+
+
+def test_a_speech_checkpoint_that_disagrees_with_its_config_is_refused(tmp_path):
+    from qrerase.speech.model import load_speech_model
+
+    hubert = _tiny_hubert(tmp_path / "hubert")
+    cfg = config(speech__model__name_or_path=str(hubert))
+    cfg["tracks"] = ["tofu", "speech"]
+    validate(cfg)
+    assert load_speech_model(hubert).config.num_hidden_layers == 2
+    assert load_speech_model(hubert, speakers=["a", "b", "c"]).config.num_labels == 3  # a new head: allowed
+    for layers, message in ((1, "they would be dropped): hubert.encoder.layers.1."), (3, "random): hubert.encoder")):
+        path = edited(hubert, tmp_path / f"layers{layers}", num_hidden_layers=layers)
+        cfg["speech"]["model"]["name_or_path"] = str(path)
+        refused(cfg, f"{path / 'config.json'}: num_hidden_layers is {layers} but model.safetensors holds 2 layers")
+        for speakers in (None, ["a", "b", "c"]):
+            with pytest.raises(ValueError) as info:
+                load_speech_model(path, speakers=speakers)
+            assert str(info.value).startswith(f"{path}: the weights do not match its config.json; ")
+            assert message in str(info.value) and "\n" not in str(info.value)
+    path = edited(hubert, tmp_path / "wide", hidden_size=32)
+    cfg["speech"]["model"]["name_or_path"] = str(path)
+    refused(cfg, f"{path / 'config.json'}: hidden_size is 32 but model.safetensors holds an encoder of width 16")
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,9 @@ BASELINES = ["ga", "npo"]  # tests/configs/test.yaml
 CONTROLS = ["qr_erase_ll_control"]  # config.yaml unlearn.control: the same edit built from the retain adapter
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+def snakemake(workdir: Path, *args: str, check: bool = True, repo: Path = REPO) -> subprocess.CompletedProcess:
+    """The snakemake CLI on the workflow of checkout ``repo`` (default: this one) in ``workdir``."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(workdir), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
@@ -76,11 +77,37 @@ def planned_rules(proc: subprocess.CompletedProcess) -> dict[str, int]:
     return counts
 
 
+def copy_checkout(dest: Path) -> Path:
+    """A git checkout at ``dest`` holding this checkout's workflow files as they are now (tracked and
+    untracked-but-not-ignored; no docs, tests or the large data sets), committed (provenance records a
+    commit)."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    skip = ("docs/", "tests/", "data/fsdd/", "data/mtofu/")
+    for name in filter(None, listed.split("\0")):
+        src = REPO / name
+        if name.startswith(skip) or not src.is_file():
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / name, follow_symlinks=False)
+    git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@example.org"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    wd = tmp_path_factory.mktemp("workflow")
+    """The e2e run of the test config, in a copy of the checkout whose path has a space and a non-ASCII
+    letter, run there (workflow directory = working directory). The other tests plan against it with
+    this checkout's Snakefile: the checkout the run used is elsewhere, and nothing may re-run for it."""
+    wd = copy_checkout(tmp_path_factory.mktemp("workflow") / "my runs" / "qr-érase")
     cfg = run_config(wd)
-    snakemake(wd, "--cores", "2", "--configfile", str(cfg))
+    snakemake(wd, "--cores", "2", "--configfile", str(cfg), repo=wd)
     return wd
 
 
@@ -200,8 +227,20 @@ def test_benchmark_target(workdir):
 
 
 def test_nothing_changed_nothing_runs(workdir):
+    # planned with this checkout's Snakefile, not the copy's that ran: a checkout elsewhere re-runs nothing
     proc = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(workdir / "test.yaml"))
     assert planned_rules(proc) == {}
+
+
+def test_a_moved_checkout_with_its_results_reruns_nothing(workdir):
+    """The finished run's checkout (its working directory, results and .snakemake) renamed: nothing to do."""
+    moved = workdir.parent / "moved qr-érase"
+    workdir.rename(moved)
+    try:
+        proc = snakemake(moved, "-n", "--cores", "2", "--configfile", str(moved / "test.yaml"), repo=moved)
+        assert planned_rules(proc) == {}, (proc.stdout + proc.stderr)[-3000:]
+    finally:
+        moved.rename(workdir)
 
 
 def test_changing_rank_reruns_no_training(workdir):

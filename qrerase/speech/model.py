@@ -22,7 +22,14 @@ __all__ = [
     "save_speech_model",
     "load_pretrained",
     "graft_encoder",
+    "HEAD_KEYS",
+    "SPEC_AUGMENT_KEY",
 ]
+
+#: The speaker head of ``HubertForSequenceClassification`` (new, seeded, when loading with ``speakers``).
+HEAD_KEYS = (r"^projector\.", r"^classifier\.")
+#: SpecAugment's learned mask vector (unused: SpecAugment is switched off on loading).
+SPEC_AUGMENT_KEY = r"(^|\.)masked_spec_embed$"
 
 
 @dataclass
@@ -121,12 +128,15 @@ def load_speech_model(
 
     With ``speakers`` the classification head is sized to them (a new, seeded head where the checkpoint
     has none or another label set); without, the checkpoint's own head is used (a fine-tuned model).
-    SpecAugment and layer drop are switched off. A path that holds no model: one-line ValueError.
+    SpecAugment and layer drop are switched off. A path that holds no model, or whose weights do not match
+    its ``config.json`` (:func:`qrerase.checkpoints.check_loading_info`): one-line ValueError. Allowed: the
+    new head's ``projector`` / ``classifier`` weights with ``speakers`` (missing, or of another shape), and a
+    missing ``masked_spec_embed`` (SpecAugment's mask vector; SpecAugment is off).
     """
     import torch
     from transformers import HubertForSequenceClassification
 
-    from ..checkpoints import DTYPES, first_line, resolve_checkpoint, resolve_device
+    from ..checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint, resolve_device
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -137,15 +147,20 @@ def load_speech_model(
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = HubertForSequenceClassification.from_pretrained(
+            model, info = HubertForSequenceClassification.from_pretrained(
                 where,
                 dtype=DTYPES[dtype],
                 local_files_only=local_files_only,
                 ignore_mismatched_sizes=speakers is not None,
+                output_loading_info=True,
                 **kwargs,
             )
     except Exception as exc:
         raise ValueError(f"{name_or_path}: cannot load a HuBERT speech model ({first_line(exc)})") from exc
+    head = HEAD_KEYS if speakers is not None else ()
+    check_loading_info(
+        name_or_path, info, allow_missing=(*head, SPEC_AUGMENT_KEY), allow_unexpected=(), allow_mismatched=head
+    )
     return model.to(resolve_device(device)).eval()
 
 

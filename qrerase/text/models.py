@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from ..checkpoints import DTYPES, first_line, inference_placement, resolve_checkpoint, resolve_device
+from ..checkpoints import (
+    DTYPES,
+    check_loading_info,
+    first_line,
+    inference_placement,
+    resolve_checkpoint,
+    resolve_device,
+)
 from ..config import from_mapping
 from ..io import atomic_dir
 
@@ -26,6 +33,9 @@ __all__ = [
     "build_tiny_llama",
     "load_model",
 ]
+
+#: Rotary inverse frequencies: a buffer older checkpoints saved, recomputed from the config on load.
+ROTARY_BUFFER = r"rotary_emb\.inv_freq$"
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 
@@ -173,8 +183,11 @@ def load_model(
     ``max_memory`` (:func:`qrerase.checkpoints.inference_placement`); otherwise, and always for
     training, it is loaded whole and moved to ``device``.
 
-    ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model
-    gives a one-line ``ValueError`` naming it.
+    ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model, or whose
+    weights do not match its ``config.json`` (missing, unexpected or reshaped weights:
+    :func:`qrerase.checkpoints.check_loading_info`; the rotary ``inv_freq`` buffers some older
+    checkpoints store are recomputed from the config and allowed), gives a one-line ``ValueError``
+    naming it.
     """
     from transformers import AutoModelForCausalLM
 
@@ -183,11 +196,12 @@ def load_model(
     where = resolve_checkpoint(name_or_path, local_files_only, ("config.json", "adapter_config.json"), "model")
     placement = inference_placement(device) if spread else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=DTYPES[dtype], local_files_only=local_files_only, **placement
+        model, info = AutoModelForCausalLM.from_pretrained(
+            where, dtype=DTYPES[dtype], local_files_only=local_files_only, output_loading_info=True, **placement
         )
     except Exception as exc:
         raise ValueError(f"{name_or_path}: cannot load a causal LM ({first_line(exc)})") from exc
+    check_loading_info(name_or_path, info, allow_unexpected=(ROTARY_BUFFER,))
     if model.generation_config.pad_token_id is None and model.config.eos_token_id is not None:
         eos = model.config.eos_token_id
         model.generation_config.pad_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos

@@ -2,7 +2,8 @@
 
 A training rule runs its script through a ``shell:`` command (so ``snakemake -n -p`` shows it):
 
-- one process: ``<python> <script> --threads T --log L --job '<json>'``;
+- one process: ``"$QRERASE_PYTHON" "$QRERASE_WORKFLOW/workflow_scripts/<script>" --threads T --log L --job
+  '<json>'``;
 - ``resources.<kind>.processes`` N > 1: HF Accelerate's launcher, ``accelerate launch --num_processes N
   --main_process_port 0 --config_file envs/accelerate/multi_process.yaml <script> ...``, which starts N
   workers through ``torch.distributed.run`` and sets ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` /
@@ -10,6 +11,12 @@ A training rule runs its script through a ``shell:`` command (so ``snakemake -n 
   With ``model.device: cpu`` the command is prefixed by ``ACCELERATE_USE_CPU=true``: the workers'
   ``Accelerator`` then joins a gloo process group on the CPU. (``accelerate launch --cpu`` is not used:
   it selects Accelerate's single-process launcher, which starts one process whatever ``--num_processes``.)
+
+The command names the interpreter, the launcher and the workflow directory through environment variables
+(:data:`ENV_PYTHON`, :data:`ENV_ACCELERATE`, :data:`ENV_WORKFLOW`, set by ``rules/common.smk`` when the
+Snakefile is read), never by absolute path: Snakemake compares a shell rule's command text (its ``code``
+rerun trigger), so a checkout (and its ``.venv``) moved elsewhere plans the same commands and re-runs
+nothing. Every word is quoted (:func:`shell_word`): a checkout at ``/home/me/my runs/qr-erase`` works.
 
 The job spec (``--job``) is one JSON object built at planning time by ``rules/common.smk``
 (:func:`job_spec`): the job's inputs, outputs, params, wildcards and the config entries its params come
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +42,10 @@ from .provenance import config_subset
 
 __all__ = [
     "LAUNCH_CONFIG",
+    "ENV_PYTHON",
+    "ENV_ACCELERATE",
+    "ENV_WORKFLOW",
+    "shell_word",
     "NamedList",
     "LaunchedJob",
     "launcher",
@@ -46,6 +58,18 @@ __all__ = [
 
 #: The Accelerate launcher config shipped in the repository (relative to the workflow directory).
 LAUNCH_CONFIG = "envs/accelerate/multi_process.yaml"
+#: Environment variables of the launch command (set by ``rules/common.smk``): the Python interpreter, the
+#: ``accelerate`` executable and the workflow directory (the checkout holding ``workflow_scripts/``).
+ENV_PYTHON, ENV_ACCELERATE, ENV_WORKFLOW = "QRERASE_PYTHON", "QRERASE_ACCELERATE", "QRERASE_WORKFLOW"
+
+_ENV_WORD = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z0-9._-]+)*")
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one shell word: ``$NAME`` or ``$NAME/a/path`` (an environment variable, with a path
+    below it) in double quotes, so the shell expands it whatever it holds (spaces included); anything
+    else quoted literally (:func:`shlex.quote`)."""
+    return f'"{value}"' if _ENV_WORD.fullmatch(value) else shlex.quote(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,14 +104,16 @@ def is_main_process() -> bool:
 def launcher(processes: int, device: str, python: str, accelerate: str, config_file: str) -> str:
     """The command prefix that runs a training script with ``processes`` processes.
 
-    ``processes == 1``: the Python interpreter itself. Above 1: ``accelerate launch`` with the shipped
-    launcher config and a free rendezvous port; ``device == "cpu"`` adds ``ACCELERATE_USE_CPU=true``
-    (gloo workers on the CPU). Raises ValueError for ``processes < 1``.
+    ``python``, ``accelerate`` and ``config_file`` are each one word, quoted here (:func:`shell_word`:
+    ``$QRERASE_PYTHON`` stays an environment variable). ``processes == 1``: the Python interpreter
+    itself. Above 1: ``accelerate launch`` with the shipped launcher config and a free rendezvous port;
+    ``device == "cpu"`` adds ``ACCELERATE_USE_CPU=true`` (gloo workers on the CPU).
+    Raises ValueError for ``processes < 1``.
     """
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"resources.<kind>.processes: expected an integer >= 1, got {processes!r}")
     if processes == 1:
-        return shlex.quote(python)
+        return shell_word(python)
     parts = [
         accelerate,
         "launch",
@@ -99,7 +125,7 @@ def launcher(processes: int, device: str, python: str, accelerate: str, config_f
         config_file,
     ]
     prefix = "ACCELERATE_USE_CPU=true " if device == "cpu" else ""
-    return prefix + " ".join(shlex.quote(p) for p in parts)
+    return prefix + " ".join(shell_word(p) for p in parts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -143,9 +143,39 @@ def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     ]
     if kept:
         path, err = min(kept, key=lambda pe: list(pe[0]))
+        unknown = _unknown_key(err, str(schema_path))
+        if unknown is not None:
+            path, message = (*path, unknown[0]), unknown[1]
+        else:
+            message = " ".join(err.message.split())
         key = ".".join(path) or "<top level>"
-        message = " ".join(err.message.split())
         raise ConfigError(f"config key '{key}': {message} (see {Path(schema_path).name})")
+
+
+def _unknown_key(err, schema_path: str) -> tuple[str, str] | None:
+    """(the first unknown key, its message) of a schema error about a key the schema does not know (a
+    closed object's ``additionalProperties`` / ``unevaluatedProperties``, or a ``propertyNames`` enum),
+    else None. The message suggests the closest known key and lists the keys allowed there."""
+    import difflib
+
+    from .config_docs import config_keys
+
+    if err.validator in ("oneOf", "anyOf"):  # a closed object branch (model.template): its unknown key
+        found = (_unknown_key(e, schema_path) for e in err.context if not e.path)
+        return next((f for f in found if f is not None), None)
+    if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, Mapping):
+        schema = _schema(schema_path)
+        known = [k.path for k in config_keys(schema, node=err.schema) if "." not in k.path and "[" not in k.path]
+        extra = [str(k) for k in err.instance if str(k) not in known]
+    elif "propertyNames" in err.schema_path and isinstance(err.instance, str):
+        known, extra = [str(v) for v in err.schema.get("enum", [])], [err.instance]
+    else:
+        return None
+    if not extra:
+        return None
+    close = difflib.get_close_matches(extra[0], known, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return extra[0], f"unknown key ({hint}keys here: {', '.join(known) or 'none'})"
 
 
 def check_core(cfg: Mapping) -> None:
