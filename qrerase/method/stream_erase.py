@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_dir
-from .erase import apply_updates
+from .erase import apply_updates, check_finite_weights
 
 INDEX = "model.safetensors.index.json"
 #: architectures whose linear layers are transformers ``Conv1D`` (weights stored d_in x d_out)
@@ -41,7 +41,8 @@ def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir:
 
     updates: module name → (U (d_out×k), V (k×d_in)), as for :func:`apply_updates`; the weight of
     module ``m`` is the tensor ``m + ".weight"`` of whichever shard holds it. Every module must be
-    found (checked from the shard headers before anything is written). Returns ``out_dir``.
+    found (checked from the shard headers before anything is written). An edited weight that is not
+    finite (a degenerate scale) is an error naming ``out_dir``, and nothing is written. Returns ``out_dir``.
     """
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -71,7 +72,30 @@ def erase_checkpoint(model_dir: str | Path, updates: Mapping[str, Any], out_dir:
             mine = {m: u for m, u in updates.items() if where[f"{m}.weight"] == shard}
             if mine:
                 apply_updates(tensors, mine, transposed=transposed & set(mine))
+                check_finite_weights({f"{m}.weight": tensors[f"{m}.weight"] for m in mine}, out_dir)
             save_file(tensors, str(tmp / shard.name), metadata=metadata)
             os.chmod(tmp / shard.name, 0o666 & ~umask)  # safetensors writes 0600
             del tensors
     return Path(out_dir)
+
+
+def check_edited_weights(model_dir: str | Path, updates: Mapping[str, Any], out_dir: str | Path) -> None:
+    """Raise ``ValueError`` naming ``out_dir`` when W − U @ V is not finite for a module of ``updates``
+    (the weights of the checkpoint ``model_dir`` read one at a time, as :func:`erase_checkpoint` edits
+    them): the check of an erase written as an adapter, whose edited weights exist only when applied."""
+    from safetensors import safe_open
+
+    src = Path(model_dir)
+    config = json.loads((src / "config.json").read_text(encoding="utf-8")) if (src / "config.json").is_file() else {}
+    conv1d = config.get("model_type") in CONV1D_MODEL_TYPES
+    left = {f"{m}.weight": m for m in updates}
+    for shard in checkpoint_shards(src):
+        with safe_open(str(shard), framework="pt") as f:
+            for key in [k for k in f.keys() if k in left]:
+                m = left.pop(key)
+                one = {key: f.get_tensor(key)}
+                apply_updates(one, {m: updates[m]}, transposed={m} if conv1d else set())
+                check_finite_weights(one, out_dir)
+    if left:
+        missing = sorted(left.values())[:3]
+        raise ValueError(f"{src}: no weight for modules {missing} in the checkpoint's safetensors files")

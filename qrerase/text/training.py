@@ -223,6 +223,20 @@ def train_steps(
     if not trained:
         raise ValueError("model has no trainable parameters")
     dtype = trained[0].dtype
+    identity = None
+    if cfg.checkpoint_every > 0 and engine.current_resume_dir(desc) is not None:
+        settings = {
+            "desc": desc,
+            "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("threads", "checkpoint_every")},
+            "steps": total,
+            "optimizer": optimizer,
+            "schedule": schedule,
+            "world": world,
+            "parts": parts,
+            "trainable": [n for n, p in model.named_parameters() if p.requires_grad],
+            "frozen": [engine.run_identity({}, [], m) for m in frozen],
+        }
+        identity = engine.run_identity(settings, steps, model)  # before any dtype change
     accelerator = engine.make_accelerator(cfg.backend, dtype, model_device(model), engine.layer_classes(model))
     rank = accelerator.process_index
     if dtype != torch.float32:
@@ -238,7 +252,7 @@ def train_steps(
     accelerator.register_for_checkpointing(scheduler, progress)
     resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
     if resume is not None:
-        engine.load_latest(accelerator, resume)
+        engine.load_latest(accelerator, resume, identity)
     rows = progress.rows
     model.train()
     bar = tqdm(
@@ -265,13 +279,17 @@ def train_steps(
                 value, terms = engine.accumulate(
                     accelerator, wrapped, split(payload, parts)[rank * acc : (rank + 1) * acc], world
                 )
-            if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+            if not math.isfinite(value):
+                raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
+            clip = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else math.inf
+            norm = accelerator.clip_grad_norm_(params, clip)  # max inf: the norm only (gradients × 1)
+            if norm is not None and not math.isfinite(float(norm)):
+                raise FloatingPointError(
+                    f"{desc}: gradient norm is {float(norm)} at step {step} (lower the learning rate)"
+                )
             lr = opt.param_groups[0]["lr"]
             opt.step()
             scheduler.step()
-            if not math.isfinite(value):
-                raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
             rows.append(
                 {
                     "step": step,
@@ -300,6 +318,9 @@ def train_steps(
     if sharded:
         for m in frozen:
             engine.unshard(m)
+    for name, p in model.named_parameters():
+        if p.requires_grad and not bool(torch.isfinite(p.detach()).all()):
+            raise FloatingPointError(f"{desc}: trained weight {name} is not finite (lower the learning rate)")
     return rows
 
 
