@@ -194,3 +194,25 @@ def test_non_finite_edit_is_an_error_naming_the_output_and_writes_nothing(lora_p
     sane = _updates(lora_pair, "cpqr-all")
     check_edited_weights(base, sane, out)
     assert erase_checkpoint(base, sane, out).is_dir()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_edit_check_reads_half_precision_checkpoints_without_torch(lora_pair, tmp_path, dtype):
+    """rule erase_adapter's check (numpy only) on bf16 / fp16 weights agrees with the merged erase."""
+    from qrerase.method.stream_erase import check_edited_weights, erase_checkpoint
+
+    base = tmp_path / "base"
+    build_tiny_llama().to(dtype).save_pretrained(base)
+    sane = _updates(lora_pair, "cpqr-all")
+    check_edited_weights(base, sane, tmp_path / "out")
+    # 1e9 overflows float16 (max 65504) but not bfloat16: both checks say the same
+    big = {m: (U * 1e9, V) for m, (U, V) in sane.items()}
+    outcomes = []
+    for check in (check_edited_weights, erase_checkpoint):
+        try:
+            check(base, big, tmp_path / "out")
+            outcomes.append("ok")
+        except ValueError as exc:
+            assert "not finite" in str(exc)
+            outcomes.append("degenerate")
+    assert outcomes == ["degenerate" if dtype == torch.float16 else "ok"] * 2
