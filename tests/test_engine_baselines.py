@@ -6,6 +6,7 @@ Real tiny Llama fine-tuned on two real TOFU authors (as tests/test_baselines.py)
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -135,6 +136,37 @@ def test_resumed_graddiff_is_bit_identical(models, tok, sets, tmp_path):
     assert not resume.exists()
     assert curve == ref_curve
     assert all(torch.equal(model.state_dict()[k], v) for k, v in ref.state_dict().items())
+
+
+def test_a_baseline_setting_change_is_not_resumed(models, tok, sets, tmp_path, caplog):
+    """retain_weight is the loss's own setting (not the training config's): changed, the rerun starts over."""
+    import logging
+
+    import qrerase.baselines.text as text
+    from qrerase.text import training
+
+    _, finetuned = models
+    forget, retain, _ = sets
+    cfg = TextBaselineConfig(method="graddiff", epochs=1, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2)
+    original = training.train_steps
+
+    def abort_at_3(step):
+        if step == 3:
+            raise _Abort
+        return False
+
+    resume = tmp_path / "job"
+    text.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort_at_3})
+    try:
+        with pytest.raises(_Abort), engine.resuming(resume):
+            train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
+    finally:
+        text.train_steps = original
+    assert (resume / "graddiff" / "step-2").is_dir()
+    changed = dataclasses.replace(cfg, retain_weight=0.5)
+    with caplog.at_level(logging.INFO, logger="qrerase"), engine.resuming(resume):
+        train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, changed)
+    assert "different run" in caplog.text and "resumed training" not in caplog.text
 
 
 def test_resume_dir_is_outside_the_outputs():
