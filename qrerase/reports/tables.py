@@ -12,12 +12,13 @@ CSV (raw numbers)
     Columns, in this order: the label column (raw keys as given), ``display_label`` (the shown
     label), ``reference`` (1 for reference rows, 0 otherwise), then every spec column at full
     precision (shortest round-trip ``repr`` of the float; empty when missing), then one
-    ``<column>_mark`` per ranked column holding ``best``, ``second`` or an empty string. Rows in the
-    displayed order (reference rows first).
+    ``<column>_mark`` per ranked column holding ``best``, ``second``, ``degenerate`` (see below) or an
+    empty string. Rows in the displayed order (reference rows first).
 Markdown
     A GitHub table. Best per column is ``**x**``, second best ``<u>x</u>``; a ✓ follows a value
-    that passes its ``check_threshold``. With column groups, the header row holds the group names
-    (in the first column of each span) and the column headers follow as the first, bold, row.
+    that passes its ``check_threshold`` (not a degenerate cell's). With column groups, the header
+    row holds the group names (in the first column of each span) and the column headers follow as
+    the first, bold, row.
 LaTeX
     A ``table`` (or ``table*``) float with a booktabs ``tabular`` (needs ``booktabs``; checkmarks
     need ``amssymb``). Best ``\\textbf{x}``, second ``\\underline{x}``, passing values get
