@@ -6,6 +6,7 @@ Real tiny Llama models trained on two real TOFU authors; nothing is mocked.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 import torch
@@ -136,13 +137,124 @@ def test_resumed_training_is_bit_identical(tok, records, tmp_path):
                 train_causal_lm(model, tok, records, TPL, cfg, desc="run")
         finally:
             training.train_steps = original
-        assert [p.name for p in (resume / "run").iterdir()] == ["step-8"]
+        assert sorted(p.name for p in (resume / "run").iterdir()) == ["run.json", "step-4", "step-8"]  # two kept
+        assert engine.check_state(resume / "run" / "step-8") is None  # its checksums hold
         model = build_tiny_llama(TINY, tok, seed=6)  # a fresh process would rebuild the start
         frame = train_causal_lm(model, tok, records, TPL, cfg, desc="run")
     assert not (resume / "run").exists()  # removed once training finished
     assert frame.equals(ref_frame)
     for k, v in ref.state_dict().items():
         assert torch.equal(model.state_dict()[k], v), k
+
+
+_RESUME_CFG = TrainConfig(
+    epochs=3, lr=3e-3, batch_size=8, warmup_ratio=0.2, weight_decay=0.01, seed=6, threads=1, checkpoint_every=4
+)
+
+
+def _killed_at_10(tok, records, cfg, resume):
+    """A run of ``cfg`` under ``resume`` that dies after step 10 (states saved at steps 4 and 8)."""
+    from qrerase.text import training
+
+    def abort(step):
+        if step == 10:
+            raise _Abort
+
+    original = training.train_steps
+    training.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort})
+    try:
+        with pytest.raises(_Abort), engine.resuming(resume):
+            train_causal_lm(build_tiny_llama(TINY, tok, seed=6), tok, records, TPL, cfg, desc="run")
+    finally:
+        training.train_steps = original
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tok, records):
+    """(weights, loss curve) of uninterrupted runs at the resume tests' lr and at a changed lr."""
+    out = {}
+    for lr in (3e-3, 1e-3):
+        model = build_tiny_llama(TINY, tok, seed=6)
+        frame = train_causal_lm(model, tok, records, TPL, dataclasses.replace(_RESUME_CFG, lr=lr), desc="run")
+        out[lr] = (_weights(model), frame)
+    return out
+
+
+def _resume(tok, records, cfg, resume, caplog):
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="qrerase"), engine.resuming(resume):
+        model = build_tiny_llama(TINY, tok, seed=6)
+        frame = train_causal_lm(model, tok, records, TPL, cfg, desc="run")
+    return _weights(model), frame, caplog.text
+
+
+def test_resume_after_a_config_change_starts_over(tok, records, tmp_path, uninterrupted, caplog):
+    """A killed run rerun at another lr does not load the old run's state: it equals a fresh run at the new lr."""
+    resume = tmp_path / "resume"
+    _killed_at_10(tok, records, _RESUME_CFG, resume)
+    weights, frame, text = _resume(tok, records, dataclasses.replace(_RESUME_CFG, lr=1e-3), resume, caplog)
+    assert "different run" in text and "resumed training" not in text
+    ref_weights, ref_frame = uninterrupted[1e-3]
+    assert frame.equals(ref_frame)
+    assert all(torch.equal(weights[k], v) for k, v in ref_weights.items())
+
+
+def _flip(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10  # one bit in the tensor data
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage", [_flip, _truncate], ids=["bit-flip", "truncated"])
+def test_corrupt_state_falls_back_to_the_previous_good_one(tok, records, tmp_path, uninterrupted, caplog, damage):
+    resume = tmp_path / "resume"
+    _killed_at_10(tok, records, _RESUME_CFG, resume)
+    damage(resume / "run" / "step-8" / "model.safetensors")
+    weights, frame, text = _resume(tok, records, _RESUME_CFG, resume, caplog)
+    bad = [line for line in text.splitlines() if " is corrupt: " in line]
+    assert len(bad) == 1 and "step-8" in bad[0] and "model.safetensors" in bad[0] and "falling back to step-4" in bad[0]
+    assert f"resumed training from {resume / 'run' / 'step-4'}" in text
+    ref_weights, ref_frame = uninterrupted[3e-3]
+    assert frame.equals(ref_frame)  # step-4's state is as good: the run ends bit-identical
+    assert all(torch.equal(weights[k], v) for k, v in ref_weights.items())
+
+
+def test_all_states_corrupt_starts_over(tok, records, tmp_path, uninterrupted, caplog):
+    resume = tmp_path / "resume"
+    _killed_at_10(tok, records, _RESUME_CFG, resume)
+    _truncate(resume / "run" / "step-8" / "optimizer.bin")
+    (resume / "run" / "step-4" / "checksums.sha256").unlink()  # as if killed before its manifest
+    weights, frame, text = _resume(tok, records, _RESUME_CFG, resume, caplog)
+    assert "step-4 is corrupt: checksums.sha256 is missing (state incomplete); removed, starting over" in text
+    assert "resumed training" not in text
+    ref_weights, ref_frame = uninterrupted[3e-3]
+    assert frame.equals(ref_frame)
+    assert all(torch.equal(weights[k], v) for k, v in ref_weights.items())
+
+
+def test_non_finite_gradient_stops_training(tok, records):
+    """A finite loss with an infinite gradient (injected into one real weight's backward) stops at once,
+    before the update, naming the step; the model is never handed back to be saved."""
+    model = build_tiny_llama(TINY, tok, seed=8)
+    weight = model.model.layers[0].mlp.down_proj.weight
+    weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    before = weight.detach().clone()
+    cfg = TrainConfig(epochs=1, lr=1e-3, batch_size=8, seed=8, threads=1)
+    with pytest.raises(FloatingPointError, match=r"^t: gradient norm is (inf|nan) at step 1 "):
+        train_causal_lm(model, tok, records[:8], TPL, cfg, desc="t")
+    assert torch.equal(weight.detach(), before)  # the step was not taken
+
+
+def test_non_finite_weights_after_training_stop_it(tok, records):
+    """lr 1e39 overflows float32 in the one update: the loss and gradient were finite, the weights are not."""
+    model = build_tiny_llama(TINY, tok, seed=8)
+    cfg = TrainConfig(epochs=1, lr=1e39, batch_size=8, seed=8, threads=1)
+    with pytest.raises(FloatingPointError, match=r"^t: trained weight .* is not finite"):
+        train_causal_lm(model, tok, records[:8], TPL, cfg, desc="t")
 
 
 def _count_mlp_calls(model, calls, key):

@@ -6,6 +6,7 @@ Real tiny Llama fine-tuned on two real TOFU authors (as tests/test_baselines.py)
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +19,8 @@ from qrerase.baselines.task_level import KgaConfig, KuConfig, train_kga, train_k
 from qrerase.baselines.text import TEXT_BASELINES, TextBaselineConfig, read_refusals, train_baseline
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
-from qrerase.workflow.job import resume_dir
+from qrerase.workflow.job import resume_dir, resume_key
+from qrerase.workflow.launch import LaunchedJob
 
 
 @pytest.fixture(scope="module")
@@ -136,12 +138,73 @@ def test_resumed_graddiff_is_bit_identical(models, tok, sets, tmp_path):
     assert all(torch.equal(model.state_dict()[k], v) for k, v in ref.state_dict().items())
 
 
+def test_a_baseline_setting_change_is_not_resumed(models, tok, sets, tmp_path, caplog):
+    """retain_weight is the loss's own setting (not the training config's): changed, the rerun starts over."""
+    import logging
+
+    import qrerase.baselines.text as text
+    from qrerase.text import training
+
+    _, finetuned = models
+    forget, retain, _ = sets
+    cfg = TextBaselineConfig(method="graddiff", epochs=1, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2)
+    original = training.train_steps
+
+    def abort_at_3(step):
+        if step == 3:
+            raise _Abort
+        return False
+
+    resume = tmp_path / "job"
+    text.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort_at_3})
+    try:
+        with pytest.raises(_Abort), engine.resuming(resume):
+            train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
+    finally:
+        text.train_steps = original
+    assert (resume / "graddiff" / "step-2").is_dir()
+    changed = dataclasses.replace(cfg, retain_weight=0.5)
+    with caplog.at_level(logging.INFO, logger="qrerase"), engine.resuming(resume):
+        train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, changed)
+    assert "different run" in caplog.text and "resumed training" not in caplog.text
+
+
 def test_resume_dir_is_outside_the_outputs():
     job = SimpleNamespace(
         output=["results/tofu_forget10/models/full"],
         rule="finetune",
         wildcards=SimpleNamespace(items=lambda: [("exp", "tofu_forget10"), ("which", "full")]),
     )
-    assert resume_dir(job) == Path("results/.resume/finetune/exp=tofu_forget10,which=full")
+    path = resume_dir(job)
+    assert path.parent == Path("results/.resume/finetune/exp=tofu_forget10,which=full")
+    assert path.name == resume_key(job) and len(path.name) == 16
     job.wildcards = SimpleNamespace(items=lambda: [])
-    assert resume_dir(job) == Path("results/.resume/finetune/_")
+    assert resume_dir(job).parent == Path("results/.resume/finetune/_")
+
+
+def _launched(tmp_path, lr, data):
+    spec = {
+        "rule": "finetune",
+        "input": {"values": [str(data)], "names": {"data": str(data)}},
+        "output": {"values": [str(tmp_path / "results/m")], "names": {"model": str(tmp_path / "results/m")}},
+        "wildcards": {"which": "full"},
+        "params": {"seed": 0, "train": {"lr": lr, "epochs": 2}},
+        "config": {},
+    }
+    return LaunchedJob(spec, threads=1, log=[], scriptdir=str(tmp_path))
+
+
+def test_resume_key_changes_with_the_job_spec_and_inputs(tmp_path, monkeypatch):
+    """A changed hyperparameter or input gives another resume folder; the stale one is removed, logged."""
+    data = tmp_path / "forget.jsonl"
+    data.write_text('{"question": "q", "answer": "a"}\n')
+    monkeypatch.chdir(tmp_path)
+    first = resume_dir(_launched(tmp_path, 1e-3, data))
+    assert resume_dir(_launched(tmp_path, 1e-3, data)) == first  # stable
+    (first / "which").mkdir(parents=True)
+    other_lr = resume_dir(_launched(tmp_path, 2e-3, data))
+    assert other_lr != first and other_lr.parent == first.parent
+    assert not first.exists()  # stale: another lr's states are never resumed
+    data.write_text('{"question": "q", "answer": "b"}\n')
+    assert resume_dir(_launched(tmp_path, 2e-3, data)) != other_lr
+    assert resume_key(_launched(tmp_path, 2e-3, data)) != resume_key(_launched(tmp_path, 1e-3, data))

@@ -164,3 +164,55 @@ def test_save_merged_rejects_peft_model(lora_pair, tmp_path):
     with pytest.raises(ValueError, match="merge_and_unload"):
         save_merged(pm, None, tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("writer", ["merged", "streamed", "adapter"])
+def test_non_finite_edit_is_an_error_naming_the_output_and_writes_nothing(lora_pair, tmp_path, writer):
+    """A degenerate scale (1e40: finite in float64, past float32's range) makes W − U V non-finite:
+    each erase writer fails with one line naming its output and leaves nothing under that name."""
+    from qrerase.method.stream_erase import check_edited_weights, erase_checkpoint
+
+    updates = {m: (U * 1e40, V) for m, (U, V) in _updates(lora_pair, "cpqr-all").items()}
+    base = tmp_path / "base"
+    build_tiny_llama().save_pretrained(base)
+    out = tmp_path / "erased"
+    with pytest.raises(ValueError) as err:
+        if writer == "merged":
+            save_merged(apply_updates(build_tiny_llama(), updates), None, out)
+        elif writer == "streamed":
+            erase_checkpoint(base, updates, out)
+        else:
+            check_edited_weights(base, updates, out)  # what rule erase_adapter checks first
+    message = str(err.value)
+    assert message.startswith(f"{out}: ") and "not finite" in message and "\n" not in message
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["base"]
+    if writer == "adapter":  # the adapter writer itself: the edit U V overflows float32
+        with pytest.raises(ValueError, match=r"the edit U V of module .* is not finite"):
+            save_erase_adapter(updates, out, base_model_name_or_path=str(base))
+        assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["base"]
+    # the same edit at a sane scale is written by all of them
+    sane = _updates(lora_pair, "cpqr-all")
+    check_edited_weights(base, sane, out)
+    assert erase_checkpoint(base, sane, out).is_dir()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_edit_check_reads_half_precision_checkpoints_without_torch(lora_pair, tmp_path, dtype):
+    """rule erase_adapter's check (numpy only) on bf16 / fp16 weights agrees with the merged erase."""
+    from qrerase.method.stream_erase import check_edited_weights, erase_checkpoint
+
+    base = tmp_path / "base"
+    build_tiny_llama().to(dtype).save_pretrained(base)
+    sane = _updates(lora_pair, "cpqr-all")
+    check_edited_weights(base, sane, tmp_path / "out")
+    # 1e9 overflows float16 (max 65504) but not bfloat16: both checks say the same
+    big = {m: (U * 1e9, V) for m, (U, V) in sane.items()}
+    outcomes = []
+    for check in (check_edited_weights, erase_checkpoint):
+        try:
+            check(base, big, tmp_path / "out")
+            outcomes.append("ok")
+        except ValueError as exc:
+            assert "not finite" in str(exc)
+            outcomes.append("degenerate")
+    assert outcomes == ["degenerate" if dtype == torch.float16 else "ok"] * 2

@@ -67,6 +67,8 @@ def test_selectivity_is_interpolated_where_the_held_out_rise_reaches_the_target(
 def test_rule_pick_is_the_largest_point_within_the_rise():
     assert rule_pick([0, 1, 2, 4], [2.0, 2.05, 2.15, 2.5], 0.1) == 1.0
     assert rule_pick([0, 1], [2.0, 3.0], 0.1) == 0.0
+    assert rule_pick([0, 1, 2, 8], [2.0, 2.05, 2.15, -np.inf], 0.1) == 1.0  # a degenerate point is never picked
+    assert rule_pick([0, 1, 2, 8], [2.0, 2.05, 2.15, np.nan], 0.1) == 1.0
     with pytest.raises(ValueError, match="max_rise"):
         rule_pick([0, 1], [2.0, 3.0], -1)
 

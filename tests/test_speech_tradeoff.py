@@ -291,6 +291,10 @@ def test_choose_scale_reads_only_the_validation_slice():
     assert st.choose_scale(sweep, base.assign(D_v=0.99), 4, ["qr_erase"], 0.05)[0] is None  # nothing qualifies
     with pytest.raises(ValueError, match="no sweep rows for unlearn"):
         st.choose_scale(sweep, base, 4, ["unlearn"], 0.05)
+    # a degenerate point (a non-finite D_v at λ = 8 everywhere) is never chosen
+    bad = sweep[sweep["value"] == 4.0].assign(value=8.0, D_v=np.inf)
+    with_bad = pd.concat([sweep, bad], ignore_index=True)
+    assert st.choose_scale(with_bad, base, 4, ["qr_erase", "qr_erase_ll"], 0.05)[0] == 1.0
 
 
 def test_tradeoff_plot_writes_a_png(tmp_path):

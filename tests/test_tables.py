@@ -82,8 +82,8 @@ def test_paper_tofu_table_latex_and_markdown():
     assert body == [
         r"Base Model & 0.6227 & --- \\",
         r"\midrule",
-        r"Gradient Ascent & 0.0000 & $1.433{\times}10^{-22}$ \\",
-        r"Gradient Difference & 0.0000 & $2.828{\times}10^{-25}$ \\",
+        r"Gradient Ascent & 0.0000 & $1.433{\times}10^{-22}$ (degenerate) \\",  # utility collapsed
+        r"Gradient Difference & 0.0000 & $2.828{\times}10^{-25}$ (degenerate) \\",
         r"NPO & 0.2297 & 0.0291 \\",
         r"FLAT & \underline{0.6104} & 0.0841 \\",
         r"\textsc{UNLEARN} & 0.6047 & 0.257$^{\checkmark}$ \\",
@@ -97,7 +97,7 @@ def test_paper_tofu_table_latex_and_markdown():
     assert "| FLAT | <u>0.6104</u> | 0.0841 |" in md
     assert "| UNLEARN (LL) | 0.6103 | **0.281** ✓ |" in md
     assert "| QR-Erase (LL) | **0.6120** | <u>0.279</u> ✓ |" in md
-    assert "| Gradient Ascent | 0.0000 | 1.433e-22 |" in md
+    assert "| Gradient Ascent | 0.0000 | 1.433e-22 (degenerate) |" in md
 
 
 def test_write_table_outputs_deterministic_and_raw_csv(tmp_path):
@@ -365,3 +365,59 @@ def test_wide_table_has_the_selectivity_diagnostic():
     assert [c.name for c in sel] == ["forget_dnll", "retain_dnll"] and all(c.higher_is_better is None for c in sel)
     narrow, _ = tofu_table(rows, wide=False)
     assert "forget_dnll" not in narrow.columns
+
+
+def test_collapsed_utility_marks_forget_quality_degenerate_not_passing(tmp_path):
+    """A method whose Model Utility collapsed (below DEGENERATE_UTILITY_FRACTION of the base model's)
+    shows Forget Quality 1 as degenerate: no ✓, not ranked, CSV mark 'degenerate'; other rows unchanged."""
+    from qrerase.reports.tables import DEGENERATE_UTILITY_FRACTION
+
+    sane = pd.DataFrame(
+        {
+            "method": ["base", "retain", "qr_erase", "unlearn"],
+            "model_utility": [0.90, 0.89, 0.85, 0.80],
+            "forget_quality": [1e-5, np.nan, 0.3, 0.05],
+        }
+    )
+    collapsed = pd.concat(
+        [sane, pd.DataFrame({"method": ["qr_erase_ll"], "model_utility": [0.0], "forget_quality": [1.0]})],
+        ignore_index=True,
+    )
+    md_sane = render_markdown(*tofu_table(sane)).splitlines()
+    md = render_markdown(*tofu_table(collapsed)).splitlines()
+    assert md[: len(md_sane)] == md_sane  # the other rows render exactly as before
+    assert md[-1] == "| QR-Erase (LL) | 0.0000 | 1 (degenerate) |"
+    assert "| QR-Erase | **0.8500** | **0.3** ✓ |" in md  # still the best: the degenerate 1 is not ranked
+    tex = render_latex(*tofu_table(collapsed))
+    assert r"\textsc{QR-Erase} (LL) & 0.0000 & 1 (degenerate) \\" in tex and tex.count(r"\checkmark") == 1
+    df, spec = tofu_table(collapsed)
+    csv = table_csv_frame(df, spec).set_index("method")
+    assert csv.loc["qr_erase_ll", "forget_quality_mark"] == "degenerate"
+    assert csv.loc["qr_erase", "forget_quality_mark"] == "best"
+    # the threshold is the stated fraction of the base model's utility
+    edge = collapsed.assign(model_utility=[0.90, 0.89, 0.85, 0.80, 0.90 * DEGENERATE_UTILITY_FRACTION * 1.01])
+    assert render_markdown(*tofu_table(edge)).splitlines()[-1].endswith("| **1** ✓ |")  # passing, ranked
+    below = collapsed.assign(model_utility=[0.90, 0.89, 0.85, 0.80, 0.90 * DEGENERATE_UTILITY_FRACTION * 0.99])
+    assert render_markdown(*tofu_table(below)).splitlines()[-1].endswith("| 1 (degenerate) |")
+    nan_utility = collapsed.assign(model_utility=[0.90, 0.89, 0.85, 0.80, np.nan])
+    assert render_markdown(*tofu_table(nan_utility)).splitlines()[-1].endswith("| 1 (degenerate) |")
+    with pytest.raises(ValueError, match="degenerate cells in unknown column"):
+        TableSpec(columns=(Column("a", "A"),), degenerate={"b": ("x",)})
+
+
+def test_cross_lingual_pair_with_collapsed_utility_is_degenerate():
+    from qrerase.reports.crosslingual import matrix_table, pairs_table
+
+    rows = []
+    for unlearn, method in (("base", "base"), ("retain", "retain"), ("en", "qr_erase")):
+        for y in ("en", "fr"):
+            collapsed = unlearn == "en" and y == "fr"
+            utility, fq = (0.0, 1.0) if collapsed else (0.8, 0.2)
+            rows.append(
+                {"unlearn": unlearn, "method": method, "eval": y, "model_utility": utility, "forget_quality": fq}
+            )
+    metrics = pd.DataFrame(rows)
+    md = render_markdown(*pairs_table(metrics, ["qr_erase"], [("en", "en"), ("en", "fr")])).splitlines()
+    assert md[-1] == "| QR-Erase | **0.8000** | **0.2** ✓ | **0.0000** | 1 (degenerate) |"
+    md = render_markdown(*matrix_table(metrics, "qr_erase", ["en"], ["en", "fr"])).splitlines()
+    assert md[-2:] == ["| English → English | 0.8000 | 0.2 ✓ |", "| English → French | 0.0000 | 1 (degenerate) |"]

@@ -153,3 +153,23 @@ def test_the_nll_protocol_point_measures_the_same_nlls_as_the_tofu_protocol(tmp_
     assert np.isfinite(full["model_utility"])
     with pytest.raises(ValueError, match="tradeoff.protocol"):
         evaluate_text_point(model, tok, template, sets, tune, None, cfg, meta, protocol="rouge")
+
+
+def _with_point(method, scale, nll, utility):
+    row = {"group": "tofu", "method": method, "family": "subspace", "rank": 4, "scale": scale, "epochs": None}
+    extra = pd.DataFrame([{**row, "tune_retain_nll": nll, "model_utility": utility, "forget_quality": 1.0}])
+    return pd.concat([_points(), extra], ignore_index=True)
+
+
+@pytest.mark.parametrize(
+    "nll,utility",
+    [(0.5, 0.0), (0.5, np.nan), (-np.inf, 0.8), (0.5, 0.8 * 0.2)],
+    ids=["utility-collapsed", "utility-nan", "nll-non-finite", "utility-below-fraction"],
+)
+def test_select_scale_never_picks_a_degenerate_point(nll, utility):
+    """λ = 8 with no NLL rise but a collapsed (or non-finite) utility, or a non-finite NLL: not picked."""
+    sel = select_scale(_with_point("qr_erase_ll", 8, nll, utility), max_rise=0.1)
+    assert sel.set_index("method")["selected_scale"].to_dict() == {"qr_erase_ll": 2.0, "unlearn": 0.0}
+    # at utility just above the fraction of the unedited model's (0.8), λ = 8 is a fair pick
+    fair = select_scale(_with_point("qr_erase_ll", 8, 0.5, 0.8 * 0.3), max_rise=0.1)
+    assert fair.set_index("method").loc["qr_erase_ll", "selected_scale"] == 8.0

@@ -336,7 +336,14 @@ def train_kga(
         return [(lambda f=f, fl=fl, r=r, rl=rl: piece(f, fl, r, rl)) for (f, fl), (r, rl) in pieces]
 
     rows = train_steps(
-        model, cfg.train_config(), steps, loss_fn, desc=desc, split=split, frozen=[ref, aux["forget"], aux["new"]]
+        model,
+        cfg.train_config(),
+        steps,
+        loss_fn,
+        desc=desc,
+        split=split,
+        frozen=[ref, aux["forget"], aux["new"]],
+        run_settings=cfg,
     )
     model.eval()
     return model, rows
@@ -399,6 +406,7 @@ def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: KuCon
             desc=desc,
             stop=stop,
             split=token_mean_split(model, forget_ex, pad_id, sign=-1.0),
+            run_settings=cfg,
         )
     )
     if rows and len(rows) not in state["checked"]:

@@ -317,6 +317,7 @@ def train_baseline(
         desc=desc,
         split=losses.split,
         frozen=[ref_model] if objective.keeps_reference() else [],
+        run_settings=cfg,
     )
     if cfg.mode == "lora":
         model = model.merge_and_unload()

@@ -146,14 +146,41 @@ def apply_updates(model: Any, updates: Mapping[str, Any], transposed: Iterable[s
     return model
 
 
+def non_finite_message(out_dir: str | Path, what: str) -> str:
+    """The one-line error of an erase whose edited weights are not finite (nothing is written)."""
+    return (
+        f"{out_dir}: {what} is not finite (NaN or Inf) after the erase edit: a degenerate edit "
+        "(unlearn.scale too large for the weights' dtype?); nothing written"
+    )
+
+
+def check_finite_weights(model: Any, out_dir: str | Path) -> None:
+    """Raise ``ValueError`` (one line naming ``out_dir`` and the first tensor) when a floating-point
+    parameter or buffer of ``model`` (a module or a state dict) is NaN or Inf."""
+    import torch
+
+    items = model.items() if isinstance(model, Mapping) else model.state_dict().items()
+    for name, t in items:
+        if isinstance(t, np.ndarray):
+            bad = np.issubdtype(t.dtype, np.floating) and not np.isfinite(t).all()
+        else:
+            bad = t.is_floating_point() and not bool(torch.isfinite(t).all())
+        if bad:
+            raise ValueError(non_finite_message(out_dir, f"weight {name}"))
+
+
 def save_merged(model: Any, tokenizer: Any | None, out_dir: str | Path) -> Path:
     """``save_pretrained`` a (merged) transformers model, plus its tokenizer if given, atomically.
+
+    A model with a non-finite weight (a degenerate edit) is an error naming ``out_dir``
+    (:func:`check_finite_weights`), and nothing is written.
 
     Writes safetensors weights into a temporary sibling directory and renames it onto ``out_dir``.
     A PEFT-wrapped model is rejected (merge it or use :func:`save_erase_adapter`).
     """
     if type(model).__module__.split(".")[0] == "peft":
         raise ValueError(f"{out_dir}: got a PEFT model; call merge_and_unload() first or use save_erase_adapter")
+    check_finite_weights(model, out_dir)
     kwargs = {}
     if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:  # transformers < 5
         kwargs["safe_serialization"] = True
@@ -297,6 +324,8 @@ class EraseAdapterWriter:
             raise ValueError(
                 f"module {name!r}: declared (d_out={d_out}, d_in={d_in}, k={k}) but got U {U.shape}, V {V.shape}"
             )
+        if not _product_finite(U, V, self.dtype):
+            raise ValueError(non_finite_message(self.out_dir, f"the edit U V of module {name!r} in {self.dtype}"))
         le = self.dtype.newbyteorder("<")
         for arr in (V, -U):
             buf = np.ascontiguousarray(arr, dtype=le)
@@ -331,6 +360,17 @@ class EraseAdapterWriter:
         return False
 
 
+def _product_finite(U: np.ndarray, V: np.ndarray, dtype: np.dtype, rows: int = 4096) -> bool:
+    """Whether U, V and U @ V are finite in ``dtype`` (the adapter's; the product in float32 at least,
+    as PEFT computes it), by blocks of ``rows`` rows."""
+    work = np.promote_types(dtype, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        Uc, Vc = U.astype(dtype).astype(work), V.astype(dtype).astype(work)
+        if not (np.isfinite(Uc).all() and np.isfinite(Vc).all()):
+            return False
+        return all(np.isfinite(Uc[i : i + rows] @ Vc).all() for i in range(0, Uc.shape[0], rows))
+
+
 def save_erase_adapter(
     updates: Mapping[str, Any],
     out_dir: str | Path,
@@ -356,7 +396,9 @@ def save_erase_adapter(
         transposes the product (the forget adapter's own setting).
 
     ``PeftModel.from_pretrained(base, out_dir)`` then computes the same function as the merged
-    checkpoint from :func:`apply_updates`. All updates are validated before anything is written.
+    checkpoint from :func:`apply_updates`. All updates are validated before anything is written;
+    an edit U V that is not finite in ``dtype`` (a degenerate scale) is an error naming ``out_dir``,
+    and nothing is written.
     """
     checked = validate_updates(updates)
     shapes = {m: (U.shape[0], V.shape[1], U.shape[1]) for m, (U, V) in checked.items()}

@@ -22,7 +22,7 @@ import pandas as pd
 from ..registry import method_labels, tex_method_labels
 from ..text.crosslingual import language_label
 from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
-from .tables import METHOD_LABELS, Column, TableSpec, tex_escape
+from .tables import METHOD_LABELS, Column, TableSpec, degenerate_utility, tex_escape
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]
 
@@ -85,7 +85,8 @@ def pairs_table(
     metrics: pd.DataFrame, methods: Sequence[str], pairs: Sequence[tuple[str, str]]
 ) -> tuple[pd.DataFrame, TableSpec]:
     """The paper's cross-lingual table: rows = base model, retain reference, then ``methods``; per pair
-    X→Y two columns, Utility ↑ and Forget ↑ (✓ for p > 0.1), best/second marked among the methods.
+    X→Y two columns, Utility ↑ and Forget ↑ (✓ for p > 0.1), best/second marked among the methods; a
+    pair whose utility collapsed below the base model's in Y is degenerate (Forget not ranked, no ✓).
 
     The reference rows are the models that did not unlearn, evaluated in Y (the same for every X).
     Returns ``(df, spec)`` for :func:`qrerase.reports.tables.write_table`.
@@ -120,21 +121,35 @@ def pairs_table(
                 tex_group=tex_group,
             )
         )
+    degenerate = {}
+    for x, y in pairs:
+        key = pair_key(x, y)
+        base = records[0][f"{key}:utility"]
+        degenerate[f"{key}:forget"] = tuple(
+            r["method"] for r in records[2:] if _degenerate(r[f"{key}:utility"], r[f"{key}:forget"], base)
+        )
     spec = TableSpec(
         columns=tuple(columns),
         label_column="method",
         reference_rows=(BASE, REFERENCE),
         labels=method_labels(),
         tex_labels=tex_method_labels(),
+        degenerate={k: v for k, v in degenerate.items() if v},
     )
     return pd.DataFrame(records), spec
+
+
+def _degenerate(utility, forget, base_utility) -> bool:
+    """A measured pair whose utility collapsed (:func:`qrerase.reports.tables.degenerate_utility`)."""
+    return not (pd.isna(utility) and pd.isna(forget)) and degenerate_utility(utility, base_utility)
 
 
 def matrix_table(
     metrics: pd.DataFrame, method: str, unlearn: Sequence[str], evaluate: Sequence[str]
 ) -> tuple[pd.DataFrame, TableSpec]:
     """The full Unlearn × Eval matrix of one method: a row per pair (base-model rows first, one per
-    evaluation language), columns Util. and FQ (✓ for p > 0.1; nothing ranked).
+    evaluation language), columns Util. and FQ (✓ for p > 0.1; nothing ranked; ``(degenerate)``
+    instead when the pair's utility collapsed below the base model's in Y).
 
     Row keys are ``'base>Y'`` and ``'X>Y'``; display labels ``'Base Model → English'``,
     ``'English → Hindi (R)'``.
@@ -158,6 +173,12 @@ def matrix_table(
         Column("model_utility", "Util.", None, "{:.4f}"),
         Column("forget_quality", "FQ", None, "sci", check_threshold=FORGET_QUALITY_THRESHOLD),
     )
+    base_of = {pair_key(BASE, y): r["model_utility"] for y, r in zip(evaluate, records)}
+    collapsed = tuple(
+        r["pair"]
+        for r in records[len(evaluate) :]
+        if _degenerate(r["model_utility"], r["forget_quality"], base_of[pair_key(BASE, r["pair"].split(">")[-1])])
+    )
     spec = TableSpec(
         columns=columns,
         label_column="pair",
@@ -165,6 +186,7 @@ def matrix_table(
         reference_rows=tuple(pair_key(BASE, y) for y in evaluate),
         labels=labels,
         tex_labels=tex_labels,
+        degenerate={"forget_quality": collapsed} if collapsed else {},
     )
     return pd.DataFrame(records), spec
 

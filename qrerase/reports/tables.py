@@ -12,19 +12,26 @@ CSV (raw numbers)
     Columns, in this order: the label column (raw keys as given), ``display_label`` (the shown
     label), ``reference`` (1 for reference rows, 0 otherwise), then every spec column at full
     precision (shortest round-trip ``repr`` of the float; empty when missing), then one
-    ``<column>_mark`` per ranked column holding ``best``, ``second`` or an empty string. Rows in the
-    displayed order (reference rows first).
+    ``<column>_mark`` per ranked column holding ``best``, ``second``, ``degenerate`` (see below) or an
+    empty string. Rows in the displayed order (reference rows first).
 Markdown
     A GitHub table. Best per column is ``**x**``, second best ``<u>x</u>``; a ✓ follows a value
-    that passes its ``check_threshold``. With column groups, the header row holds the group names
-    (in the first column of each span) and the column headers follow as the first, bold, row.
+    that passes its ``check_threshold`` (not a degenerate cell's). With column groups, the header
+    row holds the group names (in the first column of each span) and the column headers follow as
+    the first, bold, row.
 LaTeX
     A ``table`` (or ``table*``) float with a booktabs ``tabular`` (needs ``booktabs``; checkmarks
     need ``amssymb``). Best ``\\textbf{x}``, second ``\\underline{x}``, passing values get
     ``$^{\\checkmark}$``. Reference rows come first, followed by a ``\\midrule``. Column groups render
     as ``\\multicolumn{n}{c}{\\textbf{Group}}`` with ``\\cmidrule(lr){a-b}`` below.
 
-Ranking: per column, among the non-reference rows with a finite value, in the column's direction
+Degenerate cells: ``TableSpec.degenerate`` names, per column, the rows whose value there is not to
+be read as a result (a model whose utility collapsed below :data:`DEGENERATE_UTILITY_FRACTION` of
+the base model's, :func:`degenerate_utility`: its Forget Quality of 1 is no forgetting). Such a
+cell is not ranked and gets no ✓: Markdown and LaTeX print the value followed by ``(degenerate)``
+and the CSV's ``<column>_mark`` holds ``degenerate``.
+
+Ranking: per column, among the non-reference, non-degenerate rows with a finite value, in the column's direction
 (``higher_is_better``; ``None`` = not ranked). Values that print identically (same formatted text)
 are ties and are all marked; the second-best mark goes to the next distinct printed value.
 
@@ -58,6 +65,8 @@ __all__ = [
     "render_latex",
     "table_csv_frame",
     "write_table",
+    "DEGENERATE_UTILITY_FRACTION",
+    "degenerate_utility",
 ]
 
 #: raw method key -> display name (Markdown, CSV ``display_label``, plots) of the built-in methods, from
@@ -66,6 +75,24 @@ METHOD_LABELS: dict[str, str] = method_labels()
 
 #: raw method key -> LaTeX label, as typeset in the paper (others are escaped display names).
 TEX_METHOD_LABELS: dict[str, str] = tex_method_labels()
+
+
+#: A model whose utility is below this fraction of the base (fine-tuned) model's utility, or not
+#: finite, is degenerate (:func:`degenerate_utility`): its forgetting metrics are not shown as passing
+#: (TOFU / cross-lingual tables) and the λ rules never select it. The default run's models keep at
+#: least 0.9 of the base model's TOFU Model Utility, the paper's NPO 0.37 of it; Gradient Ascent in
+#: the paper's table and an edit at ``unlearn.scale: 1e6`` keep 0.
+DEGENERATE_UTILITY_FRACTION = 0.25
+
+
+def degenerate_utility(utility, base_utility) -> bool:
+    """Whether ``utility`` collapsed: NaN (a model whose evaluation is not finite), infinite, or below
+    :data:`DEGENERATE_UTILITY_FRACTION` × ``base_utility`` (when that is finite)."""
+    u = float(utility)
+    if not math.isfinite(u):
+        return True
+    b = float(base_utility)
+    return math.isfinite(b) and u < DEGENERATE_UTILITY_FRACTION * b
 
 
 @dataclass(frozen=True)
@@ -100,7 +127,9 @@ class TableSpec:
     header. reference_rows: label-column values of reference rows (e.g. ``("base", "retain")``),
     shown first in this order, separated by a rule and excluded from ranking; those absent from the
     frame are skipped. labels / tex_labels: display-name maps (raw value -> shown text; unmapped
-    values are shown as they are). missing: LaTeX text of a missing value.
+    values are shown as they are). missing: LaTeX text of a missing value. degenerate: column name →
+    label-column values of the rows whose value in that column is degenerate (not ranked, no ✓,
+    printed with ``(degenerate)``; see the module docstring).
     """
 
     columns: tuple[Column, ...]
@@ -111,6 +140,7 @@ class TableSpec:
     tex_labels: Mapping[str, str] = field(default_factory=tex_method_labels)
     missing: str = "---"
     md_missing: str = "—"
+    degenerate: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "columns", tuple(self.columns))
@@ -121,6 +151,14 @@ class TableSpec:
             raise ValueError(f"table spec: duplicate column(s) {dup}")
         if self.label_column in names:
             raise ValueError(f"table spec: label column {self.label_column!r} is also a metric column")
+        unknown = sorted(set(self.degenerate) - set(names))
+        if unknown:
+            raise ValueError(f"table spec: degenerate cells in unknown column(s) {unknown}")
+        object.__setattr__(self, "degenerate", {k: tuple(v) for k, v in self.degenerate.items()})
+
+    def is_degenerate(self, label, column: str) -> bool:
+        """Whether row ``label``'s value in ``column`` is degenerate."""
+        return label in self.degenerate.get(column, ())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,7 +247,8 @@ def _display(col: Column, x) -> str:
 def rank_marks(rows: pd.DataFrame, spec: TableSpec) -> dict[str, list[str]]:
     """Per ranked column, a list (row order of ``rows``) of ``'best'``, ``'second'`` or ``''``.
 
-    ``rows`` as returned by :func:`ordered_rows`. Ties = identical printed values.
+    ``rows`` as returned by :func:`ordered_rows`. Ties = identical printed values. A degenerate cell
+    (``spec.degenerate``) is not ranked and marked ``'degenerate'``.
     """
     marks: dict[str, list[str]] = {}
     for col in spec.columns:
@@ -218,7 +257,10 @@ def rank_marks(rows: pd.DataFrame, spec: TableSpec) -> dict[str, list[str]]:
         m = [""] * len(rows)
         groups: dict[str, list[int]] = {}
         gval: dict[str, float] = {}
-        for i, (x, ref) in enumerate(zip(rows[col.name], rows["reference"])):
+        for i, (x, ref, label) in enumerate(zip(rows[col.name], rows["reference"], rows[spec.label_column])):
+            if spec.is_degenerate(label, col.name):
+                m[i] = "degenerate"
+                continue
             if ref or _is_missing(x) or not math.isfinite(x):
                 continue
             key = _display(col, x)
@@ -232,10 +274,12 @@ def rank_marks(rows: pd.DataFrame, spec: TableSpec) -> dict[str, list[str]]:
     return marks
 
 
-def _cell(col: Column, x, mark: str, target: str, spec: TableSpec) -> str:
+def _cell(col: Column, x, mark: str, target: str, spec: TableSpec, degenerate: bool = False) -> str:
     if _is_missing(x):
         return spec.missing if target == "tex" else spec.md_missing
     text = format_value(x, col.fmt, target, col.sci_threshold)
+    if degenerate:
+        return f"{text} (degenerate)"
     if mark == "best":
         text = f"\\textbf{{{text}}}" if target == "tex" else f"**{text}**"
     elif mark == "second":
@@ -301,7 +345,10 @@ def render_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
     for i in range(len(rows)):
         cells = [_label(rows[spec.label_column].iloc[i], spec, "md")]
         for col in spec.columns:
-            cells.append(_cell(col, rows[col.name].iloc[i], marks.get(col.name, [""] * len(rows))[i], "md", spec))
+            label = rows[spec.label_column].iloc[i]
+            mark = marks.get(col.name, [""] * len(rows))[i]
+            degenerate = spec.is_degenerate(label, col.name)
+            cells.append(_cell(col, rows[col.name].iloc[i], mark, "md", spec, degenerate))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -353,7 +400,10 @@ def render_latex(
             out.append("\\midrule")
         cells = [_label(rows[spec.label_column].iloc[i], spec, "tex")]
         for col in spec.columns:
-            cells.append(_cell(col, rows[col.name].iloc[i], marks.get(col.name, [""] * len(rows))[i], "tex", spec))
+            label = rows[spec.label_column].iloc[i]
+            mark = marks.get(col.name, [""] * len(rows))[i]
+            degenerate = spec.is_degenerate(label, col.name)
+            cells.append(_cell(col, rows[col.name].iloc[i], mark, "tex", spec, degenerate))
         out.append(" & ".join(cells) + " \\\\")
     out.append("\\bottomrule")
     out.append("\\end{tabular}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .tables import Column, TableSpec
+from .tables import Column, TableSpec, degenerate_utility
 
-__all__ = ["tofu_table"]
+__all__ = ["tofu_table", "degenerate_rows"]
 
 _TOFU_SET_GROUPS = (
     ("retain", "Retain"),
@@ -17,8 +17,26 @@ _TOFU_SET_GROUPS = (
 )
 
 
+def degenerate_rows(wide_df: pd.DataFrame) -> tuple[str, ...]:
+    """The non-reference methods of a wide TOFU frame (``method``, ``model_utility``,
+    ``forget_quality``) whose Model Utility collapsed against the ``base`` row's
+    (:func:`qrerase.reports.tables.degenerate_utility`: below the fraction, or not finite while the
+    row has a Forget Quality; without a ``base`` row, only a non-finite utility)."""
+    base = wide_df.loc[wide_df["method"] == "base", "model_utility"]
+    base_utility = float(base.iloc[0]) if len(base) else float("nan")
+    return tuple(
+        str(m)
+        for m, u, fq in zip(wide_df["method"], wide_df["model_utility"], wide_df["forget_quality"])
+        if m not in ("base", "retain") and not (pd.isna(u) and pd.isna(fq)) and degenerate_utility(u, base_utility)
+    )
+
+
 def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, TableSpec]:
     """The paper's TOFU table: Method, Model Utility ↑, Forget Quality ↑ (✓ when p > 0.1).
+
+    A method whose Model Utility is below :data:`~qrerase.reports.tables.DEGENERATE_UTILITY_FRACTION`
+    of the base model's (or not finite) is degenerate (:func:`degenerate_rows`): its Forget Quality
+    prints as ``1 (degenerate)``, not ranked and without ✓ (a collapsed model forgets nothing).
 
     ``rows`` is either tidy (columns ``model, metric, value``, e.g. concatenated
     :func:`qrerase.text.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
@@ -69,5 +87,10 @@ def tofu_table(rows: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, Ta
                 wide_df[f"{set_name}_dnll"] = wide_df[f"{set_name}_nll"] - base[f"{set_name}_nll"]
                 columns.append(Column(f"{set_name}_dnll", f"{set_name} ΔNLL", None, "{:.3f}", group="Selectivity"))
     keep = ["method"] + [c.name for c in columns]
-    spec = TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", "retain"))
+    spec = TableSpec(
+        columns=tuple(columns),
+        label_column="method",
+        reference_rows=("base", "retain"),
+        degenerate={"forget_quality": degenerate_rows(wide_df)},
+    )
     return wide_df[keep].reset_index(drop=True), spec

@@ -224,7 +224,15 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
         return engine.example_mean_split(lambda sub: (losses[phase](sub), {}))(idx, parts)
 
     rows = train_steps(
-        student, _train_config(cfg), steps, loss_fn, desc=desc, split=split, optimizer="adam", schedule="constant"
+        student,
+        _train_config(cfg),
+        steps,
+        loss_fn,
+        desc=desc,
+        split=split,
+        optimizer="adam",
+        schedule="constant",
+        run_settings=cfg,
     )
     return pd.DataFrame(
         [(r["step"], r["epoch"], steps[r["step"] - 1][1][0], r["loss"]) for r in rows],

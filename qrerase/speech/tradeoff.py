@@ -177,7 +177,8 @@ def choose_scale(
             d = sub[(sub["setting"] == b.setting) & (sub["method"] == method)]
             if d.empty:
                 raise ValueError(f"choose_scale: no sweep rows for {method} in the {b.setting} setting at rank {rank}")
-            ok = d[d["D_v"] >= b.D_v - max_drop - 1e-12]
+            dv = d["D_v"].astype(float)
+            ok = d[np.isfinite(dv) & (dv >= b.D_v - max_drop - 1e-12)]  # a degenerate point never qualifies
             best = float(ok["value"].max()) if not ok.empty else None
             drop = None if best is None else float(b.D_v - ok.loc[ok["value"] == best, "D_v"].iloc[0])
             rows.append({"setting": b.setting, "method": method, "rank": rank, "largest_scale": best, "D_v_drop": drop})

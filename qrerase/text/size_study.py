@@ -95,11 +95,14 @@ def selectivity_at_rise(
 
 def rule_pick(x: Sequence[float], retain_nll: Sequence[float], max_rise: float) -> float:
     """The λ rule (:func:`qrerase.text.tradeoff.select_scale`) on any sweep: the largest x whose held-out
-    retain NLL exceeds the x = 0 value by at most ``max_rise`` nats (x = 0 itself always qualifies)."""
+    retain NLL exceeds the x = 0 value by at most ``max_rise`` nats (x = 0 itself always qualifies; a
+    non-finite NLL, a degenerate point, never does)."""
     if max_rise < 0:
         raise ValueError(f"rule_pick: max_rise must be >= 0, got {max_rise}")
     xs, r = _sweep(x, retain_nll)
-    return float(xs[(r - r[0]) <= max_rise].max())
+    ok = np.isfinite(r) & ((r - r[0]) <= max_rise)
+    ok[0] = True
+    return float(xs[ok].max())
 
 
 def loglog_fit(n_params: Sequence[float], values: Sequence[float], min_widths: int = 3) -> dict[str, float] | None:

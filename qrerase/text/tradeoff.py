@@ -68,7 +68,9 @@ def mean_answer_nll(losses: Sequence[tuple[float, int]]) -> float:
     return float(np.mean(per_q))
 
 
-def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_retain_nll") -> pd.DataFrame:
+def select_scale(
+    points: pd.DataFrame, max_rise: float, column: str = "tune_retain_nll", utility: str = "model_utility"
+) -> pd.DataFrame:
     """The λ selection rule, per ``(method, rank)`` of the subspace points.
 
     Rule: the **largest** swept λ whose held-out retain NLL (``column``) exceeds the λ = 0 value (the
@@ -77,7 +79,14 @@ def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_reta
     held-out column's values (a track without a held-out slice) select nothing. Returns one row per
     ``(method, rank)``: ``method, rank, selected_scale, base_nll, selected_nll``. The rule reads only
     the held-out slice: no Forget Quality, no evaluation set, no retain reference.
+
+    A degenerate point is never selected (λ = 0 then qualifies at worst): a non-finite NLL, or, where
+    ``points`` has the ``utility`` column, a utility that collapsed against the λ = 0 point's
+    (:func:`qrerase.reports.tables.degenerate_utility`: not finite, or below
+    :data:`~qrerase.reports.tables.DEGENERATE_UTILITY_FRACTION` of it).
     """
+    from ..reports.tables import degenerate_utility
+
     if max_rise < 0:
         raise ValueError(f"select_scale: max_rise must be >= 0, got {max_rise}")
     sub = points[(points["family"] == "subspace") & points[column].notna()]
@@ -87,7 +96,13 @@ def select_scale(points: pd.DataFrame, max_rise: float, column: str = "tune_reta
         if base.empty:
             raise ValueError(f"select_scale: {method} at k={rank} has no scale-0 point (the unedited model)")
         base_nll = float(base[column].iloc[0])
-        ok = grp[grp[column] - base_nll <= max_rise]
+        nll = grp[column].astype(float)
+        keep = np.isfinite(nll) & (nll - base_nll <= max_rise)
+        if utility in grp.columns:
+            u0 = float(base[utility].iloc[0])
+            keep &= ~grp[utility].map(lambda u, u0=u0: degenerate_utility(u, u0)).astype(bool)
+        keep |= grp["scale"] == 0  # the unedited model
+        ok = grp[keep]
         best = ok.sort_values("scale").iloc[-1]
         rows.append(
             {

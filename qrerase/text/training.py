@@ -166,6 +166,7 @@ def train_steps(
     optimizer: str = "adamw",
     schedule: str = "linear",
     frozen: Sequence[Any] = (),
+    run_settings: Any = None,
 ) -> list[dict]:
     """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines, on HF Accelerate.
 
@@ -195,6 +196,14 @@ def train_steps(
     weights as plain tensors in its original dtype. ``frozen``: frozen models the loss evaluates (a
     reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss``
     is the sum of the parts' losses over all ranks; the terms are the mean of the live parts' terms.
+
+    Resuming is safe: a saved state is loaded only by a run of the same identity
+    (:func:`qrerase.engine.run_identity`: ``cfg`` less ``threads`` / ``checkpoint_every``, the step
+    count and payloads, the process count, the starting weights of ``model`` and ``frozen``, and
+    ``run_settings``, the loss's own settings such as a baseline's config, a dataclass or mapping),
+    and only when its checksums hold (:func:`qrerase.engine.load_latest`). A non-finite loss or
+    gradient norm stops training before the update (``FloatingPointError``, one line), as does a
+    non-finite trained weight at the end.
     """
     from .. import engine
     from ..checkpoints import model_device
@@ -223,6 +232,21 @@ def train_steps(
     if not trained:
         raise ValueError("model has no trainable parameters")
     dtype = trained[0].dtype
+    identity = None
+    if cfg.checkpoint_every > 0 and engine.current_resume_dir(desc) is not None:
+        settings = {
+            "desc": desc,
+            "config": _settings(cfg),
+            "steps": total,
+            "optimizer": optimizer,
+            "schedule": schedule,
+            "world": world,
+            "parts": parts,
+            "trainable": [n for n, p in model.named_parameters() if p.requires_grad],
+            "frozen": [engine.run_identity({}, [], m) for m in frozen],
+            "run_settings": _settings(run_settings) if dataclasses.is_dataclass(run_settings) else run_settings,
+        }
+        identity = engine.run_identity(settings, steps, model)  # before any dtype change
     accelerator = engine.make_accelerator(cfg.backend, dtype, model_device(model), engine.layer_classes(model))
     rank = accelerator.process_index
     if dtype != torch.float32:
@@ -238,7 +262,7 @@ def train_steps(
     accelerator.register_for_checkpointing(scheduler, progress)
     resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
     if resume is not None:
-        engine.load_latest(accelerator, resume)
+        engine.load_latest(accelerator, resume, identity)
     rows = progress.rows
     model.train()
     bar = tqdm(
@@ -265,13 +289,18 @@ def train_steps(
                 value, terms = engine.accumulate(
                     accelerator, wrapped, split(payload, parts)[rank * acc : (rank + 1) * acc], world
                 )
-            if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+            if not math.isfinite(value):
+                raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
+            clip = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else math.inf
+            norm = accelerator.clip_grad_norm_(params, clip)  # max inf: the norm only (gradients × 1)
+            norm = norm.full_tensor() if callable(getattr(norm, "full_tensor", None)) else norm  # FSDP2
+            if norm is not None and not math.isfinite(float(norm)):
+                raise FloatingPointError(
+                    f"{desc}: gradient norm is {float(norm)} at step {step} (lower the learning rate)"
+                )
             lr = opt.param_groups[0]["lr"]
             opt.step()
             scheduler.step()
-            if not math.isfinite(value):
-                raise FloatingPointError(f"{desc}: loss is {value} at step {step} (lower the learning rate)")
             rows.append(
                 {
                     "step": step,
@@ -300,7 +329,16 @@ def train_steps(
     if sharded:
         for m in frozen:
             engine.unshard(m)
+    for name, p in model.named_parameters():
+        if p.requires_grad and not bool(torch.isfinite(p.detach()).all()):
+            raise FloatingPointError(f"{desc}: trained weight {name} is not finite (lower the learning rate)")
     return rows
+
+
+def _settings(cfg) -> dict:
+    """A config's fields that determine a run (not ``threads`` nor ``checkpoint_every``)."""
+    fields = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
+    return {k: v for k, v in fields.items() if k not in ("threads", "checkpoint_every")}
 
 
 def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:

@@ -7,8 +7,11 @@ fix seeds and threads, then call library functions. Nothing here is needed to us
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ from ..config import model_options
 from . import provenance
 from .launch import is_main_process, world_size
 
-__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "resume_dir"]
+__all__ = ["job", "template_from", "load_for_eval", "load_checkpoint", "resume_dir", "resume_key"]
 
 log = logging.getLogger("qrerase")
 
@@ -166,11 +169,107 @@ def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype
     raise ValueError(f"unknown model kind {kind!r} (expected 'causal_lm' or 'audio_classifier')")
 
 
+#: The library's sources on the training path (relative to the package): their bytes make the code
+#: version in a job's resume key (:func:`resume_key`), so states saved by other training code are not resumed.
+TRAINING_CODE = (
+    "engine.py",
+    "checkpoints.py",
+    "checkpoint_files.py",
+    "config.py",
+    "determinism.py",
+    "io.py",
+    "baselines",
+    "method",
+    "speech",
+    "text",
+    "workflow/job.py",
+)
+
+
+def training_code_version() -> str:
+    """sha256 (hex) of the sources named by :data:`TRAINING_CODE` (relative path and bytes of each)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for entry in TRAINING_CODE:
+        path = package / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for f in files:
+            digest.update(f"{f.relative_to(package).as_posix()}\n".encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+#: Inputs up to this size are fingerprinted by their sha256 in :func:`resume_key`; larger ones
+#: (model shards) by size and mtime, which a rewrite changes, so the key stays cheap at any scale.
+HASHED_INPUT_BYTES = 64 << 20
+
+
+def _file_fingerprint(f: Path) -> list:
+    st = f.stat()
+    if st.st_size <= HASHED_INPUT_BYTES:
+        return [st.st_size, hashlib.sha256(f.read_bytes()).hexdigest()]
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _input_fingerprint(path: str) -> list:
+    """(relative path, fingerprint) of a file, or of every file under a folder (sorted): the sha256 of
+    files up to :data:`HASHED_INPUT_BYTES`, else (bytes, mtime in ns)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        return [[path, f.relative_to(p).as_posix(), *_file_fingerprint(f)] for f in files]
+    if p.is_file():
+        return [[path, "", *_file_fingerprint(p)]]
+    return [[path, "absent"]]
+
+
+def _script_digest(snakemake: Any) -> str:
+    """sha256 of the running workflow script (``sys.argv[0]`` inside the job's ``scriptdir``), else ``""``."""
+    scriptdir = getattr(snakemake, "scriptdir", None)
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if not scriptdir or script is None or not script.is_file() or script.parent != Path(scriptdir).resolve():
+        return ""
+    return hashlib.sha256(script.read_bytes()).hexdigest()
+
+
+def resume_key(snakemake: Any) -> str:
+    """16 hex digits of the sha256 of what determines a job's training: rule, wildcards, params (the
+    hyperparameters, seed and engine settings of the job spec), a fingerprint of every input
+    (:func:`_input_fingerprint`), :func:`training_code_version` and the workflow script's bytes."""
+    params = getattr(snakemake, "params", None)
+    named = dict(params.items()) if params is not None and hasattr(params, "items") else {}
+    positional = list(params)[: len(params) - len(named)] if params is not None and hasattr(params, "__len__") else []
+    spec = {
+        "rule": str(snakemake.rule),
+        "wildcards": dict(snakemake.wildcards.items()),
+        "params": named,
+        "positional": positional,
+        "inputs": [_input_fingerprint(str(i)) for i in getattr(snakemake, "input", [])],
+        "code": training_code_version(),
+        "script": _script_digest(snakemake),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def resume_dir(snakemake: Any) -> Path:
-    """The job's resume directory, outside its declared outputs: ``<root>/.resume/<rule>/<wildcards>``
-    with ``<root>`` the first component of its first output (``results``) and the wildcards joined
-    as ``name=value`` by ``,`` (``_`` without wildcards). Use with :func:`qrerase.engine.resuming`."""
+    """The job's resume directory, outside its declared outputs:
+    ``<root>/.resume/<rule>/<wildcards>/<key>`` with ``<root>`` the first component of its first
+    output (``results``), the wildcards joined as ``name=value`` by ``,`` (``_`` without wildcards) and
+    ``<key>`` :func:`resume_key` (job spec, inputs, training code). A killed job rerun with anything
+    of these changed gets a new, empty directory; the states of other keys for the same rule and
+    wildcards are stale and removed here (by rank 0), saying so in the log. Use with
+    :func:`qrerase.engine.resuming`."""
     first = Path(str(snakemake.output[0]))
     root = first.parts[0] if len(first.parts) > 1 else "."
     wildcards = ",".join(f"{k}={v}" for k, v in snakemake.wildcards.items()) or "_"
-    return Path(root) / ".resume" / str(snakemake.rule) / wildcards
+    parent = Path(root) / ".resume" / str(snakemake.rule) / wildcards
+    key = resume_key(snakemake)
+    if parent.is_dir() and is_main_process():
+        for stale in sorted(parent.iterdir()):
+            if stale.name != key:
+                log.info("removing resume state %s: saved by a different job spec, input or training code", stale)
+                if stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink(missing_ok=True)
+    return parent / key
