@@ -185,6 +185,26 @@ def _results_pages(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size_study_figure(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .reports.size_study import read_markdown_table, size_study_plot
+
+    text = Path(args.table).read_text(encoding="utf-8")
+    agg = pd.read_csv(args.table) if args.table.endswith(".csv") else read_markdown_table(text)
+    fits = pd.read_csv(args.trend) if args.trend else pd.DataFrame(columns=["method"])
+    extra = None
+    if args.point:
+        label, params, csv = args.point
+        extra = pd.read_csv(csv).assign(params=int(params))
+        extra = extra[extra["method"].isin(set(agg["method"]))]
+    size_study_plot(
+        agg, fits, args.out, title=args.title, extra=extra, extra_label=args.point[0] if args.point else None
+    )
+    print(args.out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,6 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", help="another run's results/ (another machine or seed): show how far each table moves")
     p.add_argument("--compare-label", default="the other run", help="how the pages name the --compare run")
     p.set_defaults(func=_results_pages)
+
+    p = sub.add_parser(
+        "size-study-figure", help="the size study's figure from its table, with another model's points (e.g. a real LM)"
+    )
+    p.add_argument("--table", required=True, help="size_study.csv, or a size_study.md / a docs page that quotes it")
+    p.add_argument("--trend", help="size_study_trend.csv (its dashed fits; default: none drawn)")
+    p.add_argument(
+        "--point",
+        nargs=3,
+        metavar=("LABEL", "PARAMS", "SELECTIVITY_CSV"),
+        help="a model outside the ladder: its label, parameter count and <track>_selectivity.csv (stars)",
+    )
+    p.add_argument("--title", default="Size study: selectivity and Forget Quality vs parameters")
+    p.add_argument("--out", required=True, help="the PNG to write")
+    p.set_defaults(func=_size_study_figure)
 
     args = parser.parse_args(argv)
     try:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from qrerase.method.separability import effective_layers, layer_overlap, principal_angles
-from qrerase.reports.size_study import aggregate, exp_rows, render_markdown, trend
+from qrerase.reports.size_study import aggregate, exp_rows, read_markdown_table, render_markdown, trend
 from qrerase.text.size_study import extrapolate, loglog_fit, rule_pick, scaled_lr, selectivity_at_rise, size_model
 from qrerase.workflow.naming import exp_pattern, model_exp, parse_exp, size_exp, size_of, tofu_exp
 
@@ -159,6 +159,32 @@ def test_rows_aggregate_and_trend_of_a_synthetic_study():
     two = trend(per_seed[per_seed["width"] < 64])
     assert (two["note"].str.startswith("no fit")).all()
     assert "no fit" in render_markdown(aggregate(per_seed[per_seed["width"] < 64]), two, 0.1, 0.1)
+    # a published table reads back (as quoted in a docs page) to the values it was rendered from
+    back = read_markdown_table("Some page.\n\n" + md + "\nMore text.\n")
+    assert list(back["method"]) == list(agg["method"]) and list(back["params"]) == list(agg["params"])
+    assert back["selectivity"].to_numpy() == pytest.approx(agg["selectivity"].round(2).to_numpy())
+    assert back["selectivity_sd"].to_numpy() == pytest.approx(agg["selectivity_sd"].round(2).to_numpy())
+    assert back["forget_quality"].to_numpy() == pytest.approx(agg["forget_quality"].to_numpy(), rel=5e-3)
+    assert list(back["reached"]) == list(agg["reached"])
+    with pytest.raises(ValueError, match="no size-study table"):
+        read_markdown_table("| Other | Table |\n|---|---|\n| a | b |\n")
+
+
+def test_size_study_figure_draws_a_model_outside_the_ladder(tmp_path):
+    """`qrerase size-study-figure`: the ladder's lines from a published table plus one real model's stars."""
+    from qrerase.cli import main
+
+    sel = tmp_path / "tofu_selectivity.csv"
+    pd.DataFrame({"group": ["tofu"] * 2, "method": ["qr_erase", "npo"], "selectivity": [5.0, float("nan")]}).to_csv(
+        sel, index=False
+    )
+    out = tmp_path / "fig.png"
+    table = str(Path(__file__).resolve().parents[1] / "docs" / "size-study.md")
+    assert (
+        main(["size-study-figure", "--table", table, "--point", "a real LM", "134515008", str(sel), "--out", str(out)])
+        == 0
+    )
+    assert out.stat().st_size > 20_000
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,16 @@ from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at
 from .plots import save_figure
 from .tables import METHOD_LABELS
 
-__all__ = ["sweep_rows", "exp_rows", "aggregate", "trend", "render_markdown", "size_study_plot", "PAPER_SIZES"]
+__all__ = [
+    "sweep_rows",
+    "exp_rows",
+    "read_markdown_table",
+    "aggregate",
+    "trend",
+    "render_markdown",
+    "size_study_plot",
+    "PAPER_SIZES",
+]
 
 #: the paper's model sizes (parameters) the trend is extrapolated to.
 PAPER_SIZES: dict[str, float] = {"7B": 7e9, "8B": 8e9, "70B": 70e9}
@@ -170,25 +179,47 @@ def render_markdown(agg: pd.DataFrame, fits: pd.DataFrame, target: float, max_ri
     return head + "\n".join(lines) + "\n" + notes + "\n".join(trend_lines) + "\n"
 
 
-def size_study_plot(agg: pd.DataFrame, fits: pd.DataFrame, path: str | os.PathLike, title: str | None = None) -> None:
+def size_study_plot(
+    agg: pd.DataFrame,
+    fits: pd.DataFrame,
+    path: str | os.PathLike,
+    title: str | None = None,
+    extra: pd.DataFrame | None = None,
+    extra_label: str | None = None,
+) -> None:
     """Two panels against parameter count (log x), one line per method (mean ± sd over seeds):
     selectivity (log y; dashed: the fitted trend) and Forget Quality at the λ rule's pick (log y; the
-    p = 0.1 line)."""
+    p = 0.1 line).
+
+    ``extra``: points of a model that is not a width of the ladder (e.g. a real pretrained model),
+    columns ``method``, ``params``, ``selectivity`` (and optionally ``forget_quality``), drawn as
+    stars in their method's colour, with one legend entry ``extra_label``; NaN values are not drawn.
+    """
     fig = Figure(figsize=(11, 4.4))
     ax_s, ax_q = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     markers = "os^vD<>ph*"
     fit_by = {r["method"]: r for _, r in fits.iterrows()}
+    colours = {}
     for i, (method, grp) in enumerate(agg.groupby("method", sort=False)):
         label = METHOD_LABELS.get(method, method)
         n = grp["params"].to_numpy(dtype=float)
         for ax, col in ((ax_s, "selectivity"), (ax_q, "forget_quality")):
             y = np.maximum(grp[col].to_numpy(dtype=float), 1e-12)
             err = np.nan_to_num(grp[f"{col}_sd"].to_numpy(dtype=float))
-            ax.errorbar(n, y, yerr=err, marker=markers[i % len(markers)], ms=4, lw=1.2, capsize=2, label=label)
+            bars = ax.errorbar(n, y, yerr=err, marker=markers[i % len(markers)], ms=4, lw=1.2, capsize=2, label=label)
+            colours[method] = bars.lines[0].get_color()
         fit = fit_by.get(method)
         if fit is not None and np.isfinite(fit.get("slope", math.nan)):
             xs = np.geomspace(n.min(), n.max(), 20)
             ax_s.plot(xs, 10 ** (fit["intercept"] + fit["slope"] * np.log10(xs)), ls="--", lw=0.8, color="0.4")
+    if extra is not None and len(extra):
+        star = {"marker": "*", "ms": 12, "ls": "none", "mec": "black", "mew": 0.6}
+        for _, r in extra.iterrows():
+            for ax, col in ((ax_s, "selectivity"), (ax_q, "forget_quality")):
+                y = float(r.get(col, math.nan))
+                if np.isfinite(y):
+                    ax.plot([float(r["params"])], [max(y, 1e-12)], color=colours.get(r["method"], "0.2"), **star)
+        ax_q.plot([], [], color="0.6", label=extra_label, **star)  # one legend entry for the stars
     ax_q.axhline(0.1, color="0.3", ls="--", lw=1, label="p = 0.1")
     for ax, ylabel in (
         (ax_s, "selectivity (forget ÷ held-out retain NLL rise)"),
@@ -204,6 +235,49 @@ def size_study_plot(agg: pd.DataFrame, fits: pd.DataFrame, path: str | os.PathLi
         fig.suptitle(title)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def read_markdown_table(text: str) -> pd.DataFrame:
+    """The per-width table of a ``size_study.md`` as :func:`render_markdown` writes it (also when it is
+    quoted in a docs page), back as :func:`aggregate`'s columns ``method, width, params, seeds,
+    reached, selectivity(_sd), forget_quality(_sd)``: a published study can be re-plotted without its
+    run directory. ``–`` reads as NaN; a row without ``±`` has sd NaN (one seed)."""
+    by_label = {v: k for k, v in METHOD_LABELS.items()}
+
+    def pm(cell: str) -> tuple[float, float]:
+        parts = [c.strip() for c in cell.split("±")]
+        value = math.nan if parts[0] in ("–", "") else float(parts[0])
+        return value, float(parts[1]) if len(parts) > 1 else math.nan
+
+    rows, inside = [], False
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[:2] == ["Method", "Width"]:
+            inside = True
+            continue
+        if not inside or set(line.strip()) <= set("|-: "):
+            if inside and not line.strip():
+                break
+            continue
+        seeds, _, reached = cells[3].partition(" (")
+        sel, sel_sd = pm(cells[4])
+        fq, fq_sd = pm(cells[5])
+        rows.append(
+            {
+                "method": by_label.get(cells[0], cells[0]),
+                "width": int(cells[1]),
+                "params": int(cells[2].replace(",", "")),
+                "seeds": int(seeds),
+                "reached": int(reached.split()[0]) if reached else 0,
+                "selectivity": sel,
+                "selectivity_sd": sel_sd,
+                "forget_quality": fq,
+                "forget_quality_sd": fq_sd,
+            }
+        )
+    if not rows:
+        raise ValueError("no size-study table (a '| Method | Width | ...' header) in the text")
+    return pd.DataFrame(rows)
 
 
 def mechanistic_row(overlap: Sequence[Mapping[str, float]], energy: Mapping[str, float]) -> dict[str, float]:
