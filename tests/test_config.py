@@ -213,9 +213,9 @@ _EVERY_OBJECT = merged(
 
 
 def _is_object(schema: dict, node: dict) -> bool:
-    from qrerase.workflow.config_docs import _resolve
+    from qrerase.workflow.schema_keys import resolve_ref
 
-    if "$ref" in node and _is_object(schema, _resolve(schema, node["$ref"])):
+    if "$ref" in node and _is_object(schema, resolve_ref(schema, node["$ref"])):
         return True
     types = node.get("type", [])
     if "object" in ([types] if isinstance(types, str) else types) or "properties" in node:

@@ -259,7 +259,7 @@ def test_changing_rank_reruns_no_training(workdir):
         ({"tofu__data__root": "/no/such/dir"}, "data file /no/such/dir/forget10.jsonl not found"),
         ({"tofu__data__n_authors": 1}, "config key 'tofu.data.n_authors'"),
         ({"baselines__npo": None}, "config key 'methods.tofu.1': baseline 'npo' has no 'baselines.npo' settings"),
-        ({"baselines__npo__gamma": 1}, "config key 'baselines.npo'"),
+        ({"baselines__npo__gamma": 1}, "config key 'baselines.npo.gamma': unknown key"),
         ({"baselines__npo__beta": 0}, "config key 'baselines.npo.beta'"),
         ({"baselines__refusals": "/no/such/idk.txt"}, "config key 'baselines.refusals': /no/such/idk.txt not found"),
         ({"resources__train__processes": 0}, "config key 'resources.train.processes': 0 is less than the minimum of 1"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..text.lm import answer_token_logits, answer_token_nll, collate, per_sequence, sequence_nll
-from ..text.training import answer_tokens
+from ..text.losses import answer_tokens
 from .losses import dpo_loss, flat_loss, ga_loss, graddiff_loss, kl_divergence, kl_loss, npo_loss, token_mean_nll
 
 __all__ = [

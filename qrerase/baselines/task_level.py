@@ -49,11 +49,10 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
+from ..text.losses import answer_tokens, token_mean_split
 from ..text.training import (
     TrainConfig,
-    answer_tokens,
     epoch_steps,
-    token_mean_split,
     train_causal_lm,
     train_config_of,
     train_steps,

@@ -25,11 +25,9 @@ LaTeX
     ``$^{\\checkmark}$``. Reference rows come first, followed by a ``\\midrule``. Column groups render
     as ``\\multicolumn{n}{c}{\\textbf{Group}}`` with ``\\cmidrule(lr){a-b}`` below.
 
-Degenerate cells: ``TableSpec.degenerate`` names, per column, the rows whose value there is not to
-be read as a result (a model whose utility collapsed below :data:`DEGENERATE_UTILITY_FRACTION` of
-the base model's, :func:`degenerate_utility`: its Forget Quality of 1 is no forgetting). Such a
-cell is not ranked and gets no ✓: Markdown and LaTeX print the value followed by ``(degenerate)``
-and the CSV's ``<column>_mark`` holds ``degenerate``.
+Degenerate cells (``TableSpec.degenerate``: a model whose utility collapsed, :func:`degenerate_utility`)
+are not ranked and get no ✓; Markdown and LaTeX print ``(degenerate)`` after the value, the CSV mark
+is ``degenerate``.
 
 Ranking: per column, among the non-reference, non-degenerate rows with a finite value, in the column's direction
 (``higher_is_better``; ``None`` = not ranked). Values that print identically (same formatted text)
@@ -77,11 +75,8 @@ METHOD_LABELS: dict[str, str] = method_labels()
 TEX_METHOD_LABELS: dict[str, str] = tex_method_labels()
 
 
-#: A model whose utility is below this fraction of the base (fine-tuned) model's utility, or not
-#: finite, is degenerate (:func:`degenerate_utility`): its forgetting metrics are not shown as passing
-#: (TOFU / cross-lingual tables) and the λ rules never select it. The default run's models keep at
-#: least 0.9 of the base model's TOFU Model Utility, the paper's NPO 0.37 of it; Gradient Ascent in
-#: the paper's table and an edit at ``unlearn.scale: 1e6`` keep 0.
+#: Below this fraction of the base model's utility (or not finite) a model is degenerate: no ✓, not
+#: ranked, never the λ rule's pick (the paper's NPO keeps 0.37; GA and ``unlearn.scale: 1e6`` keep 0).
 DEGENERATE_UTILITY_FRACTION = 0.25
 
 

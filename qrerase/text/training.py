@@ -32,6 +32,7 @@ from ..config import from_mapping
 from ..determinism import epoch_seed, set_determinism
 from ..io import atomic_dir
 from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_qa_many, pad_token_id, qa_pair
+from .losses import token_mean_split
 
 __all__ = [
     "ENGINE_KEYS",
@@ -197,16 +198,13 @@ def train_steps(
     reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss``
     is the sum of the parts' losses over all ranks; the terms are the mean of the live parts' terms.
 
-    Resuming is safe: a saved state is loaded only by a run of the same identity
-    (:func:`qrerase.engine.run_identity`: ``cfg`` less ``threads`` / ``checkpoint_every``, the step
-    count and payloads, the process count, the starting weights of ``model`` and ``frozen``, and
-    ``run_settings``, the loss's own settings such as a baseline's config, a dataclass or mapping),
-    and only when its checksums hold (:func:`qrerase.engine.load_latest`). A non-finite loss or
-    gradient norm stops training before the update (``FloatingPointError``, one line), as does a
-    non-finite trained weight at the end.
+    A saved state is loaded only by a run of the same identity and only when its checksums hold
+    (:func:`qrerase.resume.training_identity`, with ``run_settings`` the loss's own settings). A
+    non-finite loss, gradient norm or trained weight stops training (``FloatingPointError``, one line).
     """
     from .. import engine
     from ..checkpoints import model_device
+    from ..resume import check_finite_trained, training_identity
 
     total = len(steps)
     warmup = int(round(cfg.warmup_ratio * total))
@@ -233,20 +231,9 @@ def train_steps(
         raise ValueError("model has no trainable parameters")
     dtype = trained[0].dtype
     identity = None
-    if cfg.checkpoint_every > 0 and engine.current_resume_dir(desc) is not None:
-        settings = {
-            "desc": desc,
-            "config": _settings(cfg),
-            "steps": total,
-            "optimizer": optimizer,
-            "schedule": schedule,
-            "world": world,
-            "parts": parts,
-            "trainable": [n for n, p in model.named_parameters() if p.requires_grad],
-            "frozen": [engine.run_identity({}, [], m) for m in frozen],
-            "run_settings": _settings(run_settings) if dataclasses.is_dataclass(run_settings) else run_settings,
-        }
-        identity = engine.run_identity(settings, steps, model)  # before any dtype change
+    if cfg.checkpoint_every > 0 and engine.current_resume_dir(desc) is not None:  # before any dtype change
+        run = {"desc": desc, "steps": total, "optimizer": optimizer, "schedule": schedule, "world": world}
+        identity = training_identity(cfg, {**run, "parts": parts}, steps, model, frozen, run_settings)
     accelerator = engine.make_accelerator(cfg.backend, dtype, model_device(model), engine.layer_classes(model))
     rank = accelerator.process_index
     if dtype != torch.float32:
@@ -329,16 +316,8 @@ def train_steps(
     if sharded:
         for m in frozen:
             engine.unshard(m)
-    for name, p in model.named_parameters():
-        if p.requires_grad and not bool(torch.isfinite(p.detach()).all()):
-            raise FloatingPointError(f"{desc}: trained weight {name} is not finite (lower the learning rate)")
+    check_finite_trained(model, desc)
     return rows
-
-
-def _settings(cfg) -> dict:
-    """A config's fields that determine a run (not ``threads`` nor ``checkpoint_every``)."""
-    fields = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
-    return {k: v for k, v in fields.items() if k not in ("threads", "checkpoint_every")}
 
 
 def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
@@ -400,32 +379,6 @@ def train_causal_lm(
 
     rows = train_steps(model, cfg, steps, loss_fn, desc=desc, split=token_mean_split(model, examples, pad_id))
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
-
-
-def answer_tokens(example) -> int:
-    """Number of scored (answer) tokens of an encoded ``(input_ids, labels)`` example."""
-    return sum(1 for t in example[1][1:] if t != -100)
-
-
-def token_mean_split(model, examples, pad_id: int, sign: float = 1.0):
-    """Micro-batch split of the token-mean answer NLL ``Σ_{i∈B} Σ_t nll_it / Σ_{i∈B} n_i``: a piece
-    ``P`` of batch ``B`` contributes ``Σ_{i∈P} Σ_t nll_it / Σ_{i∈B} n_i`` (0 for a padding piece),
-    so the pieces sum to the full-batch loss (see :func:`qrerase.engine.chunk`); ``sign=-1``: of
-    ``−Σ nll / Σ n`` (gradient ascent)."""
-    from .. import engine
-
-    counts = [answer_tokens(e) for e in examples]
-
-    def split(idx, parts: int):
-        denom = max(1, sum(counts[i] for i in idx))
-
-        def piece(sub, live):
-            nll, _ = answer_token_nll(model, collate([examples[i] for i in sub], pad_id))
-            return nll.sum() * ((sign if live else 0.0) / denom), {}
-
-        return [(lambda sub=sub, live=live: piece(sub, live)) for sub, live in engine.chunk(idx, parts)]
-
-    return split
 
 
 def add_lora(model, cfg: LoraTrainConfig):

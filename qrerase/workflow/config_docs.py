@@ -16,10 +16,11 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from .schema_keys import ConfigKey, config_keys, resolve_ref
 
 __all__ = ["ConfigKey", "config_keys", "undocumented", "render", "generate", "write", "DOCS_PATH", "DEFAULTS_PATH"]
 
@@ -29,83 +30,6 @@ DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 DEFAULTS_PATH = Path(__file__).resolve().parent / "config.yaml"
 
 _VALUE_WIDTH = 60  # longer config.yaml values are cut (the page links config.yaml for the whole value)
-
-
-@dataclass(frozen=True)
-class ConfigKey:
-    """One config key: its dotted path (``a[].b`` inside list items, ``a.<name>`` for any name), its
-    schema node as written, its description (own or through ``$ref``; None when missing) and whether
-    its parent object requires it."""
-
-    path: str
-    node: Mapping[str, Any]
-    description: str | None
-    required: bool
-
-
-def _resolve(schema: Mapping, ref: str) -> Mapping:
-    if not ref.startswith("#/"):
-        raise ValueError(f"schema: only local $refs are supported, got {ref!r}")
-    node: Any = schema
-    for part in ref[2:].split("/"):
-        node = node[part]
-    return node
-
-
-def _description(schema: Mapping, node: Mapping) -> str | None:
-    seen: set[str] = set()
-    while True:
-        text = node.get("description")
-        if isinstance(text, str) and text.strip():
-            return " ".join(text.split())
-        ref = node.get("$ref")
-        if ref is None or ref in seen:
-            return None
-        seen.add(ref)
-        node = _resolve(schema, ref)
-
-
-def _children(schema: Mapping, node: Any, follow_refs: bool, stack: tuple[str, ...] = ()) -> Iterator[tuple]:
-    """(path suffix, child node, required, refs followed so far) of one schema node: its properties,
-    those of its combinator branches (and of ``$ref`` targets when ``follow_refs``; a ref already on
-    ``stack`` is not followed again), list items and ``additionalProperties`` objects."""
-    if not isinstance(node, Mapping):
-        return
-    ref = node.get("$ref")
-    if follow_refs and ref is not None and ref not in stack:
-        yield from _children(schema, _resolve(schema, ref), follow_refs, (*stack, ref))
-    for keyword in ("allOf", "oneOf", "anyOf"):  # a shared base (allOf: [$ref]) before the keys it adds
-        for branch in node.get(keyword, []):
-            yield from _children(schema, branch, follow_refs, stack)
-    required = set(node.get("required", []))
-    for name, child in node.get("properties", {}).items():
-        yield f".{name}", child, name in required, stack
-    items = node.get("items")
-    if isinstance(items, Mapping):
-        for suffix, child, required_child, inner in _children(schema, items, follow_refs, stack):
-            yield f"[]{suffix}", child, required_child, inner
-    extra = node.get("additionalProperties")
-    if isinstance(extra, Mapping):
-        yield ".<name>", extra, False, stack
-
-
-def config_keys(
-    schema: Mapping, follow_refs: bool = True, node: Mapping | None = None, prefix: str = ""
-) -> list[ConfigKey]:
-    """Every key below ``node`` (default: the whole schema), depth first in schema order. A path met twice
-    (the same key in two branches) is listed once, with the first description found."""
-    out: dict[str, ConfigKey] = {}
-
-    def visit(current: Any, path: str, stack: tuple[str, ...]) -> None:
-        for suffix, child, required, inner in _children(schema, current, follow_refs, stack):
-            key_path = f"{path}{suffix}".lstrip(".")
-            text = _description(schema, child)
-            if key_path not in out or (out[key_path].description is None and text is not None):
-                out[key_path] = ConfigKey(key_path, child, text, required)
-            visit(child, key_path, inner)
-
-    visit(schema if node is None else node, prefix, ())
-    return list(out.values())
 
 
 def undocumented(schema: Mapping) -> list[str]:
@@ -144,7 +68,7 @@ def _type(schema: Mapping, node: Any) -> str:
         return "any"
     ref = node.get("$ref")
     if ref is not None:
-        node = {**_resolve(schema, ref), **{k: v for k, v in node.items() if k != "$ref"}}
+        node = {**resolve_ref(schema, ref), **{k: v for k, v in node.items() if k != "$ref"}}
     if "const" in node:
         return f"`{json.dumps(node['const'])}`"
     if "enum" in node:

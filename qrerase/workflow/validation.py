@@ -158,7 +158,7 @@ def _unknown_key(err, schema_path: str) -> tuple[str, str] | None:
     else None. The message suggests the closest known key and lists the keys allowed there."""
     import difflib
 
-    from .config_docs import config_keys
+    from .schema_keys import config_keys
 
     if err.validator in ("oneOf", "anyOf"):  # a closed object branch (model.template): its unknown key
         found = (_unknown_key(e, schema_path) for e in err.context if not e.path)
