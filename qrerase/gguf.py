@@ -16,13 +16,12 @@ Config (``model``): ``name_or_path`` is a ``.gguf`` file; or a directory plus ``
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGE_PREFIX", "is_gguf_source", "resolve_gguf", "sha256_file", "import_gguf"]
+__all__ = ["PACKAGE_PREFIX", "is_gguf_source", "resolve_gguf", "import_gguf"]
 
 #: ``model.name_or_path: package:<distribution>``: a file inside an installed Python distribution.
 PACKAGE_PREFIX = "package:"
@@ -85,15 +84,6 @@ def resolve_gguf(model_cfg: Mapping[str, Any]) -> Path | None:
     return path.resolve()
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def import_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "float32") -> dict[str, Any]:
     """Dequantise a GGUF causal LM and write it to ``out_dir`` as a safetensors checkpoint with its
     tokenizer (and chat template), atomically; returns ``{"gguf_file", "sha256", "parameters",
@@ -107,11 +97,12 @@ def import_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .checkpoints import DTYPES, first_line, save_model
+    from .io import hash_file
 
     path = resolve_gguf({"name_or_path": str(gguf_path)})
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    digest = sha256_file(path)
+    digest = hash_file(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=DTYPES[dtype])

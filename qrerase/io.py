@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "hash_file",
     "atomic_path",
     "atomic_dir",
     "write_json",
@@ -76,6 +78,17 @@ def _no_room(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """A writer's block: an error for lack of room (disk full, quota, size limit) names ``path``."""
+    try:
+        yield
+    except Exception as exc:
+        if _no_room(exc):
+            raise _write_error(path, exc) from exc
+        raise
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
 
@@ -90,12 +103,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(tmp)
     try:
-        try:
+        with _naming(path):
             yield tmp
-        except Exception as exc:
-            if _no_room(exc):
-                raise _write_error(path, exc) from exc
-            raise
         try:
             if tmp.is_file():  # a writer may have replaced the file: set the mode just before the rename
                 os.chmod(tmp, 0o666 & ~current_umask())
@@ -139,12 +148,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except OSError as exc:
         raise _write_error(path, exc) from exc
     try:
-        try:
+        with _naming(path):
             yield tmp
-        except Exception as exc:
-            if _no_room(exc):
-                raise _write_error(path, exc) from exc
-            raise
         try:
             _plain_modes(tmp, current_umask())
             if path.exists():
@@ -305,3 +310,12 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
     """Write records as JSON Lines (one per line, UTF-8, stable key order), atomically."""
     write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def hash_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """sha256 (hex) of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .io import hash_file
+
 __all__ = [
     "training_identity",
     "check_finite_trained",
@@ -89,14 +91,6 @@ STATE_MANIFEST = "checksums.sha256"
 RUN_IDENTITY = "run.json"
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _state_files(state: Path) -> list[str]:
     return sorted(p.relative_to(state).as_posix() for p in state.rglob("*") if p.is_file() and p.name != STATE_MANIFEST)
 
@@ -105,7 +99,7 @@ def write_state_manifest(state: str | os.PathLike) -> Path:
     """Write ``state/checksums.sha256`` (the sha256 of every other file of the state folder),
     atomically (temporary name, then renamed): a state without it is incomplete."""
     state = Path(state)
-    lines = [f"{_sha256_file(state / rel)}  {rel}\n" for rel in _state_files(state)]
+    lines = [f"{hash_file(state / rel)}  {rel}\n" for rel in _state_files(state)]
     tmp = state / f".{STATE_MANIFEST}.tmp"
     tmp.write_text("".join(lines), encoding="utf-8")
     os.replace(tmp, state / STATE_MANIFEST)
@@ -132,7 +126,7 @@ def check_state(state: str | os.PathLike) -> str | None:
         path = state / rel
         if not path.is_file():
             return f"{rel} is missing"
-        now = _sha256_file(path)
+        now = hash_file(path)
         if now != digest:
             return f"{rel} fails its checksum (sha256 recorded {digest[:12]}…, now {now[:12]}…)"
     return None

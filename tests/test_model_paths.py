@@ -123,25 +123,13 @@ def test_a_hub_id_is_accepted_without_network(local_files_only):
 
 
 def test_speech_model_path_is_checked_when_the_track_runs(tmp_path):
-    from qrerase.speech import model as sm
-
     empty = tmp_path / "empty"
     empty.mkdir()
     cfg = config(speech__model__name_or_path=str(empty))
     validate(cfg)  # the speech track does not run: its model is not needed
     cfg["tracks"] = ["tofu", "speech"]
     refused(cfg, f"config key 'speech.model.name_or_path': {empty}: empty directory, expected a speech model directory")
-    tiny = dict(
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        conv_dim=(8, 16, 16, 16),
-        num_conv_pos_embeddings=4,
-        num_conv_pos_embedding_groups=2,
-        classifier_proj_size=16,
-    )
-    sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**tiny), ["a", "b"], 0), tmp_path / "hubert")
+    _tiny_hubert(tmp_path / "hubert")
     cfg["speech"]["model"]["name_or_path"] = str(tmp_path / "hubert")
     validate(cfg)  # no tokenizer needed for a speech model
 

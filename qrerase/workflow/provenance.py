@@ -32,6 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..io import hash_file
+
 __all__ = [
     "RECORD_DIR",
     "MANIFEST",
@@ -70,21 +72,11 @@ PACKAGES = (
 )
 #: File names never hashed inside directory artifacts (Snakemake's marker for directory outputs).
 IGNORED_NAMES = frozenset({".snakemake_timestamp"})
-_CHUNK = 1 << 20
 
 
 # ---------------------------------------------------------------------------------------------
 # Hashing.
 # ---------------------------------------------------------------------------------------------
-def hash_file(path: str | os.PathLike) -> str:
-    """sha256 (hex) of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _dir_files(root: Path) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
