@@ -4,9 +4,9 @@
 speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`make_accelerator`):
 
 * **Data parallelism** is Accelerate's: one process (plain), several processes started by
-  ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU), FSDP2
-  (``FullyShardedDataParallelPlugin(fsdp_version=2)``) or DeepSpeed ZeRO-3
-  (``DeepSpeedPlugin(zero_stage=3)``), chosen by ``backend`` (:data:`BACKENDS`).
+  ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU) or FSDP2
+  (``FullyShardedDataParallelPlugin(fsdp_version=2)``), chosen by ``backend`` (:data:`BACKENDS`).
+  DeepSpeed is not a backend (removed until it can be tested: docs/training-engine.md).
 * **Global batch** = the configured ``batch_size``: each optimiser step's payload is split into
   ``world_size × accumulation`` micro-batches of at most ``micro_batch_size`` examples
   (:func:`micro_plan`, :func:`chunk`); rank ``r`` takes the ``r``-th contiguous group of them and
@@ -73,8 +73,8 @@ __all__ = [
 
 #: Multi-process engines: ``ddp`` (Accelerate's DDP; the only one with one process), ``fsdp``
 #: (FSDP2: parameters, gradients and optimiser states sharded, layers of ``_no_split_modules``
-#: wrapped), ``deepspeed`` (ZeRO-3; needs the ``deepspeed`` package).
-BACKENDS = ("ddp", "fsdp", "deepspeed")
+#: wrapped). DeepSpeed was removed until it can be tested (docs/training-engine.md).
+BACKENDS = ("ddp", "fsdp")
 
 
 def world_size() -> int:
@@ -193,18 +193,6 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
             transformer_cls_names_to_wrap=list(layer_classes) or None,
             state_dict_type="FULL_STATE_DICT",
             cpu_ram_efficient_loading=False,
-        )
-    elif world_size() > 1 and backend == "deepspeed":
-        try:
-            import deepspeed  # noqa: F401  (only checks that it is installed)
-        except ImportError as err:
-            raise ValueError(
-                "training config: backend 'deepspeed' needs the 'deepspeed' package (pip install deepspeed)"
-            ) from err
-        from accelerate import DeepSpeedPlugin
-
-        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(
-            zero_stage=3, gradient_accumulation_steps=1, zero3_save_16bit_model=False, zero3_init_flag=False
         )
     accelerator = Accelerator(**kwargs)
     if "fsdp_plugin" in kwargs and not accelerator.is_fsdp2:

@@ -251,3 +251,12 @@ def test_bad_numbers_fail_at_planning_time_and_write_nothing(tmp_path, override,
     assert message in text, text[-2000:]
     assert not (tmp_path / "results").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".snakemake") == ["bad.yaml"]
+
+
+def test_the_removed_deepspeed_backend_fails_at_planning_time(tmp_path):
+    """DeepSpeed was removed from the backends until it can be tested (docs/training-engine.md)."""
+    proc = _dry_run(tmp_path, "finetune: {epochs: 1, lr: 0.001, batch_size: 4, backend: deepspeed}\n")
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "config key 'finetune.backend': 'deepspeed' is not one of ['ddp', 'fsdp']" in text, text[-2000:]
+    assert not (tmp_path / "results").exists()

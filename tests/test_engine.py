@@ -53,8 +53,11 @@ def test_micro_plan_examples_and_errors():
     assert [live for _, live in pieces].count(False) == 2 and all(len(p) == 1 for p, _ in pieces)
     with pytest.raises(ValueError, match="micro_batch_size"):
         TrainConfig(epochs=1, lr=1e-3, batch_size=4, micro_batch_size=0)
-    with pytest.raises(ValueError, match="backend"):
-        TrainConfig(epochs=1, lr=1e-3, batch_size=4, backend="horovod")
+    for removed in ("horovod", "deepspeed"):  # deepspeed: removed until it can be tested
+        with pytest.raises(ValueError, match=r"'backend' must be one of \['ddp', 'fsdp'\]"):
+            TrainConfig(epochs=1, lr=1e-3, batch_size=4, backend=removed)
+        with pytest.raises(ValueError, match=r"'backend' must be one of \['ddp', 'fsdp'\]"):
+            engine.make_accelerator(removed, torch.float32, torch.device("cpu"))
 
 
 def test_micro_batch_gradient_equals_full_batch_gradient(tok, records):

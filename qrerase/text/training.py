@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from ..config import from_mapping
 from ..determinism import epoch_seed, set_determinism
+from ..engine import BACKENDS
 from ..io import atomic_dir
 from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_qa_many, pad_token_id, qa_pair
 from .losses import token_mean_split
@@ -64,8 +65,8 @@ class TrainConfig:
     Engine (:func:`train_steps`): ``batch_size`` is the global batch of one optimiser step, reached
     with per-process micro-batches of ``micro_batch_size`` (None: ``batch_size / processes``) and
     gradient accumulation; ``gradient_checkpointing`` recomputes activations in the backward pass;
-    ``checkpoint_every`` (steps, 0 = off) saves resumable state; ``backend`` (``ddp`` | ``fsdp`` |
-    ``deepspeed``) is the multi-process engine.
+    ``checkpoint_every`` (steps, 0 = off) saves resumable state; ``backend`` (``ddp`` | ``fsdp``,
+    :data:`qrerase.engine.BACKENDS`) is the multi-process engine.
     """
 
     epochs: int
@@ -95,10 +96,8 @@ class TrainConfig:
             raise ValueError(
                 f"training config: 'checkpoint_every' must be an integer >= 0, got {self.checkpoint_every!r}"
             )
-        if self.backend not in ("ddp", "fsdp", "deepspeed"):
-            raise ValueError(
-                f"training config: 'backend' must be one of ['ddp', 'fsdp', 'deepspeed'], got {self.backend!r}"
-            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"training config: 'backend' must be one of {list(BACKENDS)}, got {self.backend!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:

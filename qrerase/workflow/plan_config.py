@@ -285,8 +285,10 @@ def _epochs(sections: Mapping, job: JobSpec) -> int:
 def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
     """Snakemake resources of a rule kind: the plan's largest job of that kind, then the config's
     ``resources.<kind>`` overrides. Keys as snakemake-executor-plugin-slurm reads them: mem_mb,
-    runtime (min), gpu (--gpus; only when > 0), nodes (1 for GPU / multi-process jobs),
-    cpus_per_task (threads x processes for a multi-process job), slurm_partition, slurm_extra."""
+    runtime (min), gpu (--gpus; only when > 0), tasks_per_gpu (0 with gpu: the job is one task that
+    sees all its GPUs; without it plugin versions 2.0 to 2.7.0 submit --ntasks-per-gpu=1, one task
+    per GPU), nodes (1 for GPU / multi-process jobs), cpus_per_task (threads x processes for a
+    multi-process job), slurm_partition, slurm_extra (docs/cluster.md lists the sbatch flags)."""
     if kind not in KINDS:
         raise ValueError(f"resources_for: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     over = (cfg.get("resources") or {}).get(kind) or {}
@@ -301,6 +303,7 @@ def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
     gpu = int(over.get("gpu", gpu))
     if gpu:
         out["gpu"] = gpu
+        out["tasks_per_gpu"] = 0  # the launcher spawns the processes inside the job's one task
     if gpu or procs > 1:
         out["nodes"] = 1
     if procs > 1 or "cpus_per_task" in over:
