@@ -86,7 +86,10 @@ def test_every_shipped_config_is_valid(name):
         (dotted(speech__forget_fraction=0), "config key 'speech.forget_fraction'"),
         (dotted(baselines__npo__beta=0), "config key 'baselines.npo.beta'"),
         # DeepSpeed was removed from the backends until it can be tested (docs/training-engine.md)
-        (dotted(finetune__backend="deepspeed"), "config key 'finetune.backend': 'deepspeed' is not one of ['ddp', 'fsdp']"),
+        (
+            dotted(finetune__backend="deepspeed"),
+            "config key 'finetune.backend': 'deepspeed' is not one of ['ddp', 'fsdp']",
+        ),
         (dotted(baselines__kl__backend="deepspeed"), "config key 'baselines.kl.backend': 'deepspeed' is not one of"),
         # core
         (dotted(unlearn__rank=99), "config key 'unlearn.rank': 99 exceeds the LoRA rank"),
