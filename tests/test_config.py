@@ -285,3 +285,12 @@ def test_every_object_of_the_schema_refuses_an_unknown_key():
 )
 def test_a_misspelt_training_key_is_refused(overrides, message):
     fails(merged(overrides), message)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml")))
+def test_no_preset_downloads_a_model_in_a_job(name):
+    """Compute nodes may have no internet and gated ids need a token: the presets read the model from
+    the Hugging Face cache, fetched once on a login node (docs/cluster.md, "Fetch the model once")."""
+    cfg = merged(yaml.safe_load((REPO / "config" / name).read_text()))
+    assert cfg["model"]["local_files_only"] is True
+    assert cfg["speech"]["model"].get("local_files_only", True) is True
