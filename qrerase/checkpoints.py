@@ -1,9 +1,9 @@
 """Hugging Face checkpoint plumbing shared by the text and the speech models.
 
-Devices (:func:`resolve_device`, :func:`model_device`), the ``dtype`` names of the config
-(:data:`DTYPES`), where a checkpoint lives (:func:`resolve_checkpoint`: a local directory, or a hub id
-resolved through the local cache), the check that a loaded checkpoint's weights match its config
-(:func:`check_loading_info`) and the atomic safetensors writer :func:`save_model`.
+Devices (:func:`resolve_device`: a launched worker's own GPU from ``LOCAL_RANK``; :func:`model_device`),
+the ``dtype`` names of the config (:data:`DTYPES`), where a checkpoint lives (:func:`resolve_checkpoint`:
+a local directory, or a hub id resolved through the local cache), the check that a loaded checkpoint's
+weights match its config (:func:`check_loading_info`) and the atomic safetensors writer :func:`save_model`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .io import atomic_dir
 __all__ = [
     "DTYPES",
     "model_device",
+    "local_rank",
     "resolve_device",
     "gpu_memory",
     "inference_placement",
@@ -49,10 +50,37 @@ def model_device(model) -> torch.device:
     return torch.device("cpu")
 
 
+def local_rank() -> int | None:
+    """This process's rank on its node (``LOCAL_RANK``, set by ``accelerate launch`` / ``torchrun``);
+    None for a plain ``python`` run. A one-line ValueError names the variable when it is not an integer."""
+    value = os.environ.get("LOCAL_RANK", "")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable LOCAL_RANK: expected an integer, got {value!r}") from None
+
+
 def resolve_device(device: str = "auto") -> torch.device:
-    """``auto``: the first CUDA GPU when one is visible, else the CPU; or an explicit torch device."""
+    """The torch device of a config's ``device``, bound to this process's GPU.
+
+    ``auto``: a CUDA GPU when one is visible, else the CPU; ``cuda`` (no index) or ``auto`` with a GPU
+    in a launched worker (``LOCAL_RANK`` set): GPU ``cuda:LOCAL_RANK``, made the current CUDA device
+    (``torch.cuda.set_device``) so that every later CUDA allocation of the rank (Accelerate's, NCCL's)
+    lands there and not on GPU 0; without ``LOCAL_RANK``: ``cuda`` (the current device). An explicit
+    ``cuda:N`` or ``cpu`` is returned as is.
+    """
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and local_rank() is not None:
+        index = local_rank()
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"environment variable LOCAL_RANK: {index}, but this process sees {torch.cuda.device_count()} GPU(s)"
+            )
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device(device)
 
 

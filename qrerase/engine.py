@@ -13,8 +13,22 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
   accumulates their gradients; the engine all-reduces (mean) the gradients across ranks, so every
   micro-batch loss is scaled by ``world_size`` and the micro-batch losses of a step must *sum* to
   the full-batch loss (each training function supplies such a split).
-* **Mixed precision**: a bf16 / fp16 model is trained in float32 (master weights and optimiser
-  states in float32) under Accelerate's autocast in the model's dtype, and cast back at the end.
+* **Placement**: a launched worker works on its own GPU, ``cuda:LOCAL_RANK``
+  (:func:`qrerase.checkpoints.resolve_device`, :func:`training_device`). A model trained sharded
+  (:func:`sharded`: FSDP2 over several processes) is read by rank 0 alone and built with empty
+  storage on the other ranks (:func:`qrerase.text.models.load_model` ``sharded``); FSDP2's
+  preparation (Accelerate's ``cpu_ram_efficient_loading``) shards it onto the devices and broadcasts
+  rank 0's weights tensor by tensor.
+* **Mixed precision**: a bf16 / fp16 model trains its trainable parameters in float32 (master
+  weights and optimiser states) under Accelerate's autocast in the model's dtype, frozen weights
+  (a LoRA base) stay in that dtype; trained weights are cast back at the end. Under FSDP2 the
+  explicit policy :func:`mixed_precision_policy` gathers parameters in that dtype and reduces
+  gradients in float32.
+* **Saving without spikes** (FSDP2): at the end the optimiser is freed first, then the trained
+  model's full state is gathered tensor by tensor to rank 0's CPU (:func:`gather_to_main`: torch's
+  ``get_model_state_dict`` with ``full_state_dict`` and ``cpu_offload``), frozen models are dropped
+  without being gathered, and :func:`unshard` leaves rank 0 a plain CPU model (the one that writes)
+  and the other ranks the same module with empty storage.
 * **The loss runs inside the wrapped module**: :class:`LossModule` holds the trained model as a
   sub-module and its ``forward(thunk)`` evaluates a loss thunk, so DDP's / FSDP's forward hooks see
   every forward pass, whatever model entry point the loss calls (e.g. the decoder and the LM head
@@ -57,7 +71,14 @@ __all__ = [
     "LossModule",
     "resuming",
     "current_resume_dir",
-    "full_state",
+    "sharded",
+    "training_device",
+    "mixed_precision_policy",
+    "release_optimizer",
+    "check_finite_sharded",
+    "gather_to_main",
+    "unshard",
+    "drop",
     "example_mean_split",
     "Progress",
     "KEEP_STATES",
@@ -80,6 +101,28 @@ BACKENDS = ("ddp", "fsdp")
 def world_size() -> int:
     """Number of processes of this job (``WORLD_SIZE`` set by ``accelerate launch`` / ``torchrun``; 1 otherwise)."""
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def sharded(backend: str) -> bool:
+    """True when a run with ``backend`` shards its model: FSDP2 (``fsdp``) with several processes.
+    Such a model is loaded by rank 0 alone (:func:`qrerase.text.models.load_model` ``sharded``)."""
+    return backend == "fsdp" and world_size() > 1
+
+
+def training_device(model) -> torch.device:
+    """The device a training run works on: the model's own device with one process or when the model
+    already sits on an accelerator; otherwise, in a launched worker (``WORLD_SIZE`` > 1) of a model
+    left on the CPU (a sharded load), the worker's GPU ``cuda:LOCAL_RANK``
+    (:func:`qrerase.checkpoints.resolve_device`) unless no GPU is visible or ``ACCELERATE_USE_CPU``
+    is true (the launcher's flag for ``model.device: cpu``), which keep the CPU."""
+    from .checkpoints import model_device, resolve_device
+
+    device = model_device(model)
+    if world_size() == 1 or device.type != "cpu" or not torch.cuda.is_available():
+        return device
+    if os.environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "true", "yes", "y", "on"):
+        return device
+    return resolve_device("cuda")
 
 
 def micro_plan(batch_size: int, micro_batch_size: int | None, world: int) -> tuple[int, int]:
@@ -161,13 +204,36 @@ def _mixed_precision(dtype: torch.dtype, device: torch.device) -> str:
     return "no"
 
 
+def mixed_precision_policy(dtype: torch.dtype, device: torch.device):
+    """The FSDP2 mixed-precision policy of a model of ``dtype`` on ``device``, or None for float32.
+
+    ``torch.distributed.fsdp.MixedPrecisionPolicy(param_dtype=<autocast dtype>,
+    reduce_dtype=torch.float32)``: the float32 master shards are all-gathered in the model's dtype
+    for the forward and backward passes, and gradients are reduce-scattered in float32 (a bf16
+    reduction over many ranks loses the low bits of the summed gradients). The autocast dtype is
+    that of :func:`_mixed_precision` (fp16 on a GPU, bf16 otherwise).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mode = _mixed_precision(dtype, device)
+    if mode == "no":
+        return None
+    return MixedPrecisionPolicy(
+        param_dtype=torch.float16 if mode == "fp16" else torch.bfloat16, reduce_dtype=torch.float32
+    )
+
+
 def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, layer_classes: Sequence[str] = ()):
     """An :class:`accelerate.Accelerator` for one training run.
 
     ``backend`` (:data:`BACKENDS`) matters only with several processes; ``dtype`` is the model's
     configured dtype (bf16 / fp16 → that autocast with float32 master weights; float32 → none);
-    ``device`` the model's device (CPU: ``cpu=True``, gloo between processes); ``layer_classes`` the
-    module class names FSDP2 wraps one by one (the model's ``_no_split_modules``).
+    ``device`` the training device (:func:`training_device`; CPU: ``cpu=True``, gloo between
+    processes); ``layer_classes`` the module class names FSDP2 wraps one by one (the model's
+    ``_no_split_modules``). FSDP2 (Accelerate's plugin, ``fsdp_version=2``) uses
+    :func:`mixed_precision_policy` and ``cpu_ram_efficient_loading``: the model is moved to the meta
+    device, sharded, and rank 0's weights are broadcast into the shards tensor by tensor (the other
+    ranks' values are never read, so they may hold a sharded load's empty storage).
     """
     from accelerate import Accelerator
 
@@ -192,7 +258,8 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
             auto_wrap_policy="transformer_based_wrap",
             transformer_cls_names_to_wrap=list(layer_classes) or None,
             state_dict_type="FULL_STATE_DICT",
-            cpu_ram_efficient_loading=False,
+            cpu_ram_efficient_loading=True,
+            mixed_precision_policy=mixed_precision_policy(dtype, device),
         )
     accelerator = Accelerator(**kwargs)
     if "fsdp_plugin" in kwargs and not accelerator.is_fsdp2:
@@ -224,6 +291,14 @@ class LossModule(torch.nn.Module):
         loss, terms = thunk()
         return loss, terms
 
+    def tie_weights(self) -> None:
+        """Re-tie the tied weights of the held models (Accelerate calls it around FSDP2's meta-device
+        sharding, which unties them)."""
+        for module in (self.model, *self.frozen):
+            tie = getattr(module, "tie_weights", None)
+            if callable(tie):
+                tie()
+
 
 def layer_classes(model) -> list[str]:
     """Class names FSDP2 wraps separately: the (PEFT-unwrapped) model's ``_no_split_modules``."""
@@ -231,24 +306,60 @@ def layer_classes(model) -> list[str]:
     return list(getattr(base, "_no_split_modules", None) or [])
 
 
-def full_state(model) -> dict[str, torch.Tensor]:
-    """Full (unsharded) parameters and buffers of ``model`` on every rank (DTensors gathered)."""
-    out = {}
-    for name, t in model.state_dict().items():
-        full = getattr(t, "full_tensor", None)
-        out[name] = full() if callable(full) else t
-    return out
+def release_optimizer(accelerator, optimizer, model) -> None:
+    """Free the optimiser's states (Adam moments) and every gradient of ``model`` before the end of
+    training gathers anything, so that the gather never coexists with them."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps it
+    inner.zero_grad(set_to_none=True)
+    inner.state.clear()
+    model.zero_grad(set_to_none=True)
+    accelerator.free_memory()
 
 
-def unshard(model) -> None:
-    """Turn an FSDP2-sharded ``model`` back into a plain module on every rank (collective).
+def check_finite_sharded(model, desc: str) -> None:
+    """``FloatingPointError`` (one line, on every rank) when a trained (``requires_grad``) weight of
+    an FSDP2-sharded ``model`` is NaN or Inf: each rank checks its own shards, then the ranks
+    all-reduce (max) the count of bad weights, so that all of them stop together (collective)."""
+    import torch.distributed as dist
 
-    Every parameter and buffer becomes a plain tensor holding the full value (gathered from the
-    shards), FSDP's forward hooks are removed and each ``FSDP<Class>`` module gets its class back.
+    bad = None
+    for name, p in model.named_parameters():
+        local = p.to_local() if callable(getattr(p, "to_local", None)) else p
+        if p.requires_grad and not bool(torch.isfinite(local.detach()).all()):
+            bad = name
+            break
+    flag = torch.tensor([0.0 if bad is None else 1.0], device=_device_of(model))
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if float(flag) > 0:
+        what = f"trained weight {bad}" if bad is not None else "a trained weight (on another rank)"
+        raise FloatingPointError(f"{desc}: {what} is not finite (lower the learning rate)")
+
+
+def _device_of(model) -> torch.device:
+    for p in model.parameters():
+        local = p.to_local() if callable(getattr(p, "to_local", None)) else p
+        return local.device
+    return torch.device("cpu")
+
+
+def gather_to_main(model) -> dict[str, torch.Tensor]:
+    """The full state dict of an FSDP2-sharded ``model`` (a sub-module of the prepared root is fine)
+    on global rank 0's CPU; ``{}`` on the other ranks (collective).
+
+    ``torch.distributed.checkpoint.state_dict.get_model_state_dict`` with
+    ``StateDictOptions(full_state_dict=True, cpu_offload=True)``: the tensors are all-gathered one at
+    a time, each copied to rank 0's CPU and dropped from the devices before the next, so no rank
+    ever holds more than one gathered tensor beyond its shards. Keys are ``model``'s own names.
     """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _strip_fsdp(model) -> None:
+    """Give each ``FSDP<Class>`` module of ``model`` its class back and remove FSDP's forward hooks."""
     from torch.distributed.fsdp import FSDPModule
 
-    full = full_state(model)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.__class__ = next(b for b in type(module).__bases__ if b is not FSDPModule)
@@ -257,14 +368,66 @@ def unshard(model) -> None:
                     k for k, h in hooks.items() if "fsdp" in type(getattr(h, "__self__", None)).__module__.lower()
                 ]:
                     del hooks[key]
-    for name, value in full.items():
+
+
+def unshard(model, state: dict[str, torch.Tensor] | None, dtypes: dict[str, torch.dtype] | None = None) -> None:
+    """Turn an FSDP2-sharded ``model`` back into a plain module (local: no communication).
+
+    ``state``: the full state :func:`gather_to_main` returned (rank 0), whose tensors become the
+    model's parameters and buffers on the CPU, cast tensor by tensor to ``dtypes[name]`` (the
+    parameters' dtypes before training; others keep theirs), without copies. ``state`` ``{}`` (the
+    other ranks): every parameter gets uninitialised CPU storage of its full shape (untouched pages,
+    not resident; a later sharded run broadcasts rank 0's values into them, as after a sharded
+    load). ``state`` None (:func:`drop`): parameters and buffers become meta tensors. Buffers outside
+    ``state`` (unsharded: non-persistent ones such as rotary frequencies) move to the CPU. FSDP's
+    hooks are removed, each ``FSDP<Class>`` module gets its class back, and tied weights are re-tied
+    (``tie_weights``) when the model has them.
+    """
+    dtypes = dtypes or {}
+    _strip_fsdp(model)
+    for prefix, module in model.named_modules():
+        for kind, table in (("param", module._parameters), ("buffer", module._buffers)):
+            for leaf, value in list(table.items()):
+                if value is None:
+                    continue
+                if state is None:
+                    where = "meta"
+                elif kind == "param" or callable(getattr(value, "full_tensor", None)):
+                    where = "empty"
+                else:
+                    where = "cpu"
+                table[leaf] = _plain(value, where, dtypes.get(f"{prefix}.{leaf}" if prefix else leaf, value.dtype))
+    for name in list(state or ()):
+        value = state.pop(name)  # the dict lets go of each tensor as the model takes it
         owner, _, leaf = name.rpartition(".")
         mod = model.get_submodule(owner) if owner else model
+        value = value.to(dtypes.get(name, value.dtype))
         if leaf in mod._parameters:
-            old = mod._parameters[leaf]
-            mod._parameters[leaf] = torch.nn.Parameter(value.detach().clone(), requires_grad=old.requires_grad)
+            mod._parameters[leaf] = torch.nn.Parameter(value, requires_grad=mod._parameters[leaf].requires_grad)
         elif leaf in mod._buffers:
-            mod._buffers[leaf] = value.detach().clone()
+            mod._buffers[leaf] = value
+    tie = getattr(model, "tie_weights", None)
+    if callable(tie) and state is not None:
+        tie()
+
+
+def _plain(value: torch.Tensor, where: str, dtype: torch.dtype) -> torch.Tensor:
+    """A plain tensor standing for a (possibly sharded) parameter or buffer ``value``: ``meta`` or
+    ``empty`` (uninitialised CPU storage) of its full shape in ``dtype``, or its local value on the
+    ``cpu`` (its own dtype); a Parameter stays a Parameter with its ``requires_grad``."""
+    if where == "cpu":
+        out = value.detach().to("cpu")
+    else:
+        out = torch.empty(value.shape, dtype=dtype, device="meta" if where == "meta" else "cpu")
+    if isinstance(value, torch.nn.Parameter):
+        return torch.nn.Parameter(out, requires_grad=value.requires_grad)
+    return out
+
+
+def drop(model) -> None:
+    """Free a frozen model of a sharded run without gathering it: FSDP stripped, every parameter and
+    buffer a meta tensor (it is not usable afterwards)."""
+    unshard(model, None)
 
 
 def accumulate(accelerator, wrapped, thunks, world: int):

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from qrerase.baselines.text import TextBaselineConfig, objective_of, read_refusals, train_baseline
+from qrerase.baselines.text import TextBaselineConfig, loads_sharded, objective_of, read_refusals, train_baseline
 from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
@@ -17,8 +17,11 @@ p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
-    model = load_model(inp.model, dtype=dtype, device=device)
-    ref_model = load_model(inp.model, dtype=dtype, device=device) if objective_of(cfg.method).needs_reference else None
+    shard, shard_ref = loads_sharded(cfg)  # FSDP2 over several processes: rank 0 alone reads the weights
+    model = load_model(inp.model, dtype=dtype, device=device, sharded=shard)
+    ref_model = None  # LoRA mode: π_ref is the adapter-disabled model itself
+    if objective_of(cfg.method).needs_reference and cfg.mode != "lora":
+        ref_model = load_model(inp.model, dtype=dtype, device=device, sharded=shard_ref)
     tokenizer = load_tokenizer(inp.model)
     forget, retain = read_jsonl(inp.forget), read_jsonl(inp.retain)
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
@@ -34,7 +37,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         refusals=refusals,
         desc=f"{snakemake.wildcards.exp}-{cfg.method}",
     )
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes; it holds the full trained weights (on its CPU after FSDP2)
         save_model(model, tokenizer, out.model)
         write_csv(out.curve, pd.DataFrame(curve))
     log.info("first/last step: %s / %s", curve[0], curve[-1])

@@ -5,7 +5,7 @@ model.name_or_path; a full fine-tune, or a LoRA adapter merged after (finetune.m
 
 from qrerase.checkpoints import resolve_device, save_model
 from qrerase.config import model_options
-from qrerase.engine import resuming
+from qrerase.engine import resuming, sharded
 from qrerase.io import read_jsonl, write_csv
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
@@ -20,21 +20,22 @@ inp = snakemake.input
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mcfg = p.model
     dtype, device = model_options(mcfg)
+    train = {k: v for k, v in p.train.items() if k not in ("mode", "lora")}
+    cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
+    shard = sharded(cfg.backend)  # FSDP2 over several processes: rank 0 alone reads the weights
     if "tokenizer" in inp.keys():  # a new tiny Llama on the run's tokenizer (the task-level track)
         tokenizer = load_tokenizer(inp.tokenizer)
         model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
         model = model.to(resolve_device(device))
     elif "init" in inp.keys():  # the embedded model's fine-tuning: from the pretrained checkpoint
         tokenizer = load_tokenizer(inp.init)
-        model = load_model(inp.init, dtype=dtype, device=device)
+        model = load_model(inp.init, dtype=dtype, device=device, sharded=shard)
     else:  # a hub / local model: its checkpoint is the pretrained model
         local = mcfg.get("local_files_only", True)
         tokenizer = load_tokenizer(mcfg["name_or_path"], local_files_only=local)
-        model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device)
+        model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device, sharded=shard)
     records = read_jsonl(inp.data)
     which = snakemake.wildcards.which
-    train = {k: v for k, v in p.train.items() if k not in ("mode", "lora")}
-    cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     template = template_from(mcfg, tokenizer)
     shape = p.get("adapter")  # finetune.mode: lora (rule finetune): a LoRA adapter, merged after
     if shape:
@@ -48,6 +49,6 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     else:
         log.info("training %s on %d QA pairs: %s", which, len(records), cfg)
         curve = train_causal_lm(model, tokenizer, records, template, cfg, desc=which)
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_model(model, tokenizer, snakemake.output.model)
         write_csv(snakemake.output.curve, curve)

@@ -26,6 +26,6 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})
     log.info("training pretrained on %d QA pairs: %s", len(records), cfg)
     curve = train_causal_lm(model, tokenizer, records, template_from(mcfg, tokenizer), cfg, desc="pretrained")
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_model(model, tokenizer, snakemake.output.model)
         write_csv(snakemake.output.curve, curve)

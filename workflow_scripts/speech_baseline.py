@@ -21,6 +21,6 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         "%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg
     )
     model, curve = run_baseline(method, model, arrays, forget, retain, cfg)
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_speech_model(model, out.model)
         write_csv(out.curve, curve)

@@ -28,6 +28,6 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         "training on %d utterances (%d parameters): %s", mask.sum(), sum(x.numel() for x in model.parameters()), cfg
     )
     curve = train_classifier(model, arrays, mask, cfg, desc="finetune")
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_speech_model(model, out.model)
         write_csv(out.curve, curve)

@@ -33,6 +33,6 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mask = train_mask(index, p.setting, which)
     log.info("LoRA (%s setting, %s set) on %d utterances: %s", p.setting, which, mask.sum(), cfg)
     peft_model, curve = train_speech_lora(model, arrays, mask, cfg, desc=f"lora-{which}")
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_adapter(peft_model, out.adapter)
         write_csv(out.curve, curve)

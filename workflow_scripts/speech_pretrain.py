@@ -23,6 +23,6 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mask = index["split"].to_numpy() == "train"
     log.info("digit pretraining on %d utterances (%d classes): %s", mask.sum(), len(names), cfg)
     curve = train_classifier(model, digits, mask, cfg, desc="pretrain")
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_speech_model(model, out.model)
         write_csv(out.curve, curve)

@@ -42,7 +42,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
             method, model, tokenizer, forget, retain, new, template, {**p.cfg, **common}, initial, f"task-{method}", log
         )
     )
-    if is_main_process():  # rank 0 writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)
         save_model(model, tokenizer, out.model)
         write_csv(out.curve, pd.DataFrame(curve))
     if curve:

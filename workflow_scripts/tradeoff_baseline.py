@@ -1,7 +1,7 @@
 """Rule tradeoff_baseline: one sweep point of an optimisation baseline (its configured run, with the
 number of epochs of the point), evaluated with the TOFU protocol in this process (no checkpoint kept)."""
 
-from qrerase.baselines.text import TextBaselineConfig, objective_of, read_refusals, train_baseline
+from qrerase.baselines.text import TextBaselineConfig, loads_sharded, objective_of, read_refusals, train_baseline
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
@@ -18,8 +18,11 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     epochs = int(wc.epochs)
     cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
-    model = load_model(inp.model, dtype=dtype, device=device)
-    ref_model = load_model(inp.model, dtype=dtype, device=device) if objective_of(cfg.method).needs_reference else None
+    shard, shard_ref = loads_sharded(cfg)  # FSDP2 over several processes: rank 0 alone reads the weights
+    model = load_model(inp.model, dtype=dtype, device=device, sharded=shard)
+    ref_model = None  # LoRA mode: π_ref is the adapter-disabled model itself
+    if objective_of(cfg.method).needs_reference and cfg.mode != "lora":
+        ref_model = load_model(inp.model, dtype=dtype, device=device, sharded=shard_ref)
     tokenizer = load_tokenizer(inp.model)
     template = template_from(p.model, tokenizer)
     refusals = read_refusals(inp.refusals) if "refusals" in inp.keys() else None
@@ -34,7 +37,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         refusals=refusals,
         desc=f"{wc.exp}-{cfg.method}-e{epochs}",
     )
-    if is_main_process():  # rank 0 evaluates and writes; every rank holds the full trained weights
+    if is_main_process():  # rank 0 evaluates and writes; it holds the full trained weights (on its CPU after FSDP2)
         tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
         eval_sets = {
             name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")

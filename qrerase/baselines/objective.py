@@ -38,7 +38,8 @@ class TextObjective:
     (retain examples), ``needs_reference`` (the frozen fine-tuned model π_ref), ``reference_nll``
     (the sets, among ``forget`` and ``refusal``, whose per-example π_ref NLL sums are computed once
     before training; π_ref itself is then dropped). A subclass with ``needs_reference`` and no
-    ``reference_nll`` keeps π_ref (frozen).
+    ``reference_nll`` keeps π_ref (frozen) and evaluates ``self.ref_model`` through
+    :func:`qrerase.baselines.text.reference` (in LoRA mode π_ref is the adapter-disabled model).
     Refusal answers (one per forget question, ``refusal_ex``) come with a method registered with
     ``inputs=("refusals",)`` (:mod:`qrerase.registry`: the workflow plans that input).
     """
@@ -146,9 +147,11 @@ class KLMinimization(ForgetAscent):
     needs_reference = True
 
     def _kl_logits(self, ridx):
+        from .text import reference
+
         batch = collate([self.retain_ex[i] for i in ridx], self.pad_id)
-        with torch.no_grad():
-            ref_logits, _, _ = answer_token_logits(self.ref_model, batch)
+        with torch.no_grad(), reference(self.ref_model) as ref:
+            ref_logits, _, _ = answer_token_logits(ref, batch)
         logits, _, _ = answer_token_logits(self.model, batch)
         return ref_logits.to(logits.device), logits
 

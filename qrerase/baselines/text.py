@@ -33,6 +33,7 @@ subclass, registered as the method's ``text`` implementation in :mod:`qrerase.re
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,9 @@ __all__ = [
     "objective_of",
     "read_refusals",
     "freeze",
+    "AdapterDisabled",
+    "reference",
+    "loads_sharded",
     "retain_stream",
     "train_baseline",
 ]
@@ -215,15 +219,54 @@ def freeze(model):
     return model
 
 
+class AdapterDisabled:
+    """π_ref of a LoRA-mode run: the PEFT model being trained, evaluated with its adapter disabled
+    (the frozen base it started from), so the reference costs no second copy of the model.
+    Evaluate it through :func:`reference`."""
+
+    def __init__(self, peft_model):
+        self.peft_model = peft_model
+
+
+@contextlib.contextmanager
+def reference(ref_model):
+    """The model to evaluate as π_ref (under ``torch.no_grad``): ``ref_model`` itself, or for an
+    :class:`AdapterDisabled` its PEFT model inside PEFT's ``disable_adapter()`` (LoRA layers skipped)."""
+    if isinstance(ref_model, AdapterDisabled):
+        with ref_model.peft_model.disable_adapter():
+            yield ref_model.peft_model
+    else:
+        yield ref_model
+
+
+def loads_sharded(cfg: TextBaselineConfig) -> tuple[bool, bool]:
+    """How a baseline job loads its models (:func:`qrerase.text.models.load_model` ``sharded``):
+    ``(model, reference)``, True where only rank 0 reads the weights (FSDP2 over several processes,
+    :func:`qrerase.engine.sharded`).
+
+    π_ref's NLLs that are computed once before training (the objective's ``reference_nll``, NPO /
+    DPO) need the whole reference on every rank: such a reference is loaded whole, and so is the
+    model in LoRA mode (its adapter-disabled self is the reference). A reference kept during
+    training (KL) is sharded with the model. In LoRA mode no separate reference is loaded.
+    """
+    from ..engine import sharded
+
+    if not sharded(cfg.backend):
+        return False, False
+    before = bool(objective_of(cfg.method).reference_nll)
+    return not (cfg.mode == "lora" and before), not before
+
+
 @torch.no_grad()
 def _reference_nll(ref_model, examples, pad_id: int, batch_size: int) -> torch.Tensor:
     """Per-example answer NLL sums under the frozen reference (computed once, before training)."""
     out = torch.empty(len(examples), dtype=torch.float32)
     order = np.argsort([len(e[0]) for e in examples], kind="stable")
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size].tolist()
-        sums, _ = sequence_nll(ref_model, collate([examples[i] for i in idx], pad_id))
-        out[idx] = sums.float().cpu()
+    with reference(ref_model) as ref:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size].tolist()
+            sums, _ = sequence_nll(ref, collate([examples[i] for i in idx], pad_id))
+            out[idx] = sums.float().cpu()
     return out
 
 
@@ -251,8 +294,10 @@ def train_baseline(
 
     ``model``: the fine-tuned causal LM (trained in place in ``full`` mode; in ``lora`` mode LoRA
     adapters are added, trained and merged, so the result is always a plain ``PreTrainedModel``).
-    ``ref_model``: a frozen copy of the same fine-tuned model (π_ref), required by methods whose
-    objective has ``needs_reference``, ignored otherwise. ``forget`` / ``retain``: QA records
+    ``ref_model``: a frozen copy of the same fine-tuned model (π_ref), required in ``full`` mode by
+    methods whose objective has ``needs_reference``, ignored otherwise; in ``lora`` mode π_ref is
+    the model with its adapter disabled (:class:`AdapterDisabled`, no second copy) and
+    ``ref_model`` is not used (None is fine). ``forget`` / ``retain``: QA records
     (``question``/``answer`` or TOFU keys); ``retain`` is used by ``needs_retain`` methods.
     ``refusals``: template answers for methods registered with the ``refusals`` input; each forget question gets
     one, drawn once with the configured seed. The objective is the method's registered
@@ -272,7 +317,7 @@ def train_baseline(
         raise ValueError(f"{desc}: the forget set is empty")
     if objective.needs_retain and not retain:
         raise ValueError(f"{desc}: method {method!r} needs a non-empty retain set")
-    if objective.needs_reference and ref_model is None:
+    if objective.needs_reference and ref_model is None and cfg.mode != "lora":
         raise ValueError(f"{desc}: method {method!r} needs the reference (fine-tuned) model")
     if needs_refusals and not refusals:
         raise ValueError(f"{desc}: method {method!r} needs refusal answers (e.g. TOFU's idontknow.txt)")
@@ -292,16 +337,17 @@ def train_baseline(
         refusal_ex = encode_qa_many(
             tokenizer, template, [(q, refusals[int(j)]) for (q, _), j in zip(forget_pairs, picks)], cfg.max_length
         )
-    if objective.needs_reference:
+    lora = cfg.mode == "lora"
+    if lora:  # π_ref is the base: the adapter-disabled model itself (B = 0, so it starts equal to it)
+        model = add_lora(model, cfg.lora_config())
+        ref_model = AdapterDisabled(model) if objective.needs_reference else None
+    elif objective.needs_reference:
         freeze(ref_model)
     by_ref = objective.reference_nll
     ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if "forget" in by_ref else None
     ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if "refusal" in by_ref else None
-    if by_ref:
+    if by_ref and not lora:
         ref_model.to("meta")  # only its NLLs are needed: free the reference's memory now
-
-    if cfg.mode == "lora":
-        model = add_lora(model, cfg.lora_config())
     set_determinism(cfg.seed, cfg.threads)
     lengths = [len(x[0]) for x in forget_ex]
     steps = epoch_steps(lengths, cfg.batch_size, cfg.epochs, cfg.seed)
@@ -316,10 +362,10 @@ def train_baseline(
         losses.full,
         desc=desc,
         split=losses.split,
-        frozen=[ref_model] if objective.keeps_reference() else [],
+        frozen=[ref_model] if objective.keeps_reference() and not lora else [],
         run_settings=cfg,
     )
-    if cfg.mode == "lora":
+    if lora:  # on rank 0's CPU after a sharded run (the other ranks merge empty storage)
         model = model.merge_and_unload()
     model.eval()
     return model, rows

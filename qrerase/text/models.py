@@ -32,6 +32,7 @@ __all__ = [
     "TinyLlamaConfig",
     "build_tiny_llama",
     "load_model",
+    "empty_like_checkpoint",
 ]
 
 #: Rotary inverse frequencies: a buffer older checkpoints saved, recomputed from the config on load.
@@ -175,13 +176,22 @@ def load_model(
     local_files_only: bool = True,
     device: str = "cpu",
     spread: bool = False,
+    sharded: bool = False,
 ):
     """``AutoModelForCausalLM.from_pretrained`` in ``dtype``, in eval mode.
 
     ``spread`` (inference: evaluation, generation, LoRA forward passes): with ``device`` ``auto`` /
     ``cuda`` and several visible GPUs the model is placed across them with ``device_map="auto"`` and
-    ``max_memory`` (:func:`qrerase.checkpoints.inference_placement`); otherwise, and always for
-    training, it is loaded whole and moved to ``device``.
+    ``max_memory`` (:func:`qrerase.checkpoints.inference_placement`); otherwise it is loaded whole and
+    moved to ``device`` (:func:`qrerase.checkpoints.resolve_device`: in a launched worker, its own
+    GPU ``cuda:LOCAL_RANK``).
+
+    ``sharded`` (a model the engine will train with FSDP2 over several processes,
+    :func:`qrerase.engine.sharded`): the model stays on the CPU and only global rank 0 reads the
+    weight files; every other rank builds the same architecture from ``config.json`` with
+    uninitialised storage (:func:`empty_like_checkpoint`). The engine's FSDP2 preparation
+    (Accelerate's ``cpu_ram_efficient_loading``) then shards the model onto each rank's device and
+    broadcasts rank 0's weights tensor by tensor, so no GPU ever holds the whole model.
 
     ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model, or whose
     weights do not match its ``config.json`` (missing, unexpected or reshaped weights:
@@ -194,6 +204,10 @@ def load_model(
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     where = resolve_checkpoint(name_or_path, local_files_only, ("config.json", "adapter_config.json"), "model")
+    if sharded and spread:
+        raise ValueError(f"{name_or_path}: a model is loaded either sharded (training) or spread (inference)")
+    if sharded and _global_rank() != 0:
+        return empty_like_checkpoint(name_or_path, where, dtype, local_files_only)
     placement = inference_placement(device) if spread else {}
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
@@ -202,9 +216,54 @@ def load_model(
     except Exception as exc:
         raise ValueError(f"{name_or_path}: cannot load a causal LM ({first_line(exc)})") from exc
     check_loading_info(name_or_path, info, allow_unexpected=(ROTARY_BUFFER,))
+    _pad_generation(model)
+    if placement or sharded:  # dispatched across the GPUs by Accelerate's hooks / sharded by the engine
+        return model.eval()
+    return model.to(resolve_device(device)).eval()
+
+
+def _global_rank() -> int:
+    from ..workflow.launch import rank
+
+    return rank()
+
+
+def _pad_generation(model) -> None:
+    """Generation pads with EOS when the checkpoint names no pad token."""
     if model.generation_config.pad_token_id is None and model.config.eos_token_id is not None:
         eos = model.config.eos_token_id
         model.generation_config.pad_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-    if placement:  # dispatched across the GPUs by Accelerate's hooks; never moved as a whole
-        return model.eval()
-    return model.to(resolve_device(device)).eval()
+
+
+def empty_like_checkpoint(name_or_path, where: str, dtype: str, local_files_only: bool = True):
+    """The causal LM of checkpoint ``where`` (a resolved directory or hub id) in ``dtype`` on the CPU,
+    without reading its weight files: its parameters have uninitialised storage, its buffers are
+    computed from ``config.json`` (e.g. the rotary frequencies) and tied weights are tied.
+
+    Built under Accelerate's ``init_empty_weights(include_buffers=False)`` (parameters on the meta
+    device, no initialisation), then given real, untouched CPU storage (``to_empty``): each parameter
+    has its own address, which Accelerate's FSDP2 preparation needs to map the optimiser onto the
+    shards, and the pages are not resident until written. The non-zero ranks of a sharded load
+    (:func:`load_model`) use it; the engine overwrites every parameter with rank 0's values.
+    """
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    try:
+        config = AutoConfig.from_pretrained(where, local_files_only=local_files_only)
+        with init_empty_weights(include_buffers=False):
+            model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
+    except Exception as exc:
+        raise ValueError(f"{name_or_path}: cannot build a causal LM from its config ({first_line(exc)})") from exc
+    buffers = dict(model.named_buffers())
+    model.to_empty(device="cpu")
+    for name, value in buffers.items():  # to_empty leaves buffers uninitialised too: put the computed ones back
+        owner, _, leaf = name.rpartition(".")
+        model.get_submodule(owner)._buffers[leaf] = value
+    model.tie_weights()
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(where, local_files_only=local_files_only)
+    except OSError:  # no generation_config.json: the one from_pretrained derives from the config
+        pass
+    _pad_generation(model)
+    return model.eval()

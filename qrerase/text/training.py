@@ -188,21 +188,26 @@ def train_steps(
     ``r·acc … (r+1)·acc − 1`` with gradient accumulation, the gradients are averaged over ranks by
     the engine (losses scaled by ``world_size``). With one part (one process, micro-batch = batch)
     ``loss_fn(payload)`` is used as is and the numbers are those of a plain PyTorch loop. A bf16 /
-    fp16 model trains with float32 master weights and optimiser states under autocast and is cast
-    back at the end; ``cfg.gradient_checkpointing`` turns on the model's activation checkpointing;
+    fp16 model (its dtype: :func:`_compute_dtype`, a LoRA model's base) trains under autocast in
+    that dtype, its trainable parameters with float32 master weights and optimiser states, cast back
+    to their own dtypes at the end (FSDP2: :func:`qrerase.engine.mixed_precision_policy`);
+    ``cfg.gradient_checkpointing`` turns on the model's activation checkpointing;
     ``cfg.checkpoint_every`` > 0 saves a resumable Accelerate state every that many steps under
     :func:`qrerase.engine.current_resume_dir` (``desc``), from which a restarted run continues;
-    the state is removed when the loop ends. On return every rank's ``model`` holds the full trained
-    weights as plain tensors in its original dtype. ``frozen``: frozen models the loss evaluates (a
-    reference model), sharded with ``model`` under FSDP2 and gathered back at the end. The logged ``loss``
-    is the sum of the parts' losses over all ranks; the terms are the mean of the live parts' terms.
+    the state is removed when the loop ends. On return the optimiser is freed and ``model`` holds
+    the trained weights as plain tensors in their original dtypes: on every rank, except under
+    FSDP2 with several processes (:func:`qrerase.engine.sharded`), where they are gathered tensor
+    by tensor to rank 0's CPU (:func:`qrerase.engine.gather_to_main`; the rank that writes) and the
+    other ranks' ``model`` is left with empty storage (:func:`qrerase.engine.unshard`). ``frozen``:
+    frozen models the loss evaluates (a reference model), sharded with ``model`` under FSDP2 and
+    dropped at the end (meta device), never gathered. The logged ``loss`` is the sum of the parts'
+    losses over all ranks; the terms are the mean of the live parts' terms.
 
     A saved state is loaded only by a run of the same identity and only when its checksums hold
     (:func:`qrerase.resume.training_identity`, with ``run_settings`` the loss's own settings). A
     non-finite loss, gradient norm or trained weight stops training (``FloatingPointError``, one line).
     """
     from .. import engine
-    from ..checkpoints import model_device
     from ..resume import check_finite_trained, training_identity
 
     total = len(steps)
@@ -225,18 +230,25 @@ def train_steps(
             f"{desc}: this loss cannot be split into micro-batches; set micro_batch_size to batch_size "
             f"({cfg.batch_size}) and run one process"
         )
-    trained = [p for p in model.parameters() if p.requires_grad]
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if not trained:
         raise ValueError("model has no trainable parameters")
-    dtype = trained[0].dtype
+    dtype = _compute_dtype(model)
+    dtypes = {n: p.dtype for n, p in trained.items()}  # restored at the end
+    accelerator = engine.make_accelerator(
+        cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model)
+    )
+    rank = accelerator.process_index
     identity = None
     if cfg.checkpoint_every > 0 and engine.current_resume_dir(desc) is not None:  # before any dtype change
         run = {"desc": desc, "steps": total, "optimizer": optimizer, "schedule": schedule, "world": world}
-        identity = training_identity(cfg, {**run, "parts": parts}, steps, model, frozen, run_settings)
-    accelerator = engine.make_accelerator(cfg.backend, dtype, model_device(model), engine.layer_classes(model))
-    rank = accelerator.process_index
-    if dtype != torch.float32:
-        model.float()  # float32 master weights (and so float32 gradients and optimiser states)
+        identity = _on_main(
+            accelerator,
+            lambda: training_identity(cfg, {**run, "parts": parts}, steps, model, frozen, run_settings),
+        )
+    for p in trained.values():  # float32 master weights (and so float32 gradients and optimiser states)
+        if p.dtype != torch.float32:
+            p.data = p.data.float()
     if cfg.gradient_checkpointing:
         engine.set_checkpointing(model, True)
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
@@ -311,25 +323,41 @@ def train_steps(
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             shutil.rmtree(resume, ignore_errors=True)
-    _finish(accelerator, model, dtype, cfg, sharded)
+    engine.release_optimizer(accelerator, opt, model)
+    del opt, scheduler, params
     if sharded:
-        for m in frozen:
-            engine.unshard(m)
-    check_finite_trained(model, desc)
+        engine.check_finite_sharded(model, desc)
+        for m in frozen:  # references are dropped, never gathered
+            engine.drop(m)
+        engine.unshard(model, engine.gather_to_main(model), dtypes)
+    else:
+        check_finite_trained(model, desc)
+        for name, p in model.named_parameters():
+            if name in dtypes and p.dtype != dtypes[name]:
+                p.data = p.data.to(dtypes[name])
+    if cfg.gradient_checkpointing:
+        engine.set_checkpointing(model, False)
     return rows
 
 
-def _finish(accelerator, model, dtype: torch.dtype, cfg: TrainConfig, sharded: bool) -> None:
-    """Leave ``model`` plain: full tensors (FSDP2 gathered), checkpointing off, original dtype."""
-    from .. import engine
+def _compute_dtype(model) -> torch.dtype:
+    """The model's dtype (the autocast dtype of its training): that of its first floating-point
+    parameter, the base's for a PEFT model (LoRA adapters are float32 over a bf16 base)."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
 
-    if sharded:
-        engine.unshard(model)
-    if cfg.gradient_checkpointing:
-        engine.set_checkpointing(model, False)
-    if dtype != torch.float32:
-        model.to(dtype)
-    accelerator.free_memory()
+
+def _on_main(accelerator, compute: Callable[[], Any]) -> Any:
+    """``compute()`` on the main process, its result sent to every process (with one process: just
+    ``compute()``). A sharded load's other ranks hold empty weights, so a hash of the weights (the
+    run identity) is taken where they are real."""
+    if accelerator.num_processes == 1:
+        return compute()
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([compute() if accelerator.is_main_process else None], from_process=0)[0]
 
 
 def _adam(model, cfg: TrainConfig) -> torch.optim.Optimizer:
