@@ -33,7 +33,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device)
     records = read_jsonl(inp.data)
     which = snakemake.wildcards.which
-    train = {k: v for k, v in p.train.items() if k not in ("mode", "lora")}
+    train = {k: v for k, v in {**p.train, **p.engine}.items() if k not in ("mode", "lora")}  # engine: the plan's
     cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     template = template_from(mcfg, tokenizer)
     shape = p.get("adapter")  # finetune.mode: lora (rule finetune): a LoRA adapter, merged after
