@@ -18,7 +18,8 @@
 - ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON
   (``--workdir`` as for the audit).
 - ``qrerase plan --configfile X``: per job kind, GPUs, micro-batch, peak memory per GPU and host
-  (:mod:`qrerase.workflow.plan_config`), as a Markdown table.
+  (:mod:`qrerase.workflow.plan_config`), as a Markdown table; exits 2 after it, with one line naming
+  the job and the config key to change, when a job does not fit (``plan_config.refusal``).
 - ``qrerase config-docs [--out docs/configuration.md] [--check]``: write the configuration reference
   generated from the schema (:mod:`qrerase.workflow.config_docs`); ``--check`` writes nothing and
   exits 1 when the file differs from a fresh render.
@@ -147,11 +148,14 @@ def _manifest(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .workflow.plan_config import format_table, load_config
+    from .workflow.plan_config import format_table, load_config, refusal
 
     cfg = load_config(*args.configfile)  # a bad config: ConfigError (a ValueError), one line
     print(f"# qrerase plan --configfile {' '.join(map(str, args.configfile))}")
     print(format_table(cfg))
+    refused = refusal(cfg)  # a job that does not fit: the table, then one line naming it and the key
+    if refused:
+        raise ValueError(refused)
     return 0
 
 

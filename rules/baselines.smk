@@ -22,6 +22,7 @@ rule baseline:
             "baseline",
             model=lambda wc: exp_model(wc.exp),
             baseline=baseline_params,
+            engine=lambda wc: engine_params(wc.method, wc.exp),
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:

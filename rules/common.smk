@@ -29,7 +29,8 @@ from qrerase.workflow.launch import (
     launcher,
     shell_word,
 )
-from qrerase.workflow.plan_config import rule_resources
+from qrerase.workflow.plan_config import refusal, rule_resources
+from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
 from qrerase.workflow.naming import (
     TASK_LEVEL_EXP,
     XLING_EXP,
@@ -207,8 +208,12 @@ try:
         kind: rule_resources(config, kind, threads=config["threads"])
         for kind in ("train", "evaluate", "linalg", "light")
     }
+    # a job that does not fit its GPUs: refused (one line) before any job runs
+    _REFUSED = refusal(config)
 except ValueError as exc:
     raise WorkflowError(f"resources (the memory plan): {exc}") from None
+if _REFUSED:
+    raise WorkflowError(_REFUSED)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,19 +317,31 @@ def base_model(wildcards):
 
 
 def exp_section(section, exp):
-    """A training config section for an experiment: 'finetune', 'lora' or 'tokenizer' (model.tokenizer),
-    with the cross-lingual track's overrides (crosslingual.<section>) for its experiments.
-    """
-    base = dict(
-        config["model"]["tokenizer"] if section == "tokenizer" else config[section]
-    )
-    if model_exp(exp) == XLING_EXP:
-        base.update(config.get("crosslingual", {}).get(section) or {})
-    if exp == TASK_LEVEL_EXP:  # the task-level track's overrides (task_level.<section>)
-        base.update(config.get("task_level", {}).get(section) or {})
+    """A training config section for an experiment: 'pretrain', 'finetune', 'lora' or 'tokenizer'
+    (model.tokenizer), with its track's overrides (crosslingual.<section>, task_level.<section>;
+    qrerase.workflow.stages.track_section) and the size study's lr law."""
+    base = track_section(config, parse_exp(exp).track, section)
     if size_of(exp) is not None and "lr" in base:  # the size study's lr law
         base["lr"] = size_lr(base["lr"], exp)
     return base
+
+
+def stage_params(stage, exp):
+    """The recipe of a training job of `stage` (a baseline's name) in experiment `exp`, as the memory
+    plan reads it (qrerase.workflow.stages.stage_recipe), with the size study's lr law.
+    """
+    section = stage_recipe(config, parse_exp(exp).track, stage)
+    if size_of(exp) is not None and "lr" in section:  # the size study's lr law
+        section["lr"] = size_lr(section["lr"], exp)
+    return section
+
+
+def engine_params(stage, exp):
+    """The `engine` param of a training rule: the engine settings the memory plan planned the job of
+    `stage` ('pretrain', 'finetune', 'lora' or a baseline's name) with (backend,
+    gradient_checkpointing, micro_batch_size; qrerase.workflow.stages.engine_settings), which
+    the script lays over its recipe param, so the job runs what `qrerase plan` shows."""
+    return engine_settings(config, parse_exp(exp).track, stage)
 
 
 def finetune_adapter(exp):

@@ -21,6 +21,7 @@ rule lora:
             "lora",
             model=lambda wc: exp_model(wc.exp),
             lora=lambda wc: exp_section("lora", wc.exp),
+            engine=lambda wc: engine_params("lora", wc.exp),
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:

@@ -45,6 +45,7 @@ rule pretrain:
             "pretrain",
             model=lambda wc: exp_model(wc.exp),
             train=lambda wc: exp_section("pretrain", wc.exp),
+            engine=lambda wc: engine_params("pretrain", wc.exp),
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
@@ -81,6 +82,7 @@ rule finetune:
             "finetune",
             model=lambda wc: exp_model(wc.exp),
             train=lambda wc: exp_section("finetune", wc.exp),
+            engine=lambda wc: engine_params("finetune", wc.exp),
             adapter=lambda wc: finetune_adapter(wc.exp),
             seed=lambda wc: exp_seed(wc.exp),
         ),

@@ -55,6 +55,7 @@ rule speech_pretrain:
             "speech_pretrain",
             model=config["speech"]["model"],
             train=config["speech"]["pretrain"],
+            engine=lambda wc: engine_params("pretrain", wc.exp),
             seed=config["seed"],
         ),
     shell:
@@ -86,6 +87,7 @@ rule speech_finetune:
             "speech_finetune",
             model=config["speech"]["model"],
             train=config["speech"]["finetune"],
+            engine=lambda wc: engine_params("finetune", wc.exp),
             seed=config["seed"],
         ),
     shell:
@@ -116,6 +118,7 @@ rule speech_lora:
         **launch_params(
             "speech_lora",
             lora=config["speech"]["lora"],
+            engine=lambda wc: engine_params("lora", wc.exp),
             model=config["speech"]["model"],
             setting=speech_setting,
             seed=config["seed"],
@@ -148,6 +151,7 @@ rule speech_baseline:
         **launch_params(
             "speech_baseline",
             cfg=speech_baseline_params,
+            engine=lambda wc: engine_params(wc.method, wc.exp),
             setting=speech_setting,
             seed=config["seed"],
         ),
@@ -342,6 +346,9 @@ rule speech_tradeoff_baseline:
         **launch_params(
             "speech_tradeoff_baseline",
             cfg=lambda wc: {} if wc.method == "base" else speech_baseline_params(wc),
+            engine=lambda wc: (
+                {} if wc.method == "base" else engine_params(wc.method, wc.exp)
+            ),
             sweep=speech_tradeoff_sweep,
             setting=speech_setting,
             top_k=config["speech"]["top_k"],

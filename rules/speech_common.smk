@@ -72,9 +72,8 @@ def speech_lora_inputs(wildcards):
 
 
 def speech_baseline_params(wildcards):
-    """`speech.baselines.common` overlaid by `speech.baselines.<method>`."""
-    b = config["speech"]["baselines"]
-    return {**b.get("common", {}), **b.get(wildcards.method, {})}
+    """`speech.baselines.common` overlaid by `speech.baselines.<method>` (stage_params)."""
+    return stage_params(wildcards.method, wildcards.exp)
 
 
 def speech_models():

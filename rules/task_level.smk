@@ -55,7 +55,8 @@ rule task_level_baseline:
         **launch_params(
             "task_level_baseline",
             model=config["model"],
-            cfg=lambda wc: TASK_LEVEL["baselines"][wc.method],
+            cfg=lambda wc: stage_params(wc.method, wc.exp),
+            engine=lambda wc: engine_params(wc.method, wc.exp),
             max_length=lambda wc: exp_section("finetune", wc.exp).get(
                 "max_length", 128
             ),

@@ -51,22 +51,10 @@ def baseline_inputs(wildcards):
 
 
 def baseline_params(wildcards):
-    """qrerase.baselines.text.BaselineConfig fields of one method (seed and threads added by the job)."""
-    bl = config["baselines"]
-    lora = bl["lora"]
-    method = dict(bl[wildcards.method])
-    if size_of(wildcards.exp) is not None:  # the size study's lr law
-        method["lr"] = size_lr(method["lr"], wildcards.exp)
-    return {
-        "method": wildcards.method,
-        **method,
-        "mode": bl["mode"],
-        "max_length": bl["max_length"],
-        "lora_r": lora["r"],
-        "lora_alpha": lora["alpha"],
-        "lora_dropout": lora.get("dropout", 0.0),
-        "lora_target_modules": list(lora["target_modules"]),
-    }
+    """qrerase.baselines.text.TextBaselineConfig fields of one method (stage_params: baselines.<method>
+    and the mode, max_length and LoRA shape of `baselines`); the engine settings come as the rule's
+    `engine` param, seed and threads from the job."""
+    return stage_params(wildcards.method, wildcards.exp)
 
 
 def eval_models():

@@ -62,6 +62,7 @@ rule tradeoff_baseline:
             evaluate=tradeoff_evaluate,
             lang=tradeoff_lang,
             baseline=baseline_params,
+            engine=lambda wc: engine_params(wc.method, wc.exp),
             seed=lambda wc: exp_seed(wc.exp),
             protocol=TRADEOFF_PROTOCOL,
         ),

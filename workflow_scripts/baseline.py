@@ -15,7 +15,7 @@ snakemake = load_job()  # the job spec of the rule's shell command (rules/common
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
-    cfg = TextBaselineConfig.from_dict({**p.baseline, "seed": p.seed, "threads": snakemake.threads})
+    cfg = TextBaselineConfig.from_dict({**p.baseline, **p.engine, "seed": p.seed, "threads": snakemake.threads})
     dtype, device = model_options(p.model)
     shard, shard_ref = loads_sharded(cfg)  # FSDP2 over several processes: rank 0 alone reads the weights
     model = load_model(inp.model, dtype=dtype, device=device, sharded=shard)

@@ -20,7 +20,7 @@ inp = snakemake.input
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mcfg = p.model
     dtype, device = model_options(mcfg)
-    train = {k: v for k, v in p.train.items() if k not in ("mode", "lora")}
+    train = {k: v for k, v in {**p.train, **p.engine}.items() if k not in ("mode", "lora")}  # engine: the plan's
     cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     shard = sharded(cfg.backend)  # FSDP2 over several processes: rank 0 alone reads the weights
     if "tokenizer" in inp.keys():  # a new tiny Llama on the run's tokenizer (the task-level track)

@@ -23,7 +23,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
     model = model.to(resolve_device(device))
     records = read_jsonl(inp.data)
-    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})
+    cfg = TrainConfig.from_dict({**p.train, **p.engine, "seed": p.seed, "threads": snakemake.threads})
     log.info("training pretrained on %d QA pairs: %s", len(records), cfg)
     curve = train_causal_lm(model, tokenizer, records, template_from(mcfg, tokenizer), cfg, desc="pretrained")
     if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)

@@ -19,7 +19,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     speakers = json.loads(open(inp.meta, encoding="utf-8").read())["speakers"]
     # the pretrained model (digit-pretrained here, or the hub checkpoint) with a new, seeded speaker head
     model = load_pretrained(p.model, inp.get("pretrained"), speakers, seed=p.seed)
-    train = dict(p.train)
+    train = {**p.train, **p.engine}  # engine: the settings the memory plan planned
     if train.pop("freeze_feature_encoder", False):
         model.freeze_feature_encoder()
     cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})

@@ -14,7 +14,7 @@ snakemake = load_job()  # the job spec of the rule's shell command (rules/common
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
-    lcfg, which = p.lora, snakemake.wildcards.set
+    lcfg, which = {**p.lora, **p.engine}, snakemake.wildcards.set  # engine: the memory plan's settings
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
     if lcfg.get("base", "finetuned") == "pretrained":  # the pretrained encoder carrying the fine-tuned speaker head

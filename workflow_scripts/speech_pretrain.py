@@ -19,7 +19,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     digits, names = digit_task(arrays, index)
     model = build_tiny_hubert(TinyHubertConfig.from_dict(p.model["tiny"]), names, seed=p.seed)
     model = model.to(resolve_device(model_options(p.model)[1]))
-    cfg = TrainConfig.from_dict({**p.train, "seed": p.seed, "threads": snakemake.threads})
+    cfg = TrainConfig.from_dict({**p.train, **p.engine, "seed": p.seed, "threads": snakemake.threads})
     mask = index["split"].to_numpy() == "train"
     log.info("digit pretraining on %d utterances (%d classes): %s", mask.sum(), len(names), cfg)
     curve = train_classifier(model, digits, mask, cfg, desc="pretrain")

@@ -33,7 +33,7 @@ with job(snakemake, seed=p.seed) as log:
             arrays,
             train_mask(index, p.setting, "forget"),
             train_mask(index, p.setting, "retain"),
-            {**p.cfg, "seed": p.seed, "threads": snakemake.threads},
+            {**p.cfg, **p.engine, "seed": p.seed, "threads": snakemake.threads},
             p.sweep["param"],
             p.sweep["values"],
             evaluate,

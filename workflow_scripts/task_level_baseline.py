@@ -39,7 +39,17 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
 
     model, curve = run_task_level_baseline(
         TaskLevelBaselineJob(
-            method, model, tokenizer, forget, retain, new, template, {**p.cfg, **common}, initial, f"task-{method}", log
+            method,
+            model,
+            tokenizer,
+            forget,
+            retain,
+            new,
+            template,
+            {**p.cfg, **p.engine, **common},
+            initial,
+            f"task-{method}",
+            log,
         )
     )
     if is_main_process():  # rank 0 writes: it holds the full trained weights (on its CPU after FSDP2)

@@ -16,7 +16,8 @@ snakemake = load_job()  # the job spec of the rule's shell command (rules/common
 p, inp, wc = snakemake.params, snakemake.input, snakemake.wildcards
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     epochs = int(wc.epochs)
-    cfg = TextBaselineConfig.from_dict({**p.baseline, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads})
+    settings = {**p.baseline, **p.engine, "epochs": epochs, "seed": p.seed, "threads": snakemake.threads}
+    cfg = TextBaselineConfig.from_dict(settings)
     dtype, device = model_options(p.model)
     shard, shard_ref = loads_sharded(cfg)  # FSDP2 over several processes: rank 0 alone reads the weights
     model = load_model(inp.model, dtype=dtype, device=device, sharded=shard)

@@ -14,7 +14,7 @@ snakemake = load_job()  # the job spec of the rule's shell command (rules/common
 
 p = snakemake.params
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
-    lcfg = p.lora
+    lcfg = {**p.lora, **p.engine}  # engine: the settings the memory plan planned (rules/common.smk)
     inp = snakemake.input
     # A hub model's pretrained checkpoint is no workflow file: loaded by name.
     source = inp.model if "model" in inp.keys() else p.model["name_or_path"]

@@ -1,182 +1,44 @@
 """Memory / GPU plan of a config's jobs, computed from the model's shape and the training recipe.
 
-Pure arithmetic: nothing is downloaded or loaded (a local ``config.json`` is read as JSON). Bytes
-throughout; ``GiB = 2**30``. Assumptions (documented in docs/paper-scale.md, checked against measured
+Pure arithmetic: nothing is downloaded or loaded (the model's shape: :mod:`qrerase.workflow.shapes`).
+Bytes throughout; ``GiB = 2**30``. Assumptions (documented in docs/paper-scale.md, checked against measured
 tiny models in tests/test_plan.py):
 
-- Static training state, mixed precision with fp32 masters (FSDP / DeepSpeed ZeRO-3): fp32 master
-  weights 4 B + fp32 gradients 4 B + AdamW's two fp32 moments 8 B = 16 B per trainable parameter
-  (float32 training: the same 16 B), divided by the process count when sharded (processes > 1),
-  plus the bf16 compute copy of the largest gathered unit (2 decoder layers, prefetch) per GPU.
+- Static training state: a bf16 / fp16 model trains with fp32 master weights (the engine upcasts it),
+  so fp32 weights 4 B + fp32 gradients 4 B + AdamW's two fp32 moments 8 B = 16 B per trainable
+  parameter (float32 training: the same 16 B). Where it lives depends on the job's ``backend``
+  (:func:`device_bytes`): one process or DDP hold all of it on every GPU (a full replica); FSDP2
+  shards it over the processes and gathers one or two layers (and the root group: embeddings, LM
+  head) at a time.
 - Activations: :func:`layer_activation_bytes` enumerates the tensors transformers' Llama-style decoder
   layer saves for backward per token with SDPA attention (no s x s matrix); gradient checkpointing
   keeps each layer's input and recomputes one layer at a time. The LM head saves the fp32
   log-softmax of the cross-entropy; the peak adds the returned logits and their fp32 gradient.
+  Activations scale with the micro-batch, the one thing more processes divide under DDP.
 - Frozen reference models (KL, NPO, DPO; SCRUB / Bad Teaching teachers; KGA's models) hold weights
-  only (forward under no_grad), sharded like the trained model.
+  only (forward under no_grad): replicated under DDP, sharded under FSDP2.
 - Inference (evaluate / generation) splits the weights over the job's GPUs (device_map="auto") and
   adds the KV cache and one teacher-forced forward's logits.
 - Host memory: one full copy of the weights in the checkpoint dtype (rank 0 loads and saves; the
   others wait on the meta device) + 3 GiB per process (CUDA context, libraries) + 1 GiB data.
+
+A job that does not fit is planned with a note naming the config key to change
+(:func:`plan_job`); ``qrerase plan`` and Snakemake's planning refuse such a config
+(:func:`qrerase.workflow.plan_config.refusal`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from .. import registry
+from .shapes import ModelShape
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 PROCESS_OVERHEAD = 3 * GIB  # per training / inference process on the host (CUDA context, torch, data)
 CPU_PROCESS_OVERHEAD = 1 * GIB  # the same for a CPU-only process (no CUDA context)
 SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size of a safetensors checkpoint
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers memory depends on. ``params`` None: counted from the shape (:meth:`count_params`)."""
-
-    name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    vocab: int
-    heads: int
-    kv_heads: int
-    experts: int = 1  # MoE experts per layer (Mixtral: 8); all of them hold memory
-    experts_per_token: int = 1  # experts each token runs through (Mixtral: 2); scales activations/FLOPs
-    gated_mlp: bool = True  # SwiGLU (gate, up, down) vs fc1/fc2
-    tied_embeddings: bool = False
-    frames_per_second: int = 0  # speech encoders: sequence positions per second of audio (HuBERT: 50)
-    params: int | None = None
-
-    def __post_init__(self):
-        for key in ("layers", "hidden", "intermediate", "heads", "kv_heads", "experts", "experts_per_token"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ValueError(
-                    f"model shape {self.name!r}: {key} must be an integer >= 1, got {getattr(self, key)!r}"
-                )
-        if self.vocab < 0 or self.heads % self.kv_heads:
-            raise ValueError(f"model shape {self.name!r}: vocab must be >= 0 and heads a multiple of kv_heads")
-
-    @property
-    def kv_dim(self) -> int:
-        return self.hidden // self.heads * self.kv_heads
-
-    def layer_params(self) -> int:
-        """One decoder layer: q/o (h x h each), k/v (h x kv_dim each), experts x (2 or 3) h x i MLP
-        matrices, the router (h x experts, MoE only), two norms (h each)."""
-        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.intermediate * self.experts
-        router = self.hidden * self.experts if self.experts > 1 else 0
-        return 2 * self.hidden**2 + 2 * self.hidden * self.kv_dim + mlp + router + 2 * self.hidden
-
-    def count_params(self) -> int:
-        """``params`` if declared, else embeddings (V x h, twice unless tied) + layers + final norm."""
-        if self.params is not None:
-            return self.params
-        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return emb + self.layers * self.layer_params() + self.hidden
-
-
-# The paper's models (from their published config.json files; params as published where the
-# architecture has parts the shape above does not count: biases, conv feature encoders).
-KNOWN_SHAPES: dict[str, ModelShape] = {
-    s.name: s
-    for s in (
-        ModelShape("meta-llama/Meta-Llama-3-8B", 32, 4096, 14336, 128256, 32, 8),
-        ModelShape("meta-llama/Meta-Llama-3-70B", 80, 8192, 28672, 128256, 64, 8),
-        ModelShape("mistralai/Mixtral-8x7B-v0.1", 32, 4096, 14336, 32000, 32, 8, experts=8, experts_per_token=2),
-        ModelShape("CohereForAI/aya-23-8B", 32, 4096, 14336, 256000, 32, 8, tied_embeddings=True),
-        ModelShape("meta-llama/Llama-2-7b-chat-hf", 32, 4096, 11008, 32000, 32, 32),
-        ModelShape("microsoft/phi-1_5", 24, 2048, 8192, 51200, 32, 32, gated_mlp=False, params=1_418_270_720),
-        ModelShape(
-            "facebook/hubert-xlarge-ll60k",
-            48,
-            1280,
-            5120,
-            0,
-            16,
-            16,
-            gated_mlp=False,
-            frames_per_second=50,
-            params=964_000_000,
-        ),
-    )
-}
-
-
-#: config.json keys of each shape field, in the spellings transformers' architectures use
-HF_KEYS = {
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head", "num_heads"),
-    "intermediate": ("intermediate_size", "n_inner", "ffn_dim"),
-}
-
-
-def shape_from_hf_config(cfg: Mapping[str, Any], name: str) -> ModelShape:
-    """A shape from a transformers ``config.json`` dict (Llama, Mistral, Mixtral, Cohere, Phi, GPT-2,
-    HuBERT, ...): the fields under any of their :data:`HF_KEYS` spellings; a missing MLP width is
-    4 x hidden (GPT-2's ``n_inner: null``)."""
-
-    def first(field):
-        return next((cfg[k] for k in HF_KEYS[field] if cfg.get(k) is not None), None)
-
-    layers, hidden, heads = first("layers"), first("hidden"), first("heads")
-    for field, value in (("layers", layers), ("hidden", hidden), ("heads", heads)):
-        if value is None:
-            raise ValueError(f"{name}: config.json has none of {HF_KEYS[field]}; declare model.shape in the config")
-    model_type = str(cfg.get("model_type", ""))
-    return ModelShape(
-        name=name,
-        layers=layers,
-        hidden=hidden,
-        intermediate=first("intermediate") or 4 * hidden,
-        vocab=0 if model_type == "hubert" else int(cfg.get("vocab_size") or 0),
-        heads=heads,
-        kv_heads=cfg.get("num_key_value_heads") or heads,
-        experts=cfg.get("num_local_experts") or cfg.get("num_experts") or 1,
-        experts_per_token=cfg.get("num_experts_per_tok") or 1,
-        gated_mlp=model_type not in ("phi", "hubert", "gpt2", "gpt_neox", "opt"),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type == "gpt2")),
-        frames_per_second=50 if model_type == "hubert" else 0,
-    )
-
-
-def resolve_shape(model_cfg: Mapping[str, Any], tiny_vocab: int | None = None) -> ModelShape:
-    """The model's shape, without downloading: ``model.shape`` (declared), else a local directory's
-    ``config.json``, else :data:`KNOWN_SHAPES`, else (``name_or_path: null``) the embedded tiny model."""
-    name = model_cfg.get("name_or_path")
-    declared = model_cfg.get("shape")
-    if declared:
-        return ModelShape(name=str(name), **dict(declared))
-    if name is None:
-        t = model_cfg.get("tiny") or {}
-        return ModelShape(
-            "tiny",
-            t.get("num_hidden_layers", 3),
-            t.get("hidden_size", 128),
-            t.get("intermediate_size", 512),
-            tiny_vocab or 3000,
-            t.get("num_attention_heads", 4),
-            t.get("num_key_value_heads", t.get("num_attention_heads", 4)),
-            tied_embeddings=bool(t.get("tie_word_embeddings", False)),
-        )
-    local = Path(str(name)) / "config.json"
-    if local.is_file():
-        return shape_from_hf_config(json.loads(local.read_text()), str(name))
-    if name in KNOWN_SHAPES:
-        return KNOWN_SHAPES[name]
-    raise ValueError(
-        f"model.name_or_path {name!r}: no local config.json and not a known model "
-        f"({', '.join(sorted(KNOWN_SHAPES))}); declare model.shape in the config"
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,13 +98,22 @@ class Node:
     host_mem_gb: float = 1000.0
 
 
+#: Multi-process engines the plan knows (qrerase.engine): ``ddp`` replicates the training state on
+#: every GPU; any other (``fsdp``: FSDP2) shards it.
+REPLICATED = "ddp"
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """One job kind's recipe.
+    """One job kind's recipe, with the engine settings it runs with.
 
     kind: 'train' (full weights), 'lora', 'infer' (forward / generation) or 'linalg' (CPU, streaming).
     sequences: sequences per example (2: forget + retain batches, or DPO's chosen + rejected).
     references: frozen model copies held during training (KL / NPO / DPO / FLAT: 1).
+    backend: the multi-process engine (``ddp`` | ``fsdp``; irrelevant with one process).
+    section: the config key of the job's own section (e.g. ``baselines.ga``), named in notes;
+    backend_key: the config key its backend comes from, or is best set at (``finetune.backend``);
+    hint: what to change when the job fits no single node (e.g. ``use finetune.mode: lora``).
     """
 
     name: str
@@ -257,6 +128,10 @@ class JobSpec:
     micro_batch_size: int | None = None  # None: the largest power of two that fits
     processes: int = 1
     new_tokens: int = 0  # generation (infer)
+    backend: str = REPLICATED
+    section: str = ""
+    backend_key: str = ""
+    hint: str = ""
 
     def __post_init__(self):
         if self.kind not in ("train", "lora", "infer", "linalg"):
@@ -264,9 +139,18 @@ class JobSpec:
         if self.batch_size < 1 or self.processes < 1 or self.max_length < 1:
             raise ValueError(f"job {self.name}: batch_size, processes and max_length must be >= 1")
 
+    @property
+    def processes_key(self) -> str:
+        """The config key of the job's process count."""
+        return f"resources.{'evaluate' if self.kind == 'infer' else 'train'}.processes"
+
 
 @dataclass(frozen=True)
 class JobPlan:
+    """A planned job: what it asks for and the engine settings it runs with (``processes``,
+    ``micro_batch`` per process, ``accumulation``, ``backend``, ``checkpointing``; the training
+    job's spec passes exactly these, :func:`qrerase.workflow.stages.engine_settings`)."""
+
     name: str
     processes: int
     gpus: int  # GPUs the job asks for (0: CPU)
@@ -277,6 +161,8 @@ class JobPlan:
     host_bytes: int
     fits: bool
     note: str = ""
+    backend: str = REPLICATED
+    checkpointing: bool = False
 
 
 def lora_params(shape: ModelShape, job: JobSpec) -> int:
@@ -285,27 +171,73 @@ def lora_params(shape: ModelShape, job: JobSpec) -> int:
     return shape.layers * job.lora_modules * job.lora_rank * 2 * max(shape.hidden, shape.intermediate // 2)
 
 
-def device_bytes(shape: ModelShape, job: JobSpec, dtype: str, micro: int, processes: int) -> int:
-    """Peak bytes per GPU of ``job`` with ``micro`` sequences per process on ``processes`` GPUs.
+def accumulation_steps(batch_size: int, micro: int, processes: int) -> int:
+    """Micro-batches per process and optimiser step, ``ceil(batch / (micro x processes))``: the
+    engine's rule (:func:`qrerase.engine.micro_plan`) for a micro-batch no larger than the
+    per-process share ``ceil(batch / processes)``."""
+    return max(1, math.ceil(batch_size / (max(1, micro) * processes)))
 
-    train: 16 B/param (fp32 masters + grads + 2 AdamW moments) / processes + 2 gathered layers (a
-    bytes/param) + references (a bytes/param / processes) + activations; lora: base + references at
-    a bytes/param / processes + 16 B per LoRA parameter + activations; infer: weights / processes +
-    KV cache (2 x layers x kv_dim x a per token) + one forward's logits (a + 4 bytes x V per token).
+
+def device_bytes(
+    shape: ModelShape, job: JobSpec, dtype: str, micro: int, processes: int, backend: str | None = None
+) -> int:
+    """Peak bytes per GPU of ``job`` with ``micro`` sequences per process on ``processes`` GPUs
+    under ``backend`` (default ``job.backend``).
+
+    Symbols: a = bytes of the compute dtype; P = parameters; L = one decoder layer's
+    (:meth:`ModelShape.layer_params`); R = the root group's (:meth:`ModelShape.root_params`);
+    T = trained parameters (train: P; lora: :func:`lora_params`); f = frozen references
+    (``job.references``); n = processes; k = gradient accumulation
+    (:func:`accumulation_steps`); A = activations of one micro-batch (:func:`activation_bytes`).
+    Masters, gradients and AdamW moments are fp32 (16 B per trained parameter); a LoRA job keeps its
+    frozen base in the compute dtype (its trained adapters are fp32, so it runs without autocast).
+
+    - infer: a·P / n (weights split over the GPUs) + KV cache (2·layers·kv_dim·a per token of
+      ``max_length + new_tokens``) + one forward's logits ((a + 4)·V per token) + 2·a·h per token.
+    - one process (no wrapping; ``backend`` irrelevant):
+      train ``16·P + c + f·a·P + A``, lora ``a·P + f·a·P + 16·T + A``, where c = a·P is autocast's
+      cached compute-dtype copy of every fp32 weight, held from the forward to its backward (0 when
+      a = 4: no autocast).
+    - ``ddp``, n > 1: a full replica on every GPU, the one-process terms plus DDP's all-reduce
+      buckets, a second copy of the gradients (4·T; ``gradient_as_bucket_view`` is off): train
+      ``20·P + c + f·a·P + A``, lora ``a·P + f·a·P + 20·T + A``. Only A shrinks with n (smaller
+      micro-batches).
+    - FSDP2 (any other backend), n > 1: sharded state + what is gathered at once:
+      train ``(16·P + f·a·P) / n + 2·a·L + (1 + f)·a·R + G + A`` with the gathered units = two
+      decoder layers' compute-dtype parameters (the current one and the prefetched one), the root
+      group (embeddings, LM head, final norm of the model and of each reference: FSDP2 wraps only
+      the layers, and the root stays gathered from the first forward to the end of the backward),
+      and the unsharded gradients G = a·(L + R) (one layer's, reduce-scattered after its backward,
+      and the root's, reduce-scattered at the end) with k = 1, or G = a·P with k > 1: FSDP2 keeps
+      every parameter's unsharded gradient across the micro-batches it does not reduce (Accelerate's
+      FSDP2 policy reduces in the compute dtype);
+      lora ``(a·P + f·a·P + 16·T) / n + 2·a·L + (1 + f)·a·R + G + A`` with G = 4·T when k > 1
+      (the adapters' unsharded fp32 gradients), else 0.
     """
     a = DTYPE_BYTES[dtype]
     P = shape.count_params()
+    backend = job.backend if backend is None else backend
     tokens = micro * job.sequences * job.max_length
     if job.kind == "infer":
         kv = 2 * shape.layers * shape.kv_dim * a * micro * (job.max_length + job.new_tokens)
         logits = (a + 4) * shape.vocab * micro * job.max_length
         return math.ceil(a * P / processes) + kv + logits + 2 * a * shape.hidden * micro * job.max_length
     acts = activation_bytes(shape, tokens, a, job.checkpointing)
-    refs = job.references * a * P // processes
+    refs = job.references * a * P
+    accum = accumulation_steps(job.batch_size, micro, processes)
+    trained = P if job.kind == "train" else lora_params(shape, job)
+    base = 16 * P if job.kind == "train" else a * P + 16 * trained  # one process's static state
+    if processes == 1 or backend == REPLICATED:
+        cache = a * P if job.kind == "train" and a < 4 else 0  # autocast's copies of the fp32 weights
+        buckets = 4 * trained if processes > 1 else 0  # DDP's all-reduce buckets
+        return base + buckets + cache + refs + acts
+    root = (1 + job.references) * a * shape.root_params()
+    gathered = 2 * a * shape.layer_params() + root
     if job.kind == "train":
-        gathered = 2 * a * shape.layer_params() if processes > 1 else 0
-        return 16 * P // processes + gathered + refs + acts
-    return a * P // processes + refs + 16 * lora_params(shape, job) + acts
+        grads = a * P if accum > 1 else a * (shape.layer_params() + shape.root_params())
+    else:
+        grads = 4 * trained if accum > 1 else 0
+    return (base + refs) // processes + gathered + grads + acts
 
 
 def host_bytes(shape: ModelShape, job: JobSpec, dtype: str, processes: int, on_gpu: bool) -> int:
@@ -330,52 +262,100 @@ def _pow2_floor(n: int) -> int:
 
 
 def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan:
-    """Micro-batch, GPUs and peak memory of one job.
+    """Micro-batch, GPUs and peak memory of one job, and the engine settings it runs with.
 
-    micro-batch: ``job.micro_batch_size`` if set, else the largest power of two <= the per-process
-    share of the batch whose peak fits ``node.gpu_mem_gb``; gpus_needed: the fewest of 1, 2, 4, ...,
-    node.gpus with which micro-batch 1 fits (0 when none does).
+    The per-process share of a training batch is ``ceil(batch / processes)`` (as the engine splits
+    it). micro-batch: ``job.micro_batch_size`` (capped at the share) if set, else on a GPU the
+    largest power of two <= the share (dividing it when the processes divide the batch) whose peak
+    fits ``node.gpu_mem_gb``, on the CPU the whole share; accumulation: :func:`accumulation_steps`.
+    gpus_needed: the fewest of 1, 2, 4, ..., node.gpus with which the job fits one node, sharded
+    (FSDP2) when more than one (0 when none does). A job that does not fit gets a note naming the
+    config key to change: ``backend: fsdp`` for a DDP replica that does not fit a GPU, a smaller
+    ``micro_batch_size``, more processes, or ``job.hint`` when no node of ``node.gpus`` GPUs fits it.
     """
+    share = math.ceil(job.batch_size / job.processes)
+    training = job.kind in ("train", "lora")
     if job.kind == "linalg" or node.gpus == 0:
         host = host_bytes(shape, job, dtype, job.processes, on_gpu=False)
-        micro = min(job.micro_batch_size or job.batch_size, job.batch_size) if job.kind != "linalg" else 0
+        if job.kind == "linalg":
+            micro = 0
+        elif job.kind == "infer":
+            micro = min(job.micro_batch_size or job.batch_size, job.batch_size)
+        else:
+            micro = min(job.micro_batch_size or share, share)
+        accum = accumulation_steps(job.batch_size, micro, job.processes) if training else 1
         fits = host <= node.host_mem_gb * GIB
-        note = "" if fits else f"needs {host / GIB:.0f} GiB of host memory"
-        return JobPlan(job.name, job.processes, 0, 0, micro, 1, 0, host, fits, note)
+        note = "" if fits else f"needs {host / GIB:.0f} GiB of host memory (resources.node_mem_gb)"
+        return JobPlan(job.name, job.processes, 0, 0, micro, accum, 0, host, fits, note, job.backend, job.checkpointing)
     cap = node.gpu_mem_gb * GIB
-    per_proc = max(1, job.batch_size // job.processes)
 
-    def micro_for(procs: int) -> int:
+    def peak(m: int, procs: int, backend: str) -> int:
+        return device_bytes(shape, job, dtype, m, procs, backend)
+
+    def micro_for(procs: int, backend: str) -> int:
+        """The micro-batch that runs on ``procs`` GPUs under ``backend``; 0 when it does not fit."""
+        part = math.ceil(job.batch_size / procs)
         if job.micro_batch_size:
-            m = min(job.micro_batch_size, per_proc)
-            return m if device_bytes(shape, job, dtype, m, procs) <= cap else 0
-        m = _pow2_floor(per_proc) if job.kind != "infer" else _pow2_floor(job.batch_size)
-        exact = job.kind != "infer" and job.batch_size % procs == 0  # micro x accum x procs == batch
-        while m >= 1 and (device_bytes(shape, job, dtype, m, procs) > cap or (exact and per_proc % m)):
+            m = min(job.micro_batch_size, part) if training else min(job.micro_batch_size, job.batch_size)
+            return m if peak(m, procs, backend) <= cap else 0
+        m = _pow2_floor(part) if training else _pow2_floor(job.batch_size)
+        exact = training and job.batch_size % procs == 0  # micro x accum x procs == batch
+        while m >= 1 and (peak(m, procs, backend) > cap or (exact and part % m)):
             m //= 2
         return m
 
-    needed = next((g for g in (1 << i for i in range(8)) if g <= node.gpus and micro_for(g)), 0)
-    micro = micro_for(job.processes) or 1
-    dev = device_bytes(shape, job, dtype, micro, job.processes)
+    sharded = "fsdp" if job.backend == REPLICATED else job.backend
+    gpus = [g for g in (1 << i for i in range(8)) if g <= node.gpus]
+    needed = next((g for g in gpus if micro_for(g, job.backend if g == 1 else sharded)), 0)
+    micro = micro_for(job.processes, job.backend)
+    fitting = micro > 0
+    if not micro:  # what would run: the configured micro-batch, else the smallest
+        micro = min(job.micro_batch_size, share if training else job.batch_size) if job.micro_batch_size else 1
+    dev = peak(micro, job.processes, job.backend)
     host = host_bytes(shape, job, dtype, job.processes, on_gpu=True)
-    fits = dev <= cap and job.processes <= node.gpus and host <= node.host_mem_gb * GIB
-    accum = max(1, math.ceil(job.batch_size / (micro * job.processes))) if job.kind != "infer" else 1
+    host_fits = host <= node.host_mem_gb * GIB
+    fits = fitting and job.processes <= node.gpus and host_fits
+    accum = accumulation_steps(job.batch_size, micro, job.processes) if training else 1
     note = ""
     if not fits:
-        if needed == 0:
-            note = f"does not fit one node ({node.gpus} x {node.gpu_mem_gb:g} GB)"
-            if job.kind == "train":
-                stage = job.name.rpartition(":")[2]
-                note += (
-                    "; use finetune.mode: lora"
-                    if stage in ("finetune", "pretrain")
-                    else "; use baselines.mode: lora"
-                    if stage in registry.baselines_of_kind("text")
-                    else "; needs more than one node (this baseline has no LoRA mode)"
-                )
+        over = f"{dev / GIB:.1f} GiB per GPU > {node.gpu_mem_gb:g} GB (resources.gpu_mem_gb)"
+        if job.processes > node.gpus:
+            note = (
+                f"{job.processes} processes on a node of {node.gpus} GPUs: set {job.processes_key} "
+                f"<= resources.gpus_per_node"
+            )
+        elif not host_fits:
+            note = f"needs {host / GIB:.0f} GiB of host memory > resources.node_mem_gb ({node.host_mem_gb:g})"
+        elif training and job.processes > 1 and job.backend == REPLICATED and micro_for(job.processes, sharded):
+            note = (
+                f"backend ddp keeps a full replica of the training state on every GPU ({over}); "
+                f"set {job.backend_key or 'finetune.backend'}: fsdp"
+            )
+        elif (
+            job.micro_batch_size
+            and micro_for(job.processes, job.backend) == 0
+            and peak(1, job.processes, job.backend) <= cap
+        ):
+            note = f"micro_batch_size {micro} does not fit ({over}); lower {job.section}.micro_batch_size or null it"
+        elif needed == 0:
+            note = f"does not fit one node ({node.gpus} x {node.gpu_mem_gb:g} GB, {over})"
+            note += f"; {job.hint}" if job.hint else ""
         elif needed > job.processes:
-            note = f"needs processes >= {needed}"
+            with_fsdp = " with backend fsdp" if job.backend == REPLICATED and needed > 1 and training else ""
+            note = f"{over}: needs {job.processes_key} >= {needed}{with_fsdp}"
         else:
-            note = "host memory"
-    return JobPlan(job.name, job.processes, job.processes, needed, micro, accum, dev, host, fits, note)
+            note = over
+    return JobPlan(
+        job.name,
+        job.processes,
+        job.processes,
+        needed,
+        micro,
+        accum,
+        dev,
+        host,
+        fits,
+        note,
+        job.backend,
+        job.checkpointing,
+    )

@@ -1,5 +1,10 @@
 """A workflow config -> the jobs it runs (:class:`qrerase.workflow.plan.JobSpec`), their plan, the
-Snakemake ``resources`` of each rule kind, and the table ``qrerase plan`` prints.
+Snakemake ``resources`` of each rule kind, the engine settings each training job runs with, and the
+table ``qrerase plan`` prints.
+
+The training jobs come from :mod:`qrerase.workflow.stages` (their recipes and engine settings, the
+same ones their rules pass the scripts); :func:`refusal` is the one line with which ``qrerase plan``
+and Snakemake's planning refuse a config whose jobs do not fit.
 
 Rule kinds (rules/common.smk ``resources_for``): ``train`` (pretrain, finetune, lora, every baseline),
 ``evaluate``, ``linalg`` (factors, erase_merged: CPU only), ``light``. A rule kind's resources are the
@@ -22,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import registry
-from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, ModelShape, Node, plan_job, resolve_shape
+from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, plan_job
+from .shapes import ModelShape
+from .stages import context, stage_job, track_section
+from .stages import processes as _processes
 
 #: The embedded default config: package data, in a checkout a link to config.yaml next to the Snakefile
 #: (a built sdist / wheel holds a copy), so a non-editable install plans with it too.
@@ -31,12 +39,6 @@ KINDS = ("train", "evaluate", "linalg", "light")
 FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
 GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12
 LIGHT_MB = 1000
-
-
-def _plan_shape(method: str) -> tuple[int, int] | None:
-    """(sequences per example, frozen model copies) of a baseline's training job (its registration's
-    ``plan_shape``); ``None`` for a subspace method or a baseline registered without one."""
-    return registry.method(method).plan_shape
 
 
 def deep_update(base: dict, over: Mapping) -> dict:
@@ -49,90 +51,26 @@ def deep_update(base: dict, over: Mapping) -> dict:
     return base
 
 
-def _processes(cfg: Mapping, kind: str) -> int:
-    n = (cfg.get("resources", {}).get(kind) or {}).get("processes", 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"resources.{kind}.processes: expected an integer >= 1, got {n!r}")
-    return n
-
-
-def node_of(cfg: Mapping, device: str) -> Node:
-    res = cfg.get("resources", {})
-    gpus = 0 if device == "cpu" else int(res.get("gpus_per_node", 8))
-    return Node(gpus, float(res.get("gpu_mem_gb", 80)), float(res.get("node_mem_gb", 1000)))
-
-
-def _train_job(
-    name: str,
-    section: Mapping,
-    kind: str,
-    procs: int,
-    seqs: int = 1,
-    refs: int = 0,
-    max_length: int = 512,
-    lora_rank: int = 0,
-    ckpt: bool | None = None,
-) -> JobSpec:
-    return JobSpec(
-        name,
-        kind,
-        batch_size=int(section["batch_size"]),
-        max_length=int(section.get("max_length", max_length)),
-        sequences=seqs,
-        references=refs,
-        lora_rank=lora_rank,
-        checkpointing=bool(section.get("gradient_checkpointing", ckpt or False)),
-        micro_batch_size=section.get("micro_batch_size"),
-        processes=procs,
-    )
-
-
 def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
     """(rule kind, job, examples per epoch) of a text track (tofu, crosslingual, task_level)."""
-    train_p, eval_p = _processes(cfg, "train"), _processes(cfg, "evaluate")
+    eval_p = _processes(cfg, "evaluate")
     tiny = cfg["model"].get("name_or_path") is None
-    ft = dict(cfg["finetune"])
-    if track == "task_level":
-        ft.update(cfg.get("task_level", {}).get("finetune") or {})
-    ckpt = bool(ft.get("gradient_checkpointing", False))
+    ft = track_section(cfg, track, "finetune")
     n = _examples(cfg, track)
-    jobs = []
-    if tiny and track != "task_level":
-        jobs.append(("train", _train_job(f"{track}:pretrain", cfg["pretrain"], "train", train_p), n))
+    stages = []
     level = cfg.get("task_level", {}) if track == "task_level" else {}
-    if tiny and track == "task_level" and level.get("init", "pretrained") == "pretrained":
-        pre = {**cfg["pretrain"], **(level.get("pretrain") or {})}
-        jobs.append(("train", _train_job(f"{track}:pretrain", pre, "train", train_p), n))
-    lora_cfg = dict(cfg["lora"])
+    if tiny and (track != "task_level" or level.get("init", "pretrained") == "pretrained"):
+        stages.append("pretrain")
+    stages += ["finetune", "lora"]
     if track == "task_level":
-        lora_cfg.update(cfg.get("task_level", {}).get("lora") or {})
-    ft_kind, ft_rank = ("lora", int(lora_cfg["r"])) if cfg["finetune"].get("mode") == "lora" else ("train", 0)
-    jobs.append(("train", _train_job(f"{track}:finetune", ft, ft_kind, train_p, lora_rank=ft_rank), n))
-    jobs.append(
-        ("train", _train_job(f"{track}:lora", lora_cfg, "lora", train_p, lora_rank=int(lora_cfg["r"]), ckpt=ckpt), n)
-    )
-    if track == "task_level":
-        baselines, bl = cfg.get("task_level", {}).get("baselines") or {}, {"mode": "full"}
+        configured = (cfg.get("task_level") or {}).get("baselines") or {}
     else:
         bl = cfg.get("baselines") or {}
-        baselines = {m: bl.get(m) for m in registry.baselines_of_kind("text") if bl.get(m)}
-    mode_kind = "lora" if bl.get("mode") == "lora" else "train"
-    rank = int((bl.get("lora") or {}).get("r", 0)) if mode_kind == "lora" else 0
+        configured = {m: bl.get(m) for m in registry.baselines_of_kind("text") if bl.get(m)}
     for method in cfg.get("methods", {}).get(track, []):
-        if _plan_shape(method) is not None and baselines.get(method):
-            seqs, refs = _plan_shape(method)
-            job = _train_job(
-                f"{track}:{method}",
-                baselines[method],
-                mode_kind,
-                train_p,
-                seqs,
-                refs,
-                max_length=int(bl.get("max_length", ft.get("max_length", 512))),
-                lora_rank=rank,
-                ckpt=ckpt,
-            )
-            jobs.append(("train", job, n))
+        if registry.method(method).plan_shape is not None and configured.get(method):
+            stages.append(method)
+    jobs = [("train", stage_job(cfg, track, stage), n) for stage in stages]
     ev = (cfg.get("tofu", {}) if track != "task_level" else cfg.get("task_level", {})).get("evaluate") or {}
     if track == "crosslingual":
         ev = cfg.get("crosslingual", {}).get("evaluate") or ev
@@ -145,48 +83,25 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
         processes=eval_p,
     )
     jobs.append(("evaluate", evaluate, 4 * int(ev.get("max_questions", 300))))
-    jobs.append(("linalg", JobSpec(f"{track}:factors", "linalg", lora_rank=int(lora_cfg["r"])), 0))
+    lora_r = int(track_section(cfg, track, "lora")["r"])
+    jobs.append(("linalg", JobSpec(f"{track}:factors", "linalg", lora_rank=lora_r), 0))
     jobs.append(("linalg", JobSpec(f"{track}:erase_merged", "linalg"), 0))
     return jobs
 
 
 def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
     sp = cfg["speech"]
-    train_p, eval_p = _processes(cfg, "train"), _processes(cfg, "evaluate")
+    eval_p = _processes(cfg, "evaluate")
     frames = max(1, int(round(float(sp["data"]["max_seconds"]) * 50)))
-    n, jobs = 3000, []
-    if sp["model"].get("name_or_path") is None:
-        jobs.append(("train", _train_job("speech:pretrain", sp["pretrain"], "train", train_p, max_length=frames), n))
-    jobs.append(("train", _train_job("speech:finetune", sp["finetune"], "train", train_p, max_length=frames), n))
-    jobs.append(
-        (
-            "train",
-            _train_job("speech:lora", sp["lora"], "lora", train_p, max_length=frames, lora_rank=int(sp["lora"]["r"])),
-            n,
-        )
-    )
-    common = (sp.get("baselines") or {}).get("common") or {}
-    for method in cfg.get("methods", {}).get("speech", []):
-        if _plan_shape(method) is not None and method in (sp.get("baselines") or {}):
-            section = {**common, **(sp["baselines"][method] or {})}
-            kind = "lora" if section.get("mode") == "lora" else "train"
-            seqs, refs = _plan_shape(method)
-            jobs.append(
-                (
-                    "train",
-                    _train_job(
-                        f"speech:{method}",
-                        section,
-                        kind,
-                        train_p,
-                        seqs,
-                        refs,
-                        frames,
-                        int(section.get("lora_r", 8)) if kind == "lora" else 0,
-                    ),
-                    n,
-                )
-            )
+    n = 3000
+    stages = (["pretrain"] if sp["model"].get("name_or_path") is None else []) + ["finetune", "lora"]
+    baselines = sp.get("baselines") or {}
+    stages += [
+        m
+        for m in cfg.get("methods", {}).get("speech", [])
+        if registry.method(m).plan_shape is not None and m in baselines
+    ]
+    jobs = [("train", stage_job(cfg, "speech", stage), n) for stage in stages]
     ev = sp.get("evaluate") or {}
     jobs.append(
         ("evaluate", JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames, processes=eval_p), n)
@@ -194,24 +109,6 @@ def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
     jobs.append(("linalg", JobSpec("speech:factors", "linalg", lora_rank=int(sp["lora"]["r"]), lora_modules=4), 0))
     jobs.append(("linalg", JobSpec("speech:erase_merged", "linalg"), 0))
     return jobs
-
-
-def speech_shape(cfg: Mapping) -> ModelShape:
-    m = cfg["speech"]["model"]
-    if m.get("name_or_path") is None and not m.get("shape"):
-        t = m.get("tiny") or {}
-        return ModelShape(
-            "tiny-hubert",
-            t.get("num_hidden_layers", 4),
-            t.get("hidden_size", 64),
-            t.get("intermediate_size", 128),
-            0,
-            t.get("num_attention_heads", 4),
-            t.get("num_attention_heads", 4),
-            gated_mlp=False,
-            frames_per_second=50,
-        )
-    return resolve_shape(m)
 
 
 def _examples(cfg: Mapping, track: str) -> int:
@@ -250,28 +147,24 @@ def plan_config(cfg: Mapping) -> list[JobPlan]:
 def _planned(cfg: Mapping) -> Iterable[tuple[str, JobPlan, int]]:
     threads = int(cfg.get("threads", 1))
     for track in cfg.get("tracks", []):
-        if track == "speech":
-            shape, dtype, device, jobs = (
-                speech_shape(cfg),
-                cfg["speech"]["model"].get("dtype", "float32"),
-                cfg["speech"]["model"].get("device", "cpu"),
-                speech_jobs(cfg),
-            )
-            epochs_of = lambda j: _epochs(cfg["speech"], j)  # noqa: E731
-        else:
-            vocab = (cfg["model"].get("tokenizer") or {}).get("vocab_size")
-            shape, dtype, device = (
-                resolve_shape(cfg["model"], vocab),
-                cfg["model"].get("dtype", "float32"),
-                cfg["model"].get("device", "cpu"),
-            )
-            jobs = text_jobs(cfg, track)
-            epochs_of = lambda j: _epochs(cfg, j)  # noqa: E731
-        node = node_of(cfg, device)
+        shape, dtype, node = context(cfg, track)
+        jobs = speech_jobs(cfg) if track == "speech" else text_jobs(cfg, track)
+        sections = cfg["speech"] if track == "speech" else cfg
         for rule_kind, job, examples in jobs:
             plan = plan_job(shape, job, dtype, node)
-            minutes = runtime_min(shape, job, rule_kind, examples, epochs_of(job), dtype, plan.gpus, threads)
+            minutes = runtime_min(shape, job, rule_kind, examples, _epochs(sections, job), dtype, plan.gpus, threads)
             yield rule_kind, plan, minutes
+
+
+def refusal(cfg: Mapping) -> str | None:
+    """The one line refusing a config with a job that does not fit (``qrerase plan`` after its table,
+    rules/common.smk before any job runs): the first such job, its plan note (which names the config
+    key to change) and how many more there are; ``None`` when every job fits."""
+    misses = [p for p in plan_config(cfg) if not p.fits]
+    if not misses:
+        return None
+    more = f" (and {len(misses) - 1} more job(s): qrerase plan lists each)" if len(misses) > 1 else ""
+    return f"the memory plan: job {misses[0].name} does not fit: {misses[0].note}{more}"
 
 
 def _epochs(sections: Mapping, job: JobSpec) -> int:

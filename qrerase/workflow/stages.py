@@ -1,0 +1,302 @@
+"""The training job kinds ("stages") of a config's tracks: the recipe each one's rule passes its script,
+and the engine settings it runs with, which are its memory-plan row.
+
+One source for what a training job runs: a training rule passes its script the recipe of
+:func:`stage_recipe` (the config section with the track's overrides) and, as its ``engine`` param,
+:func:`engine_settings` (``backend``, ``gradient_checkpointing``, ``micro_batch_size`` of the job's
+plan row), which the script lays over the recipe (:func:`job_settings`); the plan's job
+(:func:`stage_job`, planned by :mod:`qrerase.workflow.plan_config`) is built from the same recipe and
+the same engine keys, so the memory plan and the job spec cannot disagree. ``backend`` and
+``gradient_checkpointing`` of a training section that sets neither come from its track's fine-tuning
+section (``finetune``, with ``task_level.finetune`` for the task-level track; ``speech.finetune``);
+``micro_batch_size`` is the section's own, else the plan's pick
+(:func:`qrerase.workflow.plan.plan_job`). The processes are ``resources.train.processes``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import registry
+from .plan import REPLICATED, JobSpec, Node, plan_job
+from .shapes import ModelShape, resolve_shape
+
+
+def processes(cfg: Mapping, kind: str) -> int:
+    """``resources.<kind>.processes`` (default 1): the processes of a job of rule kind ``kind``, the
+    launcher's ``--num_processes`` (rules/common.smk ``launch``)."""
+    n = (cfg.get("resources", {}).get(kind) or {}).get("processes", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"resources.{kind}.processes: expected an integer >= 1, got {n!r}")
+    return n
+
+
+def node_of(cfg: Mapping, device: str) -> Node:
+    """The node a job is planned on: ``resources.gpus_per_node`` (0 GPUs for ``device: cpu``),
+    ``resources.gpu_mem_gb``, ``resources.node_mem_gb``."""
+    res = cfg.get("resources", {})
+    gpus = 0 if device == "cpu" else int(res.get("gpus_per_node", 8))
+    return Node(gpus, float(res.get("gpu_mem_gb", 80)), float(res.get("node_mem_gb", 1000)))
+
+
+#: Engine keys a training section without them takes from its track's fine-tuning section.
+INHERITED_ENGINE_KEYS = {"backend": REPLICATED, "gradient_checkpointing": False}
+#: The tracks whose jobs train the text model (the speech track trains the HuBERT classifier).
+TEXT_TRACKS = ("tofu", "crosslingual", "task_level")
+
+
+def track_section(cfg: Mapping, track: str, name: str) -> dict:
+    """A text track's ``pretrain`` / ``finetune`` / ``lora`` section (``tokenizer``: ``model.tokenizer``)
+    with the track's overrides: ``crosslingual.<name>`` for the cross-lingual track,
+    ``task_level.<name>`` for the task-level track (rules/common.smk ``exp_section``)."""
+    base = dict(cfg["model"]["tokenizer"] if name == "tokenizer" else cfg[name])
+    if track in ("crosslingual", "task_level"):
+        base.update((cfg.get(track) or {}).get(name) or {})
+    return base
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training job kind of a track before planning.
+
+    recipe: what its rule passes the training script, less the engine keys; chain: ``(config key,
+    section)`` pairs where an engine key is looked up, most specific first (its own sections, the
+    first ``own`` of them, then its track's fine-tuning section); the rest: :class:`JobSpec`'s fields.
+    """
+
+    name: str
+    kind: str
+    recipe: dict
+    chain: tuple[tuple[str, Mapping], ...]
+    own: int
+    sequences: int = 1
+    references: int = 0
+    max_length: int = 512
+    lora_rank: int = 0
+    hint: str = ""
+    planned: bool = True  # False: a baseline registered without a plan_shape (not in the plan)
+
+    def lookup(self, key: str, own_only: bool = False) -> tuple[Any, str]:
+        """``(value, config key)`` of an engine key: the first section of the chain that sets it
+        (own sections only for ``own_only``), else ``(None, <least specific section>.<key>)``."""
+        chain = self.chain[: self.own] if own_only else self.chain
+        for where, section in chain:
+            if isinstance(section, Mapping) and key in section:
+                return section[key], f"{where}.{key}"
+        return None, f"{chain[-1][0]}.{key}"
+
+
+def _chain(cfg: Mapping, track: str, name: str) -> list[tuple[str, Mapping]]:
+    """The sections ``track_section(cfg, track, name)`` merges, most specific first."""
+    chain = [(f"{track}.{name}", (cfg.get(track) or {}).get(name) or {})] if track == "task_level" else []
+    if track == "crosslingual":
+        chain.append((f"crosslingual.{name}", (cfg.get("crosslingual") or {}).get(name) or {}))
+    return [*chain, (name, cfg.get(name) or {})]
+
+
+def _text_stage(cfg: Mapping, track: str, stage: str) -> Stage:
+    """A text track's stage: pretrain / finetune / lora (their track sections), a task-level baseline
+    (``task_level.baselines.<m>``, full weights, the fine-tuning ``max_length``) or a text baseline
+    (``baselines.<m>`` with the section's mode, max_length and LoRA shape: rules/tofu_common.smk)."""
+    ft_chain = _chain(cfg, track, "finetune")
+    ft = track_section(cfg, track, "finetune")
+    if stage in ("pretrain", "finetune", "lora"):
+        section = track_section(cfg, track, stage)
+        own = _chain(cfg, track, stage)
+        chain = own if stage == "finetune" else own + ft_chain
+        kind, rank, hint = "train", 0, "use finetune.mode: lora"
+        if stage == "lora":
+            kind, rank, hint = "lora", int(section["r"]), ""
+        elif stage == "finetune" and ft.get("mode") == "lora":
+            shape = ft.get("lora") or track_section(cfg, track, "lora")
+            kind, rank, hint = "lora", int(shape["r"]), ""
+        return Stage(
+            f"{track}:{stage}",
+            kind,
+            section,
+            tuple(chain),
+            len(own),
+            max_length=int(section.get("max_length", 512)),
+            lora_rank=rank,
+            hint=hint,
+        )
+    plan_shape = registry.method(stage).plan_shape
+    seqs, refs = plan_shape or (1, 0)
+    if track == "task_level":
+        section = dict(((cfg.get("task_level") or {}).get("baselines") or {}).get(stage) or {})
+        chain = ((f"task_level.baselines.{stage}", section), *ft_chain)
+        hint = f"task-level baselines have no LoRA mode: remove {stage} from methods.task_level"
+        return Stage(
+            f"{track}:{stage}",
+            "train",
+            section,
+            chain,
+            1,
+            seqs,
+            refs,
+            int(ft.get("max_length", 128)),  # rules/task_level.smk: the fine-tuning cap
+            hint=hint,
+            planned=plan_shape is not None,
+        )
+    bl = cfg.get("baselines") or {}
+    lora = bl.get("lora") or {}
+    own = dict(bl.get(stage) or {})
+    recipe = {
+        "method": stage,
+        **own,
+        "mode": bl.get("mode", "full"),
+        "max_length": bl.get("max_length", ft.get("max_length", 512)),
+        "lora_r": lora.get("r"),
+        "lora_alpha": lora.get("alpha"),
+        "lora_dropout": lora.get("dropout", 0.0),
+        "lora_target_modules": list(lora.get("target_modules") or []),
+    }
+    lora_mode = recipe["mode"] == "lora"
+    return Stage(
+        f"{track}:{stage}",
+        "lora" if lora_mode else "train",
+        recipe,
+        ((f"baselines.{stage}", own), *ft_chain),
+        1,
+        seqs,
+        refs,
+        int(recipe["max_length"]),
+        int(lora.get("r", 0)) if lora_mode else 0,
+        "" if lora_mode else "use baselines.mode: lora",
+        plan_shape is not None,
+    )
+
+
+def _speech_stage(cfg: Mapping, stage: str) -> Stage:
+    """A speech stage: ``speech.<pretrain|finetune|lora>`` or a baseline (``speech.baselines.common``
+    overlaid by ``speech.baselines.<m>``); sequences of ``max_seconds x 50`` frames."""
+    sp = cfg["speech"]
+    frames = max(1, int(round(float(sp["data"]["max_seconds"]) * 50)))
+    ft = ("speech.finetune", sp.get("finetune") or {})
+    if stage in ("pretrain", "finetune", "lora"):
+        section = dict(sp[stage])
+        chain = ((f"speech.{stage}", section),) if stage == "finetune" else ((f"speech.{stage}", section), ft)
+        kind = "lora" if stage == "lora" else "train"
+        rank = int(section["r"]) if stage == "lora" else 0
+        return Stage(f"speech:{stage}", kind, section, chain, 1, max_length=frames, lora_rank=rank)
+    baselines = sp.get("baselines") or {}
+    common, own = baselines.get("common") or {}, baselines.get(stage) or {}
+    section = {**common, **own}
+    lora_mode = section.get("mode") == "lora"
+    plan_shape = registry.method(stage).plan_shape
+    seqs, refs = plan_shape or (1, 0)
+    return Stage(
+        f"speech:{stage}",
+        "lora" if lora_mode else "train",
+        section,
+        ((f"speech.baselines.{stage}", own), ("speech.baselines.common", common), ft),
+        2,
+        seqs,
+        refs,
+        frames,
+        int(section.get("lora_r", 8)) if lora_mode else 0,
+        "" if lora_mode else f"use speech.baselines.{stage}.mode: lora",
+        plan_shape is not None,
+    )
+
+
+def stage_of(cfg: Mapping, track: str, stage: str) -> Stage:
+    """The training job kind ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name) of
+    ``track``, before planning."""
+    if track == "speech":
+        return _speech_stage(cfg, stage)
+    if track not in TEXT_TRACKS:
+        raise ValueError(f"tracks: unknown track {track!r}")
+    return _text_stage(cfg, track, stage)
+
+
+def stage_job(cfg: Mapping, track: str, stage: str) -> JobSpec:
+    """The plan's job of a training stage: its recipe's batch size, the engine keys of
+    :meth:`Stage.lookup` (``backend``, ``gradient_checkpointing`` inherited from the track's
+    fine-tuning section; ``micro_batch_size`` the stage's own), ``resources.train.processes``."""
+    st = stage_of(cfg, track, stage)
+    backend, backend_key = st.lookup("backend")
+    ckpt, _ = st.lookup("gradient_checkpointing")
+    micro, micro_key = st.lookup("micro_batch_size", own_only=True)
+    return JobSpec(
+        st.name,
+        st.kind,
+        batch_size=int(st.recipe["batch_size"]),
+        max_length=st.max_length,
+        sequences=st.sequences,
+        references=st.references,
+        lora_rank=st.lora_rank,
+        checkpointing=bool(INHERITED_ENGINE_KEYS["gradient_checkpointing"] if ckpt is None else ckpt),
+        micro_batch_size=micro,
+        processes=processes(cfg, "train"),
+        backend=str(INHERITED_ENGINE_KEYS["backend"] if backend is None else backend),
+        section=micro_key.rpartition(".")[0],
+        backend_key=backend_key,
+        hint=st.hint,
+    )
+
+
+def context(cfg: Mapping, track: str) -> tuple[ModelShape, str, Node]:
+    """(shape, dtype, node) a track's jobs are planned on."""
+    if track == "speech":
+        model, shape = cfg["speech"]["model"], speech_shape(cfg)
+    else:
+        model = cfg["model"]
+        shape = resolve_shape(model, (model.get("tokenizer") or {}).get("vocab_size"))
+    return shape, model.get("dtype", "float32"), node_of(cfg, model.get("device", "cpu"))
+
+
+def engine_settings(cfg: Mapping, track: str, stage: str) -> dict[str, Any]:
+    """The engine keys training job ``<track>:<stage>`` runs with, as its plan row has them:
+    ``backend``, ``gradient_checkpointing`` and ``micro_batch_size`` (the planned micro-batch;
+    ``None`` where it is the whole per-process share ``ceil(batch_size / processes)``, which is what
+    ``None`` means to the engine, :func:`qrerase.engine.micro_plan`). The processes are
+    ``resources.train.processes`` (the launcher's ``--num_processes``). A baseline registered
+    without a ``plan_shape`` is not planned: its own ``micro_batch_size`` (or ``None``)."""
+    job = stage_job(cfg, track, stage)
+    micro = job.micro_batch_size
+    if stage_of(cfg, track, stage).planned:
+        shape, dtype, node = context(cfg, track)
+        micro = plan_job(shape, job, dtype, node).micro_batch
+    share = math.ceil(job.batch_size / job.processes)
+    return {
+        "backend": job.backend,
+        "gradient_checkpointing": job.checkpointing,
+        "micro_batch_size": None if micro is None or micro >= share else int(micro),
+    }
+
+
+def stage_recipe(cfg: Mapping, track: str, stage: str) -> dict[str, Any]:
+    """The recipe a training rule passes its script for ``<track>:<stage>`` (its ``train`` / ``lora``
+    / ``baseline`` / ``cfg`` param; rules/common.smk ``exp_section`` and ``stage_params``): the
+    config section with the track's overrides, a text baseline's with its method, mode,
+    ``max_length`` and LoRA shape as :class:`qrerase.baselines.text.TextBaselineConfig` reads them."""
+    return dict(stage_of(cfg, track, stage).recipe)
+
+
+def job_settings(cfg: Mapping, track: str, stage: str) -> dict[str, Any]:
+    """What the training script of ``<track>:<stage>`` trains with: its recipe param overlaid by its
+    ``engine`` param, ``{**stage_recipe(...), **engine_settings(...)}`` (the scripts'
+    ``{**p.<recipe>, **p.engine}``)."""
+    return {**stage_recipe(cfg, track, stage), **engine_settings(cfg, track, stage)}
+
+
+def speech_shape(cfg: Mapping) -> ModelShape:
+    m = cfg["speech"]["model"]
+    if m.get("name_or_path") is None and not m.get("shape"):
+        t = m.get("tiny") or {}
+        return ModelShape(
+            "tiny-hubert",
+            t.get("num_hidden_layers", 4),
+            t.get("hidden_size", 64),
+            t.get("intermediate_size", 128),
+            0,
+            t.get("num_attention_heads", 4),
+            t.get("num_attention_heads", 4),
+            gated_mlp=False,
+            frames_per_second=50,
+        )
+    return resolve_shape(m)
