@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .gather import check_finite_sharded, drop, gather_to_main, release_optimizer, unshard
 from .resume import (
     KEEP_STATES,
     STATE_MANIFEST,
@@ -89,6 +90,8 @@ __all__ = [
     "write_state_manifest",
     "run_identity",
     "accumulate",
+    "compute_dtype",
+    "on_main",
     "set_checkpointing",
 ]
 
@@ -306,128 +309,24 @@ def layer_classes(model) -> list[str]:
     return list(getattr(base, "_no_split_modules", None) or [])
 
 
-def release_optimizer(accelerator, optimizer, model) -> None:
-    """Free the optimiser's states (Adam moments) and every gradient of ``model`` before the end of
-    training gathers anything, so that the gather never coexists with them."""
-    inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps it
-    inner.zero_grad(set_to_none=True)
-    inner.state.clear()
-    model.zero_grad(set_to_none=True)
-    accelerator.free_memory()
-
-
-def check_finite_sharded(model, desc: str) -> None:
-    """``FloatingPointError`` (one line, on every rank) when a trained (``requires_grad``) weight of
-    an FSDP2-sharded ``model`` is NaN or Inf: each rank checks its own shards, then the ranks
-    all-reduce (max) the count of bad weights, so that all of them stop together (collective)."""
-    import torch.distributed as dist
-
-    bad = None
-    for name, p in model.named_parameters():
-        local = p.to_local() if callable(getattr(p, "to_local", None)) else p
-        if p.requires_grad and not bool(torch.isfinite(local.detach()).all()):
-            bad = name
-            break
-    flag = torch.tensor([0.0 if bad is None else 1.0], device=_device_of(model))
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if float(flag) > 0:
-        what = f"trained weight {bad}" if bad is not None else "a trained weight (on another rank)"
-        raise FloatingPointError(f"{desc}: {what} is not finite (lower the learning rate)")
-
-
-def _device_of(model) -> torch.device:
+def compute_dtype(model) -> torch.dtype:
+    """The model's dtype (the autocast dtype of its training): that of its first floating-point
+    parameter, the base's for a PEFT model (LoRA adapters are float32 over a bf16 base)."""
     for p in model.parameters():
-        local = p.to_local() if callable(getattr(p, "to_local", None)) else p
-        return local.device
-    return torch.device("cpu")
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
 
 
-def gather_to_main(model) -> dict[str, torch.Tensor]:
-    """The full state dict of an FSDP2-sharded ``model`` (a sub-module of the prepared root is fine)
-    on global rank 0's CPU; ``{}`` on the other ranks (collective).
+def on_main(accelerator, compute: Callable[[], Any]) -> Any:
+    """``compute()`` on the main process, its result sent to every process (with one process: just
+    ``compute()``). A sharded load's other ranks hold empty weights, so a hash of the weights (the
+    run identity) is taken where they are real."""
+    if accelerator.num_processes == 1:
+        return compute()
+    from accelerate.utils import broadcast_object_list
 
-    ``torch.distributed.checkpoint.state_dict.get_model_state_dict`` with
-    ``StateDictOptions(full_state_dict=True, cpu_offload=True)``: the tensors are all-gathered one at
-    a time, each copied to rank 0's CPU and dropped from the devices before the next, so no rank
-    ever holds more than one gathered tensor beyond its shards. Keys are ``model``'s own names.
-    """
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def _strip_fsdp(model) -> None:
-    """Give each ``FSDP<Class>`` module of ``model`` its class back and remove FSDP's forward hooks."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.__class__ = next(b for b in type(module).__bases__ if b is not FSDPModule)
-            for hooks in (module._forward_pre_hooks, module._forward_hooks):
-                for key in [
-                    k for k, h in hooks.items() if "fsdp" in type(getattr(h, "__self__", None)).__module__.lower()
-                ]:
-                    del hooks[key]
-
-
-def unshard(model, state: dict[str, torch.Tensor] | None, dtypes: dict[str, torch.dtype] | None = None) -> None:
-    """Turn an FSDP2-sharded ``model`` back into a plain module (local: no communication).
-
-    ``state``: the full state :func:`gather_to_main` returned (rank 0), whose tensors become the
-    model's parameters and buffers on the CPU, cast tensor by tensor to ``dtypes[name]`` (the
-    parameters' dtypes before training; others keep theirs), without copies. ``state`` ``{}`` (the
-    other ranks): every parameter gets uninitialised CPU storage of its full shape (untouched pages,
-    not resident; a later sharded run broadcasts rank 0's values into them, as after a sharded
-    load). ``state`` None (:func:`drop`): parameters and buffers become meta tensors. Buffers outside
-    ``state`` (unsharded: non-persistent ones such as rotary frequencies) move to the CPU. FSDP's
-    hooks are removed, each ``FSDP<Class>`` module gets its class back, and tied weights are re-tied
-    (``tie_weights``) when the model has them.
-    """
-    dtypes = dtypes or {}
-    _strip_fsdp(model)
-    for prefix, module in model.named_modules():
-        for kind, table in (("param", module._parameters), ("buffer", module._buffers)):
-            for leaf, value in list(table.items()):
-                if value is None:
-                    continue
-                if state is None:
-                    where = "meta"
-                elif kind == "param" or callable(getattr(value, "full_tensor", None)):
-                    where = "empty"
-                else:
-                    where = "cpu"
-                table[leaf] = _plain(value, where, dtypes.get(f"{prefix}.{leaf}" if prefix else leaf, value.dtype))
-    for name in list(state or ()):
-        value = state.pop(name)  # the dict lets go of each tensor as the model takes it
-        owner, _, leaf = name.rpartition(".")
-        mod = model.get_submodule(owner) if owner else model
-        value = value.to(dtypes.get(name, value.dtype))
-        if leaf in mod._parameters:
-            mod._parameters[leaf] = torch.nn.Parameter(value, requires_grad=mod._parameters[leaf].requires_grad)
-        elif leaf in mod._buffers:
-            mod._buffers[leaf] = value
-    tie = getattr(model, "tie_weights", None)
-    if callable(tie) and state is not None:
-        tie()
-
-
-def _plain(value: torch.Tensor, where: str, dtype: torch.dtype) -> torch.Tensor:
-    """A plain tensor standing for a (possibly sharded) parameter or buffer ``value``: ``meta`` or
-    ``empty`` (uninitialised CPU storage) of its full shape in ``dtype``, or its local value on the
-    ``cpu`` (its own dtype); a Parameter stays a Parameter with its ``requires_grad``."""
-    if where == "cpu":
-        out = value.detach().to("cpu")
-    else:
-        out = torch.empty(value.shape, dtype=dtype, device="meta" if where == "meta" else "cpu")
-    if isinstance(value, torch.nn.Parameter):
-        return torch.nn.Parameter(out, requires_grad=value.requires_grad)
-    return out
-
-
-def drop(model) -> None:
-    """Free a frozen model of a sharded run without gathering it: FSDP stripped, every parameter and
-    buffer a meta tensor (it is not usable afterwards)."""
-    unshard(model, None)
+    return broadcast_object_list([compute() if accelerator.is_main_process else None], from_process=0)[0]
 
 
 def accumulate(accelerator, wrapped, thunks, world: int):

@@ -188,7 +188,7 @@ def train_steps(
     ``r·acc … (r+1)·acc − 1`` with gradient accumulation, the gradients are averaged over ranks by
     the engine (losses scaled by ``world_size``). With one part (one process, micro-batch = batch)
     ``loss_fn(payload)`` is used as is and the numbers are those of a plain PyTorch loop. A bf16 /
-    fp16 model (its dtype: :func:`_compute_dtype`, a LoRA model's base) trains under autocast in
+    fp16 model (its dtype: :func:`qrerase.engine.compute_dtype`, a LoRA model's base) trains under autocast in
     that dtype, its trainable parameters with float32 master weights and optimiser states, cast back
     to their own dtypes at the end (FSDP2: :func:`qrerase.engine.mixed_precision_policy`);
     ``cfg.gradient_checkpointing`` turns on the model's activation checkpointing;
@@ -233,7 +233,7 @@ def train_steps(
     trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if not trained:
         raise ValueError("model has no trainable parameters")
-    dtype = _compute_dtype(model)
+    dtype = engine.compute_dtype(model)
     dtypes = {n: p.dtype for n, p in trained.items()}  # restored at the end
     accelerator = engine.make_accelerator(
         cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model)
@@ -242,7 +242,7 @@ def train_steps(
     identity = None
     if cfg.checkpoint_every > 0 and engine.current_resume_dir(desc) is not None:  # before any dtype change
         run = {"desc": desc, "steps": total, "optimizer": optimizer, "schedule": schedule, "world": world}
-        identity = _on_main(
+        identity = engine.on_main(
             accelerator,
             lambda: training_identity(cfg, {**run, "parts": parts}, steps, model, frozen, run_settings),
         )
@@ -338,26 +338,6 @@ def train_steps(
     if cfg.gradient_checkpointing:
         engine.set_checkpointing(model, False)
     return rows
-
-
-def _compute_dtype(model) -> torch.dtype:
-    """The model's dtype (the autocast dtype of its training): that of its first floating-point
-    parameter, the base's for a PEFT model (LoRA adapters are float32 over a bf16 base)."""
-    for p in model.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.float32
-
-
-def _on_main(accelerator, compute: Callable[[], Any]) -> Any:
-    """``compute()`` on the main process, its result sent to every process (with one process: just
-    ``compute()``). A sharded load's other ranks hold empty weights, so a hash of the weights (the
-    run identity) is taken where they are real."""
-    if accelerator.num_processes == 1:
-        return compute()
-    from accelerate.utils import broadcast_object_list
-
-    return broadcast_object_list([compute() if accelerator.is_main_process else None], from_process=0)[0]
 
 
 def _adam(model, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -173,6 +173,7 @@ def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype
 #: version in a job's resume key (:func:`resume_key`), so states saved by other training code are not resumed.
 TRAINING_CODE = (
     "engine.py",
+    "gather.py",
     "resume.py",
     "gguf.py",
     "checkpoints.py",
