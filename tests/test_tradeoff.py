@@ -74,6 +74,21 @@ def test_select_scale_takes_the_largest_lambda_within_the_rise():
     pd.testing.assert_frame_equal(select_scale(pts, 0.1), sel)
 
 
+def test_select_scale_on_nll_protocol_points_reads_the_nll_alone():
+    # protocol nll: no Model Utility was measured, so the column is NaN at every point, λ = 0 included;
+    # that is not a collapsed utility (the rule once rejected every λ > 0 here and always picked 0)
+    pts = _points().assign(model_utility=float("nan"), forget_quality=float("nan"))
+    sel = select_scale(pts, max_rise=0.1)
+    assert sel.set_index("method")["selected_scale"].to_dict() == {"qr_erase_ll": 2.0, "unlearn": 0.0}
+    assert select_scale(pts, max_rise=10.0)["selected_scale"].tolist() == [
+        float(pts[pts["method"] == m]["scale"].max()) for m in ("qr_erase_ll", "unlearn")
+    ]
+    # a utility measured at λ = 0 but NaN at a λ > 0 is still a degenerate point
+    one = _points()
+    one.loc[(one["method"] == "qr_erase_ll") & (one["scale"] == 2.0), "model_utility"] = float("nan")
+    assert select_scale(one, 0.1).set_index("method").loc["qr_erase_ll", "selected_scale"] < 2.0
+
+
 def test_select_scale_skips_points_without_a_held_out_slice():
     pts = _points()
     pts.loc[pts["method"] == "unlearn", "tune_retain_nll"] = np.nan

@@ -81,8 +81,9 @@ def select_scale(
     the held-out slice: no Forget Quality, no evaluation set, no retain reference.
 
     A degenerate point is never selected (λ = 0 then qualifies at worst): a non-finite NLL, or, where
-    ``points`` has the ``utility`` column, a utility that collapsed against the λ = 0 point's
-    (:func:`qrerase.reports.tables.degenerate_utility`: not finite, or below
+    ``points`` has the ``utility`` column and the λ = 0 point's utility was measured (it is NaN
+    throughout with ``tradeoff.protocol: nll``, where the rule reads the NLL alone), a utility that
+    collapsed against the λ = 0 point's (:func:`qrerase.reports.tables.degenerate_utility`: not finite, or below
     :data:`~qrerase.reports.tables.DEGENERATE_UTILITY_FRACTION` of it).
     """
     from ..reports.tables import degenerate_utility
@@ -98,8 +99,8 @@ def select_scale(
         base_nll = float(base[column].iloc[0])
         nll = grp[column].astype(float)
         keep = np.isfinite(nll) & (nll - base_nll <= max_rise)
-        if utility in grp.columns:
-            u0 = float(base[utility].iloc[0])
+        u0 = float(base[utility].iloc[0]) if utility in grp.columns else math.nan
+        if math.isfinite(u0):  # utility measured (the TOFU-protocol points; NaN throughout with protocol nll)
             keep &= ~grp[utility].map(lambda u, u0=u0: degenerate_utility(u, u0)).astype(bool)
         keep |= grp["scale"] == 0  # the unedited model
         ok = grp[keep]
