@@ -147,6 +147,16 @@ def test_overrides_beat_the_records(run):
     assert "- **Commit:** `feed` (given)\n" in tofu and "finished:** 2025-05-05\n" in tofu
 
 
+def test_index_links_reach_the_docs_root_from_a_nested_folder(run):
+    Path("site").mkdir()
+    (Path("site") / "getting-started.md").write_text("# Getting started\n")
+    pages.write_pages("results", "site/results/other-model")
+    index = Path("site/results/other-model/index.md").read_text()
+    assert "(../../getting-started.md)" in index and "(../../determinism.md)" in index
+    pages.write_pages("results", "site/results")  # the docs/results layout
+    assert "(../getting-started.md)" in Path("site/results/index.md").read_text()
+
+
 def test_a_dirty_checkout_is_marked(run):
     (run / "Snakefile").write_text("# edited\n")
     _record(["results/tables/tofu.md"], workdir=run)

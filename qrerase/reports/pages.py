@@ -297,13 +297,16 @@ def render_page(
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def render_index(pages: list[Page], infos: list[RunInfo], other: list[str], note: str | None = None) -> str:
-    """The index page: one line per track page with its commit and date."""
+def render_index(
+    pages: list[Page], infos: list[RunInfo], other: list[str], note: str | None = None, docs: str = "../"
+) -> str:
+    """The index page: one line per track page with its commit and date. ``docs``: the docs root
+    relative to the page's folder (``../`` for docs/results, ``../../`` one folder deeper)."""
     lines = [MARKER, "# Results", ""]
     lines += [
         "These pages are generated from a finished `results/` by `qrerase results-pages` (see "
-        "[Getting started](../getting-started.md)); every number on them is read from the run's files.",
-        "How far such numbers move between machines and thread counts: [Determinism](../determinism.md).",
+        f"[Getting started]({docs}getting-started.md)); every number on them is read from the run's files.",
+        f"How far such numbers move between machines and thread counts: [Determinism]({docs}determinism.md).",
         "",
     ]
     if note:
@@ -321,6 +324,16 @@ def _check_date(date: str) -> None:
         time.strptime(date, "%Y-%m-%d")
     except ValueError:
         raise ValueError(f"date: expected YYYY-MM-DD, got {date!r}") from None
+
+
+def _docs_root(out: Path) -> str:
+    """The docs root relative to ``out``: the nearest folder at or above it that holds
+    ``getting-started.md`` (``../`` when none does, the docs/results layout)."""
+    here = out.resolve()
+    for up, folder in enumerate([here, *here.parents]):
+        if (folder / "getting-started.md").is_file():
+            return "../" * up if up else "./"
+    return "../"
 
 
 def _remove_generated(out: Path) -> None:
@@ -369,5 +382,5 @@ def write_pages(
         target = out / f"{page.name}.md"
         write_text(target, render_page(page, info, note, versus))
         written.append(target)
-    write_text(out / "index.md", render_index(pages, infos, other, note))
+    write_text(out / "index.md", render_index(pages, infos, other, note, _docs_root(out)))
     return [*written, out / "index.md"]
