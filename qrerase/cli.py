@@ -159,6 +159,21 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _smoke(args: argparse.Namespace) -> int:
+    from .smoke import run_smoke
+    from .workflow.plan_config import load_config
+
+    cfg = load_config(*args.configfile)
+    rows = run_smoke(cfg, args.out, args.work, steps=args.steps, only=tuple(args.only))
+    for r in rows:
+        print(
+            f"{r['job']}: {r['backend']} x{r['processes']}, micro-batch {r['micro_batch']}, "
+            f"plan {r['plan_gib']:.3g} GiB, measured {r['measured_gib']:.3g} GiB ({r['device']})"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _config_docs(args: argparse.Namespace) -> int:
     from .workflow.config_docs import generate, write
 
@@ -263,6 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plan", help="memory / GPU plan of a config's jobs (nothing is downloaded)")
     p.add_argument("--configfile", nargs="+", required=True, help="config file(s) over the embedded config.yaml")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser(
+        "smoke", help="run each training job a few steps on a random model of the config's shape: peak memory vs plan"
+    )
+    p.add_argument("--configfile", nargs="+", required=True, help="config file(s) over the embedded config.yaml")
+    p.add_argument("--out", default="results/smoke/smoke.csv", help="the CSV (default: results/smoke/smoke.csv)")
+    p.add_argument(
+        "--work", default="results/smoke", help="random checkpoint and per-rank records (default: results/smoke)"
+    )
+    p.add_argument("--steps", type=int, default=3, help="optimiser steps per job (default: 3)")
+    p.add_argument(
+        "--only", nargs="+", default=[], help="stage names to run (finetune, lora, a baseline; default: all)"
+    )
+    p.set_defaults(func=_smoke)
 
     p = sub.add_parser("config-docs", help="write the configuration reference generated from the schema")
     p.add_argument("--out", default="docs/configuration.md", help="the Markdown file (default: docs/configuration.md)")
