@@ -1,5 +1,6 @@
 """The docs site builds with ``mkdocs build --strict`` (every nav page present, every link and anchor
-resolved, every ``:::`` API block imported), and the README stays a short entry point into it."""
+resolved, every ``:::`` API block imported), its math is MathML in the built pages (docs/hooks/mathml.py;
+no script, no CDN), and the README stays a short entry point into it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+MATH_HOOK = REPO / "docs" / "hooks" / "mathml.py"
 
 
 def _nav_files(node) -> list[str]:
@@ -36,7 +38,7 @@ def _mkdocs_config() -> dict:
 
 
 def test_mkdocs_build_strict(tmp_path):
-    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "latex2mathml"):
         if importlib.util.find_spec(module.split(".")[0]) is None:
             pytest.skip(f"{module} is not installed (pip install -e '.[docs]'; the test extra includes it)")
     site = tmp_path / "site"
@@ -56,6 +58,38 @@ def test_mkdocs_build_strict(tmp_path):
     api = (site / "api/method/index.html").read_text(encoding="utf-8")
     for anchor in ("qrerase.method.decompose.decompose", "qrerase.method.discriminate.forget_update"):
         assert f'id="{anchor}"' in api, f"API page lacks {anchor}: mkdocstrings did not render the docstrings"
+    # the math is MathML in the page itself: nothing left for a script to typeset, nothing loaded from a CDN
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert home.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">') == 1, "index.md: 1 display"
+    assert home.count("<mtr>") == 5, "index.md: the method's aligned display has 5 rows"
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        name = page.relative_to(site).as_posix()
+        for raw in ('class="arithmatex"', "\\begin{", "\\(", "\\["):
+            assert raw not in text, f"{name}: unconverted TeX ({raw!r})"
+        for remote in ("cdn.jsdelivr.net", "mathjax", "fonts.googleapis.com"):
+            assert remote not in text.lower(), f"{name}: loads {remote} (the site must render offline)"
+
+
+def _math_hook():
+    pytest.importorskip("latex2mathml", reason="pip install -e '.[docs]'")
+    spec = importlib.util.spec_from_file_location("docs_mathml_hook", MATH_HOOK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_math_hook_converts_aligned_norms_and_rejects_unknown_commands():
+    hook = _math_hook()
+    aligned = hook.tex_to_mathml(
+        r"\begin{aligned} a &amp;= b \\ \lVert T \rVert_F &amp;\ge 1/|L| \end{aligned}", "block"
+    )
+    assert aligned.startswith('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">')
+    assert aligned.count("<mtr>") == 2 and aligned.count("<mtd") == 4  # two rows, two & columns
+    assert "&#x02016;" in aligned and "&#x02265;" in aligned  # ‖ and ≥ (the &amp; unescaped, not text)
+    assert "<mo>rank</mo>" in hook.tex_to_mathml(r"\operatorname{rank}(T)")
+    with pytest.raises(ValueError, match=r"page\.md: the formula .*\\foo"):
+        hook.tex_to_mathml(r"\foo + 1", where="page.md")
 
 
 def test_nav_lists_every_page_and_only_existing_ones():
