@@ -60,7 +60,7 @@ def test_mkdocs_build_strict(tmp_path):
         assert f'id="{anchor}"' in api, f"API page lacks {anchor}: mkdocstrings did not render the docstrings"
     # the math is MathML in the page itself: nothing left for a script to typeset, nothing loaded from a CDN
     home = (site / "index.html").read_text(encoding="utf-8")
-    assert home.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">') == 1, "index.md: 1 display"
+    assert home.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">') == 2, "index.md: 2 displays"
     assert home.count("<mtr>") == 5, "index.md: the method's aligned display has 5 rows"
     for page in site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
