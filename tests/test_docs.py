@@ -109,3 +109,22 @@ def test_readme_is_short_and_links_into_the_docs():
     missing = [link for link in local if not (REPO / link).exists()]
     assert not missing, f"README links to missing files: {missing}"
     assert not re.search(r"\bissue \d+", text, re.IGNORECASE), "no issue numbers in the README"
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading ids MkDocs gives a page (toc's default slugify), fenced code blocks skipped."""
+    slugify = pytest.importorskip("markdown.extensions.toc").slugify
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    return {slugify(h.replace("`", ""), "-") for h in re.findall(r"^#{1,6}\s+(.+?)\s*$", text, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("config", ["config.yaml", *sorted(p.name for p in (REPO / "config").glob("*.yaml"))])
+def test_config_comments_point_to_existing_docs_sections(config):
+    path = REPO / config if config == "config.yaml" else REPO / "config" / config
+    text = path.read_text(encoding="utf-8")
+    readme_headings = set(re.findall(r"^#+\s+(.+?)\s*$", README.read_text(encoding="utf-8"), re.MULTILINE))
+    for section in re.findall(r'\bREADME(?: "([^"]*)")?', text):
+        assert section in readme_headings, f"{config}: README section {section!r} does not exist (point to docs/)"
+    for page, anchor in re.findall(r"\b(docs/[\w./-]+\.md)(?:#([\w-]+))?", text):
+        assert (REPO / page).is_file(), f"{config}: {page} does not exist"
+        assert not anchor or anchor in _anchors(REPO / page), f"{config}: {page} has no section #{anchor}"
