@@ -166,11 +166,11 @@ def adapters(val_data, tmp_path_factory):
     return out / "ft", T
 
 
-def _factors(T, k, method="cpqr"):
+def _factors(T, k, decomp="cpqr"):
     from qrerase.method.decompose import decompose
 
     return tuple(
-        {m: decompose(f.B, f.A, k, method=method, name=m) for m, f in T[s].items()} for s in ("forget", "retain")
+        {m: decompose(f.B, f.A, k, decomp=decomp, name=m) for m, f in T[s].items()} for s in ("forget", "retain")
     )
 
 
