@@ -291,7 +291,7 @@ rule speech_rank:
 
 rule speech_tradeoff_subspace:
     # One subspace method at every (k, lambda) of speech.tradeoff, erased in-process from the
-    # lambda-free factors; D_t, D_f, D_r and the validation slice D_v of each point.
+    # lambda-free factors; D_t, D_f, D_r and the held-out slice D_v of each point.
     input:
         unpack(speech_tradeoff_factor_inputs),
         **speech_data_inputs(),
