@@ -256,7 +256,7 @@ rule speech_rank:
             for k in SPEECH_RANKS
         ],
         evals=[
-            path("speech_eval", exp=speech_exp(s), model=f"{m}_k{k}")
+            path("speech_eval", exp=speech_exp(s), model=format_model(m, k))
             for s in SPEECH_RANK_SETTINGS
             for k in SPEECH_RANKS
             for _, m in registry.RANK_PAIRS
