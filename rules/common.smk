@@ -35,8 +35,10 @@ from qrerase.workflow.naming import (
     TASK_LEVEL_EXP,
     XLING_EXP,
     exp_pattern,
+    format_model,
     model_exp,
     parse_exp,
+    parse_model,
     size_of,
     speech_exp,
     tofu_exp,
@@ -445,10 +447,11 @@ def erase_inputs(wildcards):
 
 
 def split_model(model):
-    """'qr_erase_k4' -> ('qr_erase', '4'); any other model name -> (name, None)."""
-    method, _, rank = model.rpartition("_k")
-    known = method.removesuffix(CONTROL) in DECOMP
-    return (method, rank) if known and rank.isdigit() else (model, None)
+    """'qr_erase_k4' -> ('qr_erase', '4') for a subspace method (naming.parse_model); any other model
+    name -> (name, None)."""
+    method, rank = parse_model(model)
+    known = rank is not None and method.removesuffix(CONTROL) in DECOMP
+    return (method, str(rank)) if known else (model, None)
 
 
 def row_key(model):

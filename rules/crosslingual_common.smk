@@ -52,7 +52,7 @@ def xling_models():
     models = [(XLING_EXP, "base"), (XLING_EXP, "retain")]
     for code in XLING_UNLEARN:
         models += [
-            (xling_exp(code), m if m in BASELINES else f"{m}_k{RANK}")
+            (xling_exp(code), m if m in BASELINES else format_model(m, RANK))
             for m in XLING_METHODS
         ]
     return models

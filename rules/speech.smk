@@ -256,7 +256,7 @@ rule speech_rank:
             for k in SPEECH_RANKS
         ],
         evals=[
-            path("speech_eval", exp=speech_exp(s), model=f"{m}_k{k}")
+            path("speech_eval", exp=speech_exp(s), model=format_model(m, k))
             for s in SPEECH_RANK_SETTINGS
             for k in SPEECH_RANKS
             for _, m in registry.RANK_PAIRS
@@ -291,7 +291,7 @@ rule speech_rank:
 
 rule speech_tradeoff_subspace:
     # One subspace method at every (k, lambda) of speech.tradeoff, erased in-process from the
-    # lambda-free factors; D_t, D_f, D_r and the validation slice D_v of each point.
+    # lambda-free factors; D_t, D_f, D_r and the held-out slice D_v of each point.
     input:
         unpack(speech_tradeoff_factor_inputs),
         **speech_data_inputs(),

@@ -79,7 +79,7 @@ def speech_baseline_params(wildcards):
 def speech_models():
     """Model names evaluated in the speech table: base, then each method (subspace ones at rank k)."""
     return ["base"] + [
-        f"{m}_k{SPEECH_RANK}" if m in DECOMP else m for m in SPEECH_METHODS
+        format_model(m, SPEECH_RANK) if m in DECOMP else m for m in SPEECH_METHODS
     ]
 
 

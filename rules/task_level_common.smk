@@ -55,7 +55,8 @@ def task_level_data_files(wildcards):
 def task_level_models():
     """Evaluated models: base, then each method (subspace methods at rank k: '<method>_k<rank>')."""
     return ["base"] + [
-        f"{m}_k{TASK_LEVEL_RANK}" if m in DECOMP else m for m in TASK_LEVEL_METHODS
+        format_model(m, TASK_LEVEL_RANK) if m in DECOMP else m
+        for m in TASK_LEVEL_METHODS
     ]
 
 

@@ -63,8 +63,8 @@ def eval_models():
     """
     return (
         ["base", "retain"]
-        + [m if m in BASELINES else f"{m}_k{RANK}" for m in TOFU_METHODS]
-        + [f"{m}_k{RANK}" for m in CONTROLS]
+        + [m if m in BASELINES else format_model(m, RANK) for m in TOFU_METHODS]
+        + [format_model(m, RANK) for m in CONTROLS]
     )
 
 

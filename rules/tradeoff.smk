@@ -1,7 +1,7 @@
 # Utility-forgetting trade-off sweeps (`snakemake tradeoff --cores 2`; not in the default target):
 # every subspace method at each rank k and scale lambda of `tradeoff`, every optimisation baseline at
 # each number of epochs, all evaluated with the track's protocol, and the lambda selection rule
-# applied to the held-out retain slice. Points re-use the factors and forget updates of the main run.
+# applied to the held-out slice. Points re-use the factors and forget updates of the main run.
 
 
 include: "tradeoff_common.smk"
@@ -71,7 +71,7 @@ rule tradeoff_baseline:
 
 
 rule track_tradeoff:
-    # All points of a track, the lambda rule on the held-out retain slice (TOFU), the figure.
+    # All points of a track, the lambda rule on the held-out slice (TOFU), the figure.
     input:
         points=lambda wc: tradeoff_points(wc.track),
     output:

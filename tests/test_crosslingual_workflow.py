@@ -132,7 +132,7 @@ def test_tradeoff_points_are_the_x_to_x_pairs_of_the_table(xling_workdir):
         unlearn, method = ("base", "base") if row["scale"] == 0 else (x, "qr_erase_ll")
         hit = metrics[(metrics["unlearn"] == unlearn) & (metrics["method"] == method) & (metrics["eval"] == x)]
         assert row["model_utility"] == pytest.approx(hit["model_utility"].item(), rel=1e-6)
-    assert frame["tune_retain_nll"].isna().all()  # no held-out retain slice in this track: no lambda rule
+    assert frame["tune_retain_nll"].isna().all()  # no held-out slice in this track: no lambda rule
     assert pd.read_csv(xling_workdir / "results/tables/crosslingual_tradeoff_selection.csv").empty
     assert (xling_workdir / "results/figures/crosslingual_tradeoff.png").is_file()
 

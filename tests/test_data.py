@@ -62,7 +62,7 @@ def test_pretrain_authors_are_disjoint_and_tune_slice_is_not_evaluated():
     assert sets["pretrain"][800:] == sets["knowledge"]
     # (disjoint by author: rows 0..359 retained, 3960.. forgotten; TOFU repeats one generic question,
     # "What is the full name of the author?", across authors, so question texts are not all distinct)
-    # the held-out retain slice: retain authors 16-18 (no evaluation set holds them)
+    # the held-out slice: retain authors 16-18 (no evaluation set holds them)
     assert [r["question"] for r in sets["tune_retain"]] == [r["question"] for r in full[300:360]]
     evaluated = {
         r["question"]

@@ -116,10 +116,10 @@ def test_factored_svd_equals_dense_gesdd(params):
 # -------------------------------------------------------------------------------- discrimination (3–5)
 
 
-def _dense_forget_update(Tf, Tr, k, kr, method):
+def _dense_forget_update(Tf, Tr, k, kr, decomp):
     """Eqs. 3–5 literally, with dense scipy factorisations and an explicit I − P_r."""
     n = Tf.shape[0]
-    if method == "cpqr":
+    if decomp == "cpqr":
         Qf, Rf, Pf = sla.qr(Tf, pivoting=True, mode="economic")
         Qr = sla.qr(Tr, pivoting=True, mode="economic")[0][:, :kr]
         core = _unpivot(Rf[:k], Pf)
@@ -133,27 +133,27 @@ def _dense_forget_update(Tf, Tr, k, kr, method):
 
 @PROPS
 @given(shapes, st.integers(1, 10), st.sampled_from(["cpqr", "svd"]), st.floats(0.1, 3.0))
-def test_forget_update_equals_dense_equations(params, r_retain, method, lam):
+def test_forget_update_equals_dense_equations(params, r_retain, decomp, lam):
     seed, d_out, d_in, r, k, avail = _unpack(params)
     Bf, Af = _factors(seed, d_out, d_in, r)
     Br, Ar = _factors(seed + 1, d_out, d_in, r_retain)
     kr = min(r_retain, d_out, d_in, k)
     Tf, Tr = Bf @ Af, Br @ Ar
-    if method == "svd":
+    if decomp == "svd":
         sf = sla.svdvals(Tf)
         sr = sla.svdvals(Tr)
         assume(k == len(sf) or sf[k - 1] - sf[k] > 1e-6 * sf[0])
         assume(kr == len(sr) or sr[kr - 1] - sr[kr] > 1e-6 * sr[0])
-    expected = lam * _dense_forget_update(Tf, Tr, k, kr, method)
-    U, V = forget_update(LowRank(Bf, Af), (Br, Ar), k, method, retain_rank=kr, scale=lam)
+    expected = lam * _dense_forget_update(Tf, Tr, k, kr, decomp)
+    U, V = forget_update(LowRank(Bf, Af), (Br, Ar), k, decomp, retain_rank=kr, scale=lam)
     assert U.shape == (d_out, k) and V.shape == (k, d_in)
     tol = 1e-7 * lam * np.linalg.norm(Tf)
     assert np.allclose(U @ V, expected, atol=tol)
     # dense inputs go through decompose_dense and give the same edit
-    Ud, Vd = forget_update(Tf, Tr, k, method, retain_rank=kr, scale=lam)
+    Ud, Vd = forget_update(Tf, Tr, k, decomp, retain_rank=kr, scale=lam)
     assert np.allclose(Ud @ Vd, expected, atol=tol)
     # Q̃_f is orthogonal to the retain basis
-    Qr = decompose(Br, Ar, kr, method).Q
+    Qr = decompose(Br, Ar, kr, decomp).Q
     assert np.allclose(Qr.T @ U, 0, atol=1e-9 * lam)
 
 
@@ -272,34 +272,70 @@ def test_bad_rank_and_shapes(B_shape, A_shape, k, pattern):
     assert NAME in str(ei.value) and "\n" not in str(ei.value)
 
 
-@pytest.mark.parametrize("method", ["cpqr", "svd"])
+@pytest.mark.parametrize("decomp", ["cpqr", "svd"])
 @pytest.mark.parametrize("where", ["B", "A"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_factors(method, where, bad):
+def test_non_finite_factors(decomp, where, bad):
     rng = np.random.default_rng(0)
     B, A = rng.standard_normal((8, 4)), rng.standard_normal((4, 6))
     (B if where == "B" else A)[1, 2] = bad
     with pytest.raises(ValueError, match=rf"{NAME}.*NaN or Inf.*B 8×4, A 4×6"):
-        decompose(B, A, 2, method, name=NAME)
+        decompose(B, A, 2, decomp, name=NAME)
     with pytest.raises(ValueError, match=NAME):
         forget_updates({NAME: (B, A)}, {NAME: (np.ones((8, 4)), np.ones((4, 6)))}, 1)
 
 
-@pytest.mark.parametrize("method", ["cpqr", "svd"])
-def test_zero_task_matrix(method):
+@pytest.mark.parametrize("decomp", ["cpqr", "svd"])
+def test_zero_task_matrix(decomp):
     with pytest.raises(ValueError, match=rf"{NAME}.*all zero"):
-        decompose(np.zeros((8, 4)), np.ones((4, 6)), 2, method, name=NAME)
+        decompose(np.zeros((8, 4)), np.ones((4, 6)), 2, decomp, name=NAME)
     with pytest.raises(ValueError, match=rf"{NAME}.*all zero"):
-        decompose(np.ones((8, 4)) * [1, -1, 0, 0], np.ones((4, 6)), 1, method, name=NAME)  # BA = 0, B, A ≠ 0
+        decompose(np.ones((8, 4)) * [1, -1, 0, 0], np.ones((4, 6)), 1, decomp, name=NAME)  # BA = 0, B, A ≠ 0
     with pytest.raises(ValueError, match=rf"{NAME}.*all zero.*T 8×6"):
-        decompose_dense(np.zeros((8, 6)), 2, method, name=NAME)
+        decompose_dense(np.zeros((8, 6)), 2, decomp, name=NAME)
     with pytest.raises(ValueError, match="NaN or Inf"):
-        decompose_dense(np.full((3, 3), np.nan), 1, method, name=NAME)
+        decompose_dense(np.full((3, 3), np.nan), 1, decomp, name=NAME)
 
 
-def test_bad_method():
-    with pytest.raises(ValueError, match="method"):
+def test_bad_decomp():
+    with pytest.raises(ValueError, match="decomp"):
         decompose(np.ones((3, 1)), np.ones((1, 3)), 1, "lu")
+
+
+def test_method_is_a_deprecated_alias_of_decomp(tmp_path):
+    """``method=`` (the old name of the decomposition) still works for one release, with a DeprecationWarning
+    naming ``decomp``; it gives the same result as ``decomp=``; both given and different → TypeError."""
+    import json
+
+    from qrerase.io import save_arrays
+    from qrerase.method.formats import load_decompositions
+
+    B, A = _factors(3, 9, 7, 4)
+    new = decompose(B, A, 2, decomp="svd")
+    with pytest.warns(DeprecationWarning, match=r"decompose\(method=\.\.\.\) is deprecated.*decomp="):
+        old = decompose(B, A, 2, method="svd")
+    assert old.decomp == "svd" and np.array_equal(old.Q, new.Q) and np.array_equal(old.R, new.R)
+    with pytest.warns(DeprecationWarning, match=r"Decomposition\.method is deprecated; use Decomposition\.decomp"):
+        assert new.method == "svd"
+    Tr = _factors(4, 9, 7, 4)
+    with pytest.warns(DeprecationWarning, match=r"forget_update\(method="):
+        U, V = forget_update((B, A), Tr, 2, method="svd", scale=0.5)
+    U2, V2 = forget_update((B, A), Tr, 2, decomp="svd", scale=0.5)
+    assert np.array_equal(U, U2) and np.array_equal(V, V2)
+    for call in (
+        lambda: forget_updates({"m": (B, A)}, {"m": Tr}, 2, method="svd"),
+        lambda: decompose_dense(B @ A, 2, method="svd"),
+    ):
+        with pytest.warns(DeprecationWarning, match=r"\(method=\.\.\.\) is deprecated"):
+            call()
+    with pytest.raises(TypeError, match=r"decompose: got decomp='svd' and the deprecated method='cpqr'"):
+        with pytest.warns(DeprecationWarning):
+            decompose(B, A, 2, "svd", method="cpqr")
+    # a decompositions file written before the rename (metadata key "method") still loads
+    meta = {"m": {"method": "cpqr", "rank": 2, "fro_norm": 1.0, "residual_norm": 0.5, "factored": True}}
+    arrays = {"m.Q": np.eye(3)[:, :2], "m.R": np.ones((2, 4)), "m.diag": np.ones(3)}
+    save_arrays(tmp_path / "old.safetensors", arrays, metadata={"qrerase": json.dumps(meta)})
+    assert load_decompositions(tmp_path / "old.safetensors")["m"].decomp == "cpqr"
 
 
 def test_forget_retain_mismatch():
@@ -333,18 +369,18 @@ def test_discriminate_from_stored_decompositions_equals_forget_update(tmp_path):
     names = ["model.layers.1.mlp.up_proj", "model.layers.0.self_attn.q_proj"]
     forget = {m: LowRank(rng.standard_normal((14, 5)), rng.standard_normal((5, 11))) for m in names}
     retain = {m: LowRank(rng.standard_normal((14, 5)), rng.standard_normal((5, 11))) for m in names}
-    for method in ("cpqr", "svd"):
-        fd = {m: decompose(f, None, 3, method, name=m) for m, f in forget.items()}
-        rd = {m: decompose(f, None, 3, method, name=m) for m, f in retain.items()}
-        save_decompositions(tmp_path / f"f_{method}.safetensors", fd)
-        save_decompositions(tmp_path / f"r_{method}.safetensors", rd)
-        fl = load_decompositions(tmp_path / f"f_{method}.safetensors")
-        rl = load_decompositions(tmp_path / f"r_{method}.safetensors")
+    for decomp in ("cpqr", "svd"):
+        fd = {m: decompose(f, None, 3, decomp, name=m) for m, f in forget.items()}
+        rd = {m: decompose(f, None, 3, decomp, name=m) for m, f in retain.items()}
+        save_decompositions(tmp_path / f"f_{decomp}.safetensors", fd)
+        save_decompositions(tmp_path / f"r_{decomp}.safetensors", rd)
+        fl = load_decompositions(tmp_path / f"f_{decomp}.safetensors")
+        rl = load_decompositions(tmp_path / f"r_{decomp}.safetensors")
         assert list(fl) == sorted(names, key=lambda m: int(m.split(".")[2]))
         for m in names:
             a, b = fd[m], fl[m]
-            assert (a.method, a.rank, a.fro_norm, a.residual_norm, a.factored) == (
-                b.method,
+            assert (a.decomp, a.rank, a.fro_norm, a.residual_norm, a.factored) == (
+                b.decomp,
                 b.rank,
                 b.fro_norm,
                 b.residual_norm,
@@ -355,10 +391,10 @@ def test_discriminate_from_stored_decompositions_equals_forget_update(tmp_path):
         for kr in (None, 2):
             ups = discriminate(fl, rl, retain_rank=kr, scale=0.5)
             for m in names:
-                U, V = forget_update(forget[m], retain[m], 3, method, retain_rank=kr or 3, scale=0.5)
+                U, V = forget_update(forget[m], retain[m], 3, decomp, retain_rank=kr or 3, scale=0.5)
                 assert np.allclose(ups[m].U @ ups[m].V, U @ V, atol=1e-12)
-        save_updates(tmp_path / f"u_{method}.safetensors", ups)
-        back = load_updates(tmp_path / f"u_{method}.safetensors")
+        save_updates(tmp_path / f"u_{decomp}.safetensors", ups)
+        back = load_updates(tmp_path / f"u_{decomp}.safetensors")
         assert all(np.array_equal(back[m].U, ups[m].U) and np.array_equal(back[m].V, ups[m].V) for m in names)
     m = names[1]  # first in block order
     with pytest.raises(ValueError, match=rf"{m}.*retain rank k=4 exceeds the available rank 3"):

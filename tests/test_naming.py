@@ -12,9 +12,11 @@ from qrerase.workflow.naming import (
     Experiment,
     exp_pattern,
     format_exp,
+    format_model,
     method_of,
     model_exp,
     parse_exp,
+    parse_model,
     speech_exp,
     tofu_exp,
     xling_exp,
@@ -197,3 +199,34 @@ def test_method_of_an_evaluated_model():
     assert method_of("qr_erase_k4") == "qr_erase" and method_of("unlearn_ll_k12") == "unlearn_ll"
     assert method_of("ga") == "ga" and method_of("base") == "base" and method_of("bad_teaching") == "bad_teaching"
     assert method_of("qr_erase_ll_control_k2") == "qr_erase_ll_control" and method_of("x_k") == "x_k"
+
+
+def test_format_and_parse_model_names():
+    np = pytest.importorskip("numpy")
+    assert format_model("qr_erase_ll", 4) == "qr_erase_ll_k4" and format_model("unlearn", np.int64(12)) == "unlearn_k12"
+    assert parse_model("qr_erase_ll_k4") == ("qr_erase_ll", 4) and parse_model("unlearn_ll_control_k2")[1] == 2
+    assert (
+        parse_model("ga") == ("ga", None)
+        and parse_model("x_k") == ("x_k", None)
+        and parse_model("_k3") == ("_k3", None)
+    )
+    for method, rank in (("qr_erase", 0), ("qr_erase", True), ("qr_erase", 2.0), ("", 2)):
+        with pytest.raises(ValueError, match="format_model"):
+            format_model(method, rank)
+
+
+def test_model_names_are_built_and_parsed_only_by_naming():
+    """``<method>_k<rank>`` is built by naming.format_model and parsed by naming.parse_model /
+    method_of: no f-string ``{m}_k{k}`` and no ``rpartition("_k")`` elsewhere in the code or the rules."""
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    files = [*root.joinpath("qrerase").rglob("*.py"), *root.joinpath("workflow_scripts").glob("*.py")]
+    files += [*root.joinpath("rules").glob("*.smk"), root / "Snakefile"]
+    built = re.compile(r"\{[^{}]*\}_k\{")  # f"{m}_k{k}" (not f"forget_k{k}", an input key)
+    offenders = [
+        f"{f.relative_to(root)}:{i}"
+        for f in files
+        if f.name != "naming.py"
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+        if built.search(line.replace('f"{s}_k{k}"', "")) or 'rpartition("_k")' in line
+    ]  # f"{s}_k{k}": the factor inputs of a set (forget / retain) at rank k, not a model name
+    assert not offenders, f"model names built or parsed outside qrerase.workflow.naming: {offenders}"

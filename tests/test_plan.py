@@ -10,7 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from qrerase.cli import main
 from qrerase.workflow.plan import GIB, JobSpec, Node, plan_job, saved_activation_bytes
-from qrerase.workflow.plan_config import load_config, plan_config, rule_resources
+from qrerase.workflow.plan_config import RESOURCE_KINDS, load_config, plan_config, rule_resources
 from qrerase.workflow.shapes import KNOWN_SHAPES, ModelShape, resolve_shape, shape_from_hf_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,3 +220,20 @@ def test_parameter_count_from_config_json_of_each_architecture():
         real = sum(p.numel() for p in getattr(transformers, model_cls)(config).parameters())
         shape = shape_from_hf_config(config.to_dict(), arch)
         assert shape.count_params() == pytest.approx(real, rel=0.02), arch
+
+
+def test_resource_kinds_are_the_config_resources_sections():
+    """RESOURCE_KINDS (the rules' resource kinds, not the registry's runner KINDS) are each a
+    ``resources.<kind>`` section of the schema, and an unknown kind is refused by name."""
+    import yaml
+
+    from qrerase.registry import KINDS
+
+    sections = yaml.safe_load((ROOT / "schemas/config.schema.yaml").read_text(encoding="utf-8"))["properties"]
+    assert RESOURCE_KINDS == ("train", "evaluate", "linalg", "light")
+    assert set(RESOURCE_KINDS) <= set(sections["resources"]["properties"])
+    assert not set(RESOURCE_KINDS) & set(KINDS)  # two different sets of kinds, two names
+    with pytest.raises(
+        ValueError, match=r"resources_for: kind must be one of train, evaluate, linalg, light, got 'text'"
+    ):
+        rule_resources(load_config(ROOT / "config.yaml"), "text")

@@ -1,4 +1,4 @@
-"""Speech track, issue 14: validation slice, digit pretraining task, encoder grafting, trade-off sweeps, λ rule."""
+"""Speech track, issue 14: held-out slice, digit pretraining task, encoder grafting, trade-off sweeps, λ rule."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ SPEAKERS = ["george", "jackson", "lucas", "nicolas", "theo", "yweweler"]
 
 @pytest.fixture(scope="module")
 def val_data():
-    """Real FSDD audio: indices 0-3 of every speaker x digit (240 utterances), 0.3 s, with a validation slice."""
+    """Real FSDD audio: indices 0-3 of every speaker x digit (240 utterances), 0.3 s, with a held-out slice."""
     cfg = sd.SpeechDataConfig(
         root=str(FSDD),
         max_seconds=0.3,
@@ -166,11 +166,11 @@ def adapters(val_data, tmp_path_factory):
     return out / "ft", T
 
 
-def _factors(T, k, method="cpqr"):
+def _factors(T, k, decomp="cpqr"):
     from qrerase.method.decompose import decompose
 
     return tuple(
-        {m: decompose(f.B, f.A, k, method=method, name=m) for m, f in T[s].items()} for s in ("forget", "retain")
+        {m: decompose(f.B, f.A, k, decomp=decomp, name=m) for m, f in T[s].items()} for s in ("forget", "retain")
     )
 
 
@@ -259,7 +259,7 @@ def test_sweep_sets_need_a_validation_slice():
         st.sweep_sets(index, "class")
 
 
-def test_choose_scale_reads_only_the_validation_slice():
+def test_select_scale_reads_only_the_held_out_slice():
     rows = []
     for setting, dv in (("sample", [0.90, 0.88, 0.86, 0.70]), ("class", [0.92, 0.91, 0.80, 0.50])):
         for method in ("qr_erase", "qr_erase_ll"):
@@ -280,21 +280,21 @@ def test_choose_scale_reads_only_the_validation_slice():
                 )
     sweep = pd.DataFrame(rows, columns=st.SWEEP_COLUMNS)
     base = pd.DataFrame({"setting": ["sample", "class"], "D_v": [0.90, 0.92]})
-    chosen, per = st.choose_scale(sweep, base, rank=4, methods=["qr_erase", "qr_erase_ll"], max_drop=0.05)
+    selected, per = st.select_scale(sweep, base, rank=4, methods=["qr_erase", "qr_erase_ll"], max_drop=0.05)
     # sample allows λ ≤ 2 (0.86 ≥ 0.85), class only λ ≤ 1 (0.80 < 0.87): the rule takes the smallest
-    assert chosen == 1.0
+    assert selected == 1.0
     assert per.set_index(["setting", "method"]).loc[("sample", "qr_erase"), "largest_scale"] == 2.0
     assert per.set_index(["setting", "method"]).loc[("class", "qr_erase"), "D_v_drop"] == pytest.approx(0.01)
     scrambled = sweep.assign(D_t=np.random.default_rng(0).random(len(sweep)), D_f=0.0, D_r=1.0)
-    assert st.choose_scale(scrambled, base, 4, ["qr_erase", "qr_erase_ll"], 0.05)[0] == chosen  # D_t/D_f/D_r unread
-    assert st.choose_scale(sweep, base, 4, ["qr_erase"], 0.0)[0] == 0.5  # no drop at all: only λ = 0.5
-    assert st.choose_scale(sweep, base.assign(D_v=0.99), 4, ["qr_erase"], 0.05)[0] is None  # nothing qualifies
+    assert st.select_scale(scrambled, base, 4, ["qr_erase", "qr_erase_ll"], 0.05)[0] == selected  # D_t/D_f/D_r unread
+    assert st.select_scale(sweep, base, 4, ["qr_erase"], 0.0)[0] == 0.5  # no drop at all: only λ = 0.5
+    assert st.select_scale(sweep, base.assign(D_v=0.99), 4, ["qr_erase"], 0.05)[0] is None  # nothing qualifies
     with pytest.raises(ValueError, match="no sweep rows for unlearn"):
-        st.choose_scale(sweep, base, 4, ["unlearn"], 0.05)
+        st.select_scale(sweep, base, 4, ["unlearn"], 0.05)
     # a degenerate point (a non-finite D_v at λ = 8 everywhere) is never chosen
     bad = sweep[sweep["value"] == 4.0].assign(value=8.0, D_v=np.inf)
     with_bad = pd.concat([sweep, bad], ignore_index=True)
-    assert st.choose_scale(with_bad, base, 4, ["qr_erase", "qr_erase_ll"], 0.05)[0] == 1.0
+    assert st.select_scale(with_bad, base, 4, ["qr_erase", "qr_erase_ll"], 0.05)[0] == 1.0
 
 
 def test_tradeoff_plot_writes_a_png(tmp_path):

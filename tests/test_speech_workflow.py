@@ -140,6 +140,7 @@ def test_tradeoff_sweep_covers_every_method_and_point(workdir, tradeoff):
     assert tradeoff[["D_t", "D_f", "D_r", "D_v"]].apply(lambda c: c.between(0, 1)).all().all()
     rule = pd.read_csv(workdir / "results/tables/speech_scale_rule.csv")
     assert set(rule["method"]) == {"unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"} and (rule["rank"] == 2).all()
+    assert "selected_scale" in rule.columns  # the λ rule's pick, named as in the text tracks
 
 
 def test_tradeoff_points_equal_the_workflow_evaluations(workdir, tradeoff):

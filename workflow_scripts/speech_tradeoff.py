@@ -1,10 +1,10 @@
-"""Rule speech_tradeoff: the sweep table, the D_r-against-D_f figure and the lambda rule (validation slice only)."""
+"""Rule speech_tradeoff: the sweep table, the D_r-against-D_f figure and the lambda rule (held-out slice only)."""
 
 import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.registry import method_labels
-from qrerase.speech.tradeoff import choose_scale, tradeoff_plot
+from qrerase.speech.tradeoff import select_scale, tradeoff_plot
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output
@@ -15,9 +15,9 @@ with job(snakemake) as log:
     base = frame[frame["method"] == "base"]
     sweep = frame[frame["method"] != "base"]
     write_csv(out.csv, frame)
-    chosen, per_method = choose_scale(sweep, base, p.rank, p.rule_methods, p.max_drop)
-    write_csv(out.rule_csv, per_method.assign(chosen_scale=chosen))
+    selected, per_method = select_scale(sweep, base, p.rank, p.rule_methods, p.max_drop)
+    write_csv(out.rule_csv, per_method.assign(selected_scale=selected))
     tradeoff_plot(sweep, base, out.figure, rank=p.rank, labels={**method_labels(), "base": "Fine-Tuned Model"})
     log.info(
-        "lambda rule (D_v drop <= %s at k=%s): %s\n%s", p.max_drop, p.rank, chosen, per_method.to_string(index=False)
+        "lambda rule (D_v drop <= %s at k=%s): %s\n%s", p.max_drop, p.rank, selected, per_method.to_string(index=False)
     )

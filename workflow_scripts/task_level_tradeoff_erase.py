@@ -11,6 +11,7 @@ from qrerase.text.evaluation import EvalConfig
 from qrerase.text.task_level_eval import evaluate_roles
 from qrerase.text.task_level_tradeoff import erase_points, held_out_nll, point_row
 from qrerase.workflow.job import job, load_checkpoint, template_from
+from qrerase.workflow.naming import format_model
 
 p, inp = snakemake.params, snakemake.input
 with job(snakemake, seed=p.seed) as log:
@@ -25,7 +26,7 @@ with job(snakemake, seed=p.seed) as log:
     modules = list(selected_updates(factors[p.ranks[0]][0], inp.get("selected")))
     rows = []
     for k, lam in erase_points(model, factors, p.scales, modules=modules, retain_rank=p.retain_rank):
-        roles = evaluate_roles(model, tokenizer, template, records, p.skills, cfg, f"{method}_k{k}")
+        roles = evaluate_roles(model, tokenizer, template, records, p.skills, cfg, format_model(method, k))
         rows.append(point_row(method, k, lam, held_out_nll(model, tokenizer, template, tune, cfg), roles))
         log.info("%s", {c: round(v, 4) if isinstance(v, float) else v for c, v in rows[-1].items()})
     write_csv(snakemake.output[0], pd.DataFrame(rows))

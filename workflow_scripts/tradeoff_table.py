@@ -1,5 +1,5 @@
 """Rule track_tradeoff: every sweep point of a text track in one table, the λ selection rule applied
-to the held-out retain slice (where the track has one), each method's selectivity at the target
+to the held-out slice (where the track has one), each method's selectivity at the target
 held-out rise, and the figure: utility against Forget Quality (protocol tofu), or the forget-set NLL
 rise against the held-out retain NLL rise (protocol nll)."""
 

@@ -9,6 +9,7 @@ from qrerase.reports.tables import METHOD_LABELS, write_table
 from qrerase.text.crosslingual import language_label
 from qrerase.text.tofu_log import load_log
 from qrerase.workflow.job import job
+from qrerase.workflow.naming import method_of
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake) as log:
@@ -20,8 +21,7 @@ with job(snakemake) as log:
         elif model == BASE:
             logs[(BASE, BASE)] = per_lang
         else:
-            method, _, rank = model.rpartition("_k")
-            logs[(exp[len("xling_") :], method if rank.isdigit() else model)] = per_lang
+            logs[(exp[len("xling_") :], method_of(model))] = per_lang
     metrics = metrics_rows(logs, reference)
     write_csv(out.metrics, metrics)
 

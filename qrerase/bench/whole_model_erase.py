@@ -75,7 +75,7 @@ ERASE_COLUMNS = [
     "localized",
     "lora_rank",
     "rank",
-    "method",
+    "decomp",
     "threads",
     "wall_s",
     "energy_s",
@@ -111,7 +111,7 @@ def _run_erase_pipeline(
     lora_rank: int,
     rank: int,
     seed: int,
-    method: str,
+    decomp: str,
     retain_rank: int | None,
     localized: bool,
     granularity: str,
@@ -148,7 +148,7 @@ def _run_erase_pipeline(
             f = _factors(seed, 0, idx, d_out, d_in, lora_rank)
             r_ = _factors(seed, 1, idx, d_out, d_in, lora_rank)
             gen_s += time.perf_counter() - g
-            U, V = forget_update(f, r_, k_eff[name], method, retain_rank, 1.0, name=name)
+            U, V = forget_update(f, r_, k_eff[name], decomp, retain_rank, 1.0, name=name)
             w.write(name, U, V)
     wall = time.perf_counter() - t0
     size = sum(p.stat().st_size for p in Path(out_dir).iterdir())
@@ -161,7 +161,7 @@ def _run_erase_pipeline(
         "localized": localized,
         "lora_rank": lora_rank,
         "rank": rank,
-        "method": method,
+        "decomp": decomp,
         "wall_s": wall,
         "energy_s": t_energy,
         "generate_s": gen_s,
@@ -188,12 +188,13 @@ def bench_whole_model_erase(
     rank: int = 16,
     seed: int = 0,
     *,
-    method: str = "cpqr",
+    decomp: str = "cpqr",
     retain_rank: int | None = None,
     localized: bool = False,
     granularity: str = "block",
     threads: int | None = None,
     isolate: bool = True,
+    method: str | None = None,
 ) -> dict:
     """Wall time and peak RSS of the full QR-Erase pipeline on random adapters with a model's shapes.
 
@@ -206,6 +207,8 @@ def bench_whole_model_erase(
     seed : int
         Factors of module i of set s come from ``default_rng([seed, s, i])`` (float32; B ~ N(0, 1),
         A ~ N(0, 1/d_in)).
+    decomp : {"cpqr", "svd"}
+        The decomposition (``method``: its deprecated name, DeprecationWarning).
     localized : bool
         Write only the modules of the layers selected by eq. 15 (default: all modules, the worst case;
         energy and selection are computed either way).
@@ -219,10 +222,13 @@ def bench_whole_model_erase(
     -------
     dict
         shape, n_blocks, n_modules, n_layers_selected, n_modules_written, localized, lora_rank, rank,
-        method, wall_s (pipeline only: both passes incl. factor generation and the adapter write),
+        decomp, wall_s (pipeline only: both passes incl. factor generation and the adapter write),
         energy_s (pass 1), generate_s (time spent generating random factors), adapter_mb,
         baseline_rss_mb, peak_rss_mb, threads.
     """
+    from ..method.decompose import resolve_decomp
+
+    decomp = resolve_decomp(decomp, method, "bench_whole_model_erase")
     if isinstance(shape, str):
         if shape not in MODEL_SHAPES:
             raise ValueError(f"unknown model shape {shape!r}; choose from {sorted(MODEL_SHAPES)}")
@@ -232,7 +238,7 @@ def bench_whole_model_erase(
         "lora_rank": int(lora_rank),
         "rank": int(rank),
         "seed": int(seed),
-        "method": method,
+        "decomp": decomp,
         "retain_rank": retain_rank,
         "localized": bool(localized),
         "granularity": granularity,

@@ -20,12 +20,18 @@ B = Q_B R_B, T = Q_B (R_B A) and the small r×d_in matrix M = R_B A carries ever
 Sign convention (so that the factored and dense paths agree column by column): CPQR factors are
 normalised to a non-negative diagonal of R_11; SVD factors so that the largest-magnitude entry of each
 row of Vₖᵀ is positive. Everything is float64.
+
+The decomposition is named ``decomp`` (``"cpqr"`` or ``"svd"``) everywhere, as in
+:attr:`qrerase.registry.Method.decomp`; "method" is an unlearning method (``qr_erase_ll``, ``ga``, …).
+``method=`` is still accepted by the functions here and in :mod:`qrerase.method.discriminate`, and
+``Decomposition.method`` still reads, with a DeprecationWarning, for one release.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 from typing import Any, Literal
 
 import numpy as np
@@ -40,11 +46,12 @@ __all__ = [
     "decompose_dense",
     "decompose_any",
     "task_shape",
-    "check_method",
+    "check_decomp",
+    "resolve_decomp",
     "check_rank",
 ]
 
-Method = Literal["cpqr", "svd"]
+Decomp = Literal["cpqr", "svd"]
 #: The two decompositions of a task matrix: column-pivoted QR (QR-Erase) and SVD (UNLEARN).
 DECOMPOSITIONS: tuple[str, ...] = ("cpqr", "svd")
 
@@ -60,7 +67,8 @@ class Decomposition:
 
     Attributes
     ----------
-    method : {"cpqr", "svd"}
+    decomp : {"cpqr", "svd"}
+        The decomposition (``method`` is its deprecated name).
     rank : int
         k.
     Q : ndarray, shape (d_out, k), float64
@@ -82,7 +90,7 @@ class Decomposition:
         Whether T was given as LoRA factors.
     """
 
-    method: str
+    decomp: str
     rank: int
     Q: np.ndarray
     R: np.ndarray
@@ -92,6 +100,12 @@ class Decomposition:
     fro_norm: float
     residual_norm: float
     factored: bool
+
+    @property
+    def method(self) -> str:
+        """Deprecated name of :attr:`decomp` (DeprecationWarning; removed in the next release)."""
+        warnings.warn("Decomposition.method is deprecated; use Decomposition.decomp", DeprecationWarning, stacklevel=2)
+        return self.decomp
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -130,11 +144,29 @@ def task_shape(x: Any, name: str | None) -> tuple[int, int]:
     return (int(arr.shape[0]), int(arr.shape[1]))
 
 
-def check_method(method: str) -> str:
-    """``method`` when it is one of :data:`DECOMPOSITIONS`, else ValueError."""
-    if method not in DECOMPOSITIONS:
-        raise ValueError(f"method must be one of {DECOMPOSITIONS}, got {method!r}")
-    return method
+def check_decomp(decomp: str) -> str:
+    """``decomp`` when it is one of :data:`DECOMPOSITIONS`, else ValueError."""
+    if decomp not in DECOMPOSITIONS:
+        raise ValueError(f"decomp must be one of {DECOMPOSITIONS}, got {decomp!r}")
+    return decomp
+
+
+def resolve_decomp(decomp: str, method: str | None, func: str) -> str:
+    """The checked decomposition of a call of ``func`` that may still pass the deprecated ``method=``.
+
+    ``method`` not None: DeprecationWarning naming ``decomp=`` (pointing at the caller of ``func``), and
+    it is the decomposition; TypeError when ``decomp`` was also given as something else.
+    """
+    if method is not None:
+        warnings.warn(
+            f"{func}(method=...) is deprecated: the decomposition is decomp=... ('cpqr' or 'svd')",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if decomp not in ("cpqr", method):  # "cpqr" is the default: decomp was not given
+            raise TypeError(f"{func}: got decomp={decomp!r} and the deprecated method={method!r}; pass decomp only")
+        decomp = method
+    return check_decomp(decomp)
 
 
 def check_rank(k: Any, available: int, name: str | None, shape_desc: str, what: str = "rank") -> int:
@@ -185,7 +217,7 @@ def _cpqr_from(
     R = np.empty_like(Rk)
     R[:, piv] = Rk  # (R_k Πᵀ)[:, piv[j]] = R_k[:, j]
     return Decomposition(
-        method="cpqr",
+        decomp="cpqr",
         rank=k,
         Q=Q,
         R=R,
@@ -205,7 +237,7 @@ def _svd_from(Qleft: np.ndarray | None, M: np.ndarray, k: int, factored: bool) -
     _normalise_svd_signs(Q, R)
     tail = s[k:]
     return Decomposition(
-        method="svd",
+        decomp="svd",
         rank=k,
         Q=Q,
         R=R,
@@ -222,10 +254,11 @@ def decompose(
     B: Any,
     A: Any | None,
     rank: int,
-    method: Method = "cpqr",
+    decomp: Decomp = "cpqr",
     *,
     name: str | None = None,
     singular_values: bool = True,
+    method: Decomp | None = None,
 ) -> Decomposition:
     """Exact rank-k CPQR (eqs. 1–2, 7) or SVD of a task matrix, from its LoRA factors.
 
@@ -238,7 +271,7 @@ def decompose(
         (the latter is the same as :func:`decompose_dense`).
     rank : int
         k, with 1 ≤ k ≤ min(r, d_out, d_in) (min(d_out, d_in) for a dense T).
-    method : {"cpqr", "svd"}
+    decomp : {"cpqr", "svd"}
         "cpqr": T Π = Q R via xGEQP3 (``scipy.linalg.qr(pivoting=True)``), truncated to the leading k
         columns of Q / rows of R. "svd": T = U S Vᵀ via gesdd, truncated to U_k, S_k V_kᵀ.
     name : str, optional
@@ -247,6 +280,8 @@ def decompose(
         Factored CPQR only: also compute all singular values of T (those of the small matrix; needed by
         :func:`qrerase.method.diagnostics.rrqr_bound`). ``False`` skips this
         (``Decomposition.singular_values`` is then None).
+    method : {"cpqr", "svd"}, optional
+        Deprecated name of ``decomp`` (DeprecationWarning; removed in the next release).
 
     Returns
     -------
@@ -265,12 +300,12 @@ def decompose(
         Bad shapes, NaN/Inf, k ≤ 0 or k > available rank, or T = 0 — for factors: ‖R_B A‖_F ≤
         4·r·eps·‖B‖_F‖A‖_F, i.e. zero to working precision (each message names the module and shapes).
     """
-    check_method(method)
+    decomp = resolve_decomp(decomp, method, "decompose")
     if A is None:
         if isinstance(B, (LowRank, tuple, list)):
             lr = as_lowrank(B, name)
         else:
-            return decompose_dense(B, rank, method, name=name)
+            return decompose_dense(B, rank, decomp, name=name)
     else:
         lr = as_lowrank((B, A), name)
     (d_out, d_in), r = lr.shape, lr.rank
@@ -279,19 +314,22 @@ def decompose(
     Qb, M = small_matrix(lr.B, lr.A)
     if numerically_zero(lr.B, lr.A, M):
         raise ValueError(f"{task_label(name)}: task matrix is all zero (to working precision; {desc})")
-    if method == "cpqr":
+    if decomp == "cpqr":
         s = sla.svdvals(M, check_finite=False) if singular_values else None
         return _cpqr_from(Qb, M, k, True, s)
     return _svd_from(Qb, M, k, True)
 
 
-def decompose_dense(T: Any, rank: int, method: Method = "cpqr", *, name: str | None = None) -> Decomposition:
+def decompose_dense(
+    T: Any, rank: int, decomp: Decomp = "cpqr", *, name: str | None = None, method: Decomp | None = None
+) -> Decomposition:
     """Rank-k CPQR (xGEQP3) or SVD (gesdd) of a dense task matrix T (d_out×d_in), eqs. 1–2.
 
-    Same conventions as :func:`decompose`; k ≤ min(d_out, d_in). ``singular_values`` is None for CPQR
-    (not cheaply available) and all singular values for SVD.
+    Same conventions as :func:`decompose` (``method``: the deprecated name of ``decomp``);
+    k ≤ min(d_out, d_in). ``singular_values`` is None for CPQR (not cheaply available) and all singular
+    values for SVD.
     """
-    check_method(method)
+    decomp = resolve_decomp(decomp, method, "decompose_dense")
     T = np.asarray(T, dtype=np.float64)
     if T.ndim != 2:
         raise ValueError(f"{task_label(name)}: a dense task matrix must be 2-D, got shape {format_shape(T.shape)}")
@@ -300,13 +338,13 @@ def decompose_dense(T: Any, rank: int, method: Method = "cpqr", *, name: str | N
     k = check_rank(rank, min(T.shape), name, desc)
     if not T.any():
         raise ValueError(f"{task_label(name)}: task matrix is all zero ({desc})")
-    if method == "cpqr":
+    if decomp == "cpqr":
         return _cpqr_from(None, T, k, False, None)
     return _svd_from(None, T, k, False)
 
 
-def decompose_any(x: Any, rank: int, method: str, name: str | None) -> Decomposition:
+def decompose_any(x: Any, rank: int, decomp: str, name: str | None) -> Decomposition:
     """:func:`decompose` for factors (without the singular values), :func:`decompose_dense` for a dense T."""
     if isinstance(x, (LowRank, tuple, list)):
-        return decompose(x, None, rank, method, name=name, singular_values=False)
-    return decompose_dense(x, rank, method, name=name)
+        return decompose(x, None, rank, decomp, name=name, singular_values=False)
+    return decompose_dense(x, rank, decomp, name=name)

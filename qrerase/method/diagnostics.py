@@ -51,7 +51,7 @@ def rrqr_bound(dec: Decomposition) -> float:
     Conventions: σ_{k+1} := 0 when k ≥ the number of (available) singular values, giving 0; a singular
     R_11 gives inf (unless σ_{k+1} = 0). Requires ``dec.singular_values`` (factored path).
     """
-    if dec.method != "cpqr" or dec.piv is None:
+    if dec.decomp != "cpqr" or dec.piv is None:
         raise ValueError("rrqr_bound: needs a CPQR decomposition")
     if dec.singular_values is None:
         raise ValueError("rrqr_bound: singular values are not available (use the factored path)")

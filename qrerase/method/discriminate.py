@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .decompose import Decomposition, Method, check_method, check_rank, decompose_any, task_shape
+from .decompose import Decomp, Decomposition, check_rank, decompose_any, resolve_decomp, task_shape
 from .lowrank import LowRank, as_lowrank, format_shape, task_label
 from .module_names import module_sort_key
 
@@ -44,11 +44,12 @@ def forget_update(
     forget_factors: Any,
     retain_factors: Any,
     rank: int,
-    method: Method = "cpqr",
+    decomp: Decomp = "cpqr",
     retain_rank: int | None = None,
     scale: float = 1.0,
     *,
     name: str | None = None,
+    method: Decomp | None = None,
 ) -> Update:
     """Discriminated forget update λ·T̃_f = U @ V (eqs. 3–5).
 
@@ -58,14 +59,16 @@ def forget_update(
         T_f and T_r of the same shape (d_out, d_in).
     rank : int
         k for the forget decomposition (Q_f,k, R_f,k).
-    method : {"cpqr", "svd"}
-        CPQR (QR-Erase) or SVD (UNLEARN).
+    decomp : {"cpqr", "svd"}
+        The decomposition: CPQR (QR-Erase) or SVD (UNLEARN).
     retain_rank : int, optional
         Rank of the retain basis Q_r,k in P_r = Q_r,k Q_r,kᵀ (eq. 3); default ``rank``.
     scale : float
         λ, folded into U.
     name : str, optional
         Module name for error messages.
+    method : {"cpqr", "svd"}, optional
+        Deprecated name of ``decomp`` (DeprecationWarning; removed in the next release).
 
     Returns
     -------
@@ -74,7 +77,7 @@ def forget_update(
         forming I − P_r (eq. 4) — and V (k×d_in) = R_f,k Π_fᵀ (CPQR) or S_k V_kᵀ (SVD), so that
         U @ V = λ·T̃_f (eq. 5). The edit is W' = W − U @ V (eq. 6).
     """
-    check_method(method)
+    decomp = resolve_decomp(decomp, method, "forget_update")
     if not isinstance(scale, numbers.Real) or not math.isfinite(float(scale)):
         raise ValueError(f"{task_label(name)}: scale must be a finite real number, got {scale!r}")
     fshape, rshape = task_shape(forget_factors, name), task_shape(retain_factors, name)
@@ -83,8 +86,8 @@ def forget_update(
             f"{task_label(name)}: forget task matrix is {format_shape(fshape)} "
             f"but retain task matrix is {format_shape(rshape)}"
         )
-    df = decompose_any(forget_factors, rank, method, name)
-    dr = decompose_any(retain_factors, rank if retain_rank is None else retain_rank, method, name)
+    df = decompose_any(forget_factors, rank, decomp, name)
+    dr = decompose_any(retain_factors, rank if retain_rank is None else retain_rank, decomp, name)
     return _discriminate(df, dr, float(scale))
 
 
@@ -129,18 +132,21 @@ def forget_updates(
     forget: Mapping[str, Any],
     retain: Mapping[str, Any],
     rank: int,
-    method: Method = "cpqr",
+    decomp: Decomp = "cpqr",
     retain_rank: int | None = None,
     scale: float = 1.0,
     modules: Iterable[str] | None = None,
+    *,
+    method: Decomp | None = None,
 ) -> dict[str, Update]:
     """:func:`forget_update` for every module of an adapter pair (eqs. 3–5, and eq. 16 via ``modules``).
 
     ``forget`` and ``retain`` map module names to factors and must cover the same modules with the same
     shapes (validated for all modules before any decomposition). ``modules`` restricts the output to a
     subset (e.g. the layers selected by :func:`qrerase.method.energy.select_layers`); order follows ``forget``.
+    ``decomp``: ``"cpqr"`` or ``"svd"`` (``method``: its deprecated name, DeprecationWarning).
     """
-    check_method(method)
+    decomp = resolve_decomp(decomp, method, "forget_updates")
     check_module_pairs(forget, retain)
     if modules is None:
         names = list(forget)
@@ -158,7 +164,7 @@ def forget_updates(
                 lr = as_lowrank(fac, m)
                 desc = f"B {format_shape(lr.B.shape)}, A {format_shape(lr.A.shape)}"
                 check_rank(k, min(lr.rank, *lr.shape), m, desc)
-    return {m: forget_update(forget[m], retain[m], rank, method, retain_rank, scale, name=m) for m in names}
+    return {m: forget_update(forget[m], retain[m], rank, decomp, retain_rank, scale, name=m) for m in names}
 
 
 def discriminate(
@@ -172,7 +178,7 @@ def discriminate(
     Parameters
     ----------
     forget, retain : mapping module → Decomposition
-        Same modules, shapes and method (e.g. from :func:`qrerase.method.formats.load_decompositions`).
+        Same modules, shapes and decomposition (e.g. from :func:`qrerase.method.formats.load_decompositions`).
     retain_rank : int, optional
         Columns of Q_r used in P_r (eq. 3); default: all k_r of the retain decomposition. Truncating is
         exact: the leading columns of a rank-k CPQR / SVD are the rank-k' (k' < k) factorisation.
@@ -188,9 +194,9 @@ def discriminate(
     check_module_pairs(forget, retain)
     for m in forget:
         df, dr = forget[m], retain[m]
-        if df.method != dr.method:
+        if df.decomp != dr.decomp:
             raise ValueError(
-                f"module {m!r}: forget decomposition is {df.method} but retain decomposition is {dr.method}"
+                f"module {m!r}: forget decomposition is {df.decomp} but retain decomposition is {dr.decomp}"
             )
         if retain_rank is not None:
             check_rank(retain_rank, dr.rank, m, f"retain decomposition Q_r {format_shape(dr.Q.shape)}", "retain rank")

@@ -28,7 +28,8 @@ def save_decompositions(path, decs: Mapping[str, Decomposition]) -> None:
 
     Keys ``<module>.Q`` (d_out×k), ``<module>.R`` (k×d_in, original column order), ``<module>.diag``,
     ``<module>.piv`` (int64, CPQR only), ``<module>.singular_values`` (when available), float64; the
-    safetensors metadata ``"qrerase"`` holds JSON {module: {method, rank, fro_norm, residual_norm, factored}}.
+    safetensors metadata ``"qrerase"`` holds JSON {module: {decomp, rank, fro_norm, residual_norm, factored}}
+    (files written before the rename have ``method`` for ``decomp``; :func:`load_decompositions` reads both).
     """
     if not decs:
         raise ValueError(f"{path}: no decompositions to save")
@@ -43,7 +44,7 @@ def save_decompositions(path, decs: Mapping[str, Decomposition]) -> None:
         if d.singular_values is not None:
             arrays[f"{m}.singular_values"] = d.singular_values
         meta[m] = {
-            "method": d.method,
+            "decomp": d.decomp,
             "rank": d.rank,
             "fro_norm": d.fro_norm,
             "residual_norm": d.residual_norm,
@@ -67,7 +68,7 @@ def load_decompositions(path) -> dict[str, Decomposition]:
         info = meta[m]
         try:
             out[m] = Decomposition(
-                method=info["method"],
+                decomp=info["decomp"] if "decomp" in info else info["method"],
                 rank=int(info["rank"]),
                 Q=arrays[f"{m}.Q"],
                 R=arrays[f"{m}.R"],

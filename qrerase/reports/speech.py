@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..registry import RANK_PAIRS, method_labels
+from ..workflow.naming import format_model
 from .tables import Column, TableSpec
 
 __all__ = ["SETTING_LABELS", "speech_table", "localisation", "energy_compare_plot", "rank_curve", "rank_plot"]
@@ -130,7 +131,7 @@ def rank_curve(reports: Mapping[int, pd.DataFrame], evals: pd.DataFrame) -> pd.D
         for decomp, method in RANK_PAIRS:
             err = f[f"recon_err_{decomp}"].to_numpy(dtype=np.float64)
             total = math.sqrt(float((err**2 * norm2).sum()) / float(norm2.sum()))
-            model = f"{method}_k{k}"
+            model = format_model(method, k)
             try:
                 rows.append((k, decomp, total, acc[(model, "D_f")], acc[(model, "D_r")]))
             except KeyError as exc:

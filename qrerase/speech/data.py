@@ -257,7 +257,7 @@ def split_validation(speakers: Sequence[str], test: np.ndarray, val_fraction: fl
     """Boolean validation mask: per speaker, ``round(val_fraction · n)`` of its n non-test utterances,
     drawn by a generator seeded with ``seed + 1`` (speakers visited in sorted order; 0: none).
 
-    The validation slice is held out of every training run (pretraining, fine-tuning, LoRA, baselines)
+    The held-out slice is held out of every training run (pretraining, fine-tuning, LoRA, baselines)
     and of every evaluation set; it only serves choices made before the evaluation (the λ rule).
     """
     if not 0.0 <= val_fraction < 1.0:
@@ -347,7 +347,7 @@ def eval_masks(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
 
 
 def val_mask(index: pd.DataFrame, setting: str) -> np.ndarray:
-    """The validation slice of a setting: held-out utterances of the retained speakers (``'val'``)."""
+    """The held-out slice of a setting: the retained speakers' utterances held out of training (``'val'``)."""
     return index[f"{setting}_partition"].to_numpy() == "val"
 
 

@@ -6,10 +6,11 @@
   (:func:`qrerase.method.erase.apply_updates`), the original weights restored between points.
 * :func:`baseline_sweep` — an optimisation baseline (GA, SCRUB, Bad Teaching) at each value of one
   training knob (``epochs`` or ``lr``); the configured value re-uses the workflow's trained model.
-* :func:`sweep_sets` — the track's evaluation sets D_t, D_f, D_r plus D_v, the held-out validation
+* :func:`sweep_sets` — the track's evaluation sets D_t, D_f, D_r plus D_v, the held-out
   slice of the retained speakers (:func:`qrerase.speech.data.val_mask`), which only the λ rule reads.
-* :func:`choose_scale` — the λ rule: the largest λ of the grid whose D_v accuracy, for every given
-  (setting, method) at the given rank, stays within ``max_drop`` points of the fine-tuned model's.
+* :func:`select_scale` — the λ rule (the speech form of :func:`qrerase.text.tradeoff.select_scale`): the
+  largest λ of the grid whose D_v accuracy, for every given (setting, method) at the given rank, stays
+  within ``max_drop`` points of the fine-tuned model's.
 * :func:`tradeoff_plot` — D_r (y) against D_f (x), one panel per setting, one curve per method.
 
 Every sweep returns tidy rows: ``setting, method, param, value, rank, D_t, D_f, D_r, D_v`` with
@@ -32,7 +33,7 @@ __all__ = [
     "evaluate_point",
     "subspace_sweep",
     "baseline_sweep",
-    "choose_scale",
+    "select_scale",
     "tradeoff_plot",
 ]
 
@@ -40,7 +41,7 @@ SWEEP_COLUMNS = ["setting", "method", "param", "value", "rank", "D_t", "D_f", "D
 
 
 def sweep_sets(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """D_t, D_f, D_r of the setting (:func:`qrerase.speech.data.eval_masks`) and D_v (validation slice)."""
+    """D_t, D_f, D_r of the setting (:func:`qrerase.speech.data.eval_masks`) and D_v (held-out slice)."""
     from .data import eval_masks, val_mask
 
     sets = {**eval_masks(index, setting), "D_v": val_mask(index, setting)}
@@ -156,7 +157,7 @@ def baseline_sweep(
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
 
-def choose_scale(
+def select_scale(
     sweep: pd.DataFrame, base: pd.DataFrame, rank: int, methods: Sequence[str], max_drop: float = 0.05
 ) -> tuple[float | None, pd.DataFrame]:
     """The λ rule: the largest λ whose D_v accuracy stays ≥ (fine-tuned D_v − ``max_drop``) for every
@@ -166,17 +167,17 @@ def choose_scale(
     ``D_v``. Returns (λ or None when no λ qualifies, per (setting, method) frame with the largest
     admissible λ and the D_v drop at it). Only D_v is read: never D_t, D_f or D_r.
     """
-    rows, chosen = [], None
+    rows, selected = [], None
     sub = sweep[(sweep["param"] == "scale") & (sweep["rank"] == rank)]
     grid = sorted(set(sub["value"].astype(float)))
     if not grid:
-        raise ValueError(f"choose_scale: no subspace sweep rows at rank {rank}")
+        raise ValueError(f"select_scale: no subspace sweep rows at rank {rank}")
     admissible = set(grid)
     for b in base.itertuples(index=False):
         for method in methods:
             d = sub[(sub["setting"] == b.setting) & (sub["method"] == method)]
             if d.empty:
-                raise ValueError(f"choose_scale: no sweep rows for {method} in the {b.setting} setting at rank {rank}")
+                raise ValueError(f"select_scale: no sweep rows for {method} in the {b.setting} setting at rank {rank}")
             dv = d["D_v"].astype(float)
             ok = d[np.isfinite(dv) & (dv >= b.D_v - max_drop - 1e-12)]  # a degenerate point never qualifies
             best = float(ok["value"].max()) if not ok.empty else None
@@ -184,8 +185,8 @@ def choose_scale(
             rows.append({"setting": b.setting, "method": method, "rank": rank, "largest_scale": best, "D_v_drop": drop})
             admissible &= set(ok["value"].astype(float))
     if admissible:
-        chosen = max(admissible)
-    return chosen, pd.DataFrame(rows, columns=["setting", "method", "rank", "largest_scale", "D_v_drop"])
+        selected = max(admissible)
+    return selected, pd.DataFrame(rows, columns=["setting", "method", "rank", "largest_scale", "D_v_drop"])
 
 
 def tradeoff_plot(

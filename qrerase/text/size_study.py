@@ -8,7 +8,7 @@ configured epochs and batch size, and its learning rate is scaled as lr(W) = lr 
 
 Measures, per width, seed and method (:func:`selectivity_at_rise`, :func:`rule_pick`): the sweep
 variable x is λ for a subspace method and epochs for an optimisation baseline; x = 0 is the unedited
-fine-tuned model. The held-out retain slice (``tune_retain``) alone places the points on x.
+fine-tuned model. The held-out slice (``tune_retain``) alone places the points on x.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..workflow.naming import format_model
 from .task_level import ROLES
 
 __all__ = ["erase_points", "held_out_nll", "point_row", "picked_rows"]
@@ -126,7 +127,7 @@ def picked_rows(points: pd.DataFrame, selection: pd.DataFrame, skills: Mapping[s
         for role in ROLES:
             rows.append(
                 {
-                    "model": f"{s.method}_k{int(s.rank)}",
+                    "model": format_model(s.method, int(s.rank)),
                     "role": role,
                     "skill": skills[role],
                     "n": int(p[f"{role}_n"]),

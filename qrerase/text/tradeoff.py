@@ -4,7 +4,7 @@ A *point* is one unlearned model: a subspace erase at rank k and scale λ (W' = 
 forget update U V is stored at the configured λ₀, so a point rescales it by λ/λ₀ instead of
 recomputing any factor), or an optimisation baseline trained for a number of epochs. Each point is
 evaluated with the track's own protocol; for the text tracks that is the TOFU protocol plus the
-answer-token NLL on the **held-out retain slice** (``tune_retain``: retain QA that no evaluation set
+answer-token NLL on the **held-out slice** (``tune_retain``: retain QA that no evaluation set
 holds), which is what :func:`select_scale` reads. The selection never reads Forget Quality nor the
 retain reference.
 """
@@ -140,7 +140,7 @@ def evaluate_text_point(
 ) -> pd.DataFrame:
     """One text-track point: the TOFU protocol on ``eval_sets`` (Model Utility, Forget Quality against
     ``reference_log``, the twelve components, forget/retain answer NLL) plus ``tune_retain_nll``, the
-    mean answer NLL on the held-out retain slice ``tune_set``. Returns a one-row frame:
+    mean answer NLL on the held-out slice ``tune_set``. Returns a one-row frame:
     ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.text.tofu.metrics_frame` order,
     then ``tune_retain_nll``.
 

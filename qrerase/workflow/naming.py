@@ -18,11 +18,16 @@ name                   track           what it holds
 A size-study experiment runs every rule of the TOFU track; its model width and seed come from its
 name (:func:`size_of`), everything else from the TOFU configuration.
 
+Evaluated models are named here too: a subspace method at rank k is ``<method>_k<k>``
+(:func:`format_model`, parsed by :func:`parse_model` / :func:`method_of`); any other model (a
+baseline, ``base``, ``retain``) by its own name.
+
 Standard library only (read by the Snakefile before any job runs).
 """
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import NamedTuple
 
@@ -40,6 +45,8 @@ __all__ = [
     "TASK_LEVEL_EXP",
     "size_exp",
     "size_of",
+    "format_model",
+    "parse_model",
     "method_of",
     "LANG_PATTERN",
     "ROMANISED_LANG_PATTERN",
@@ -165,8 +172,25 @@ def model_exp(exp: str) -> str:
     return PREFIX[track] if track in ("crosslingual", "speech") else exp
 
 
-def method_of(model: str) -> str:
-    """The method of an evaluated model's name: ``'qr_erase_k4'`` -> ``'qr_erase'`` (a subspace method at
-    rank k is evaluated as ``<method>_k<k>``); any other name (``'ga'``, ``'base'``) is returned unchanged."""
+def format_model(method: str, rank: int) -> str:
+    """``('qr_erase', 4)`` -> ``'qr_erase_k4'``: the evaluated model of a subspace method at rank k (the
+    inverse of :func:`parse_model`). ValueError unless ``method`` is a non-empty name and ``rank`` an
+    integer ≥ 1 (numpy integers included)."""
+    if not (isinstance(method, str) and method) or isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        raise ValueError(f"format_model: expected a method name and an integer rank, got {method!r}, {rank!r}")
+    if rank < 1:
+        raise ValueError(f"format_model: {method}: rank must be >= 1, got {rank}")
+    return f"{method}_k{int(rank)}"
+
+
+def parse_model(model: str) -> tuple[str, int | None]:
+    """An evaluated model's name -> (method, rank): ``'qr_erase_k4'`` -> ``('qr_erase', 4)``; a name
+    without a ``_k<digits>`` suffix (``'ga'``, ``'base'``, ``'x_k'``) -> ``(name, None)``."""
     head, _, rank = model.rpartition("_k")
-    return head if head and rank.isdigit() else model
+    return (head, int(rank)) if head and rank.isdigit() else (model, None)
+
+
+def method_of(model: str) -> str:
+    """The method of an evaluated model's name: ``'qr_erase_k4'`` -> ``'qr_erase'`` (:func:`parse_model`);
+    any other name (``'ga'``, ``'base'``) is returned unchanged."""
+    return parse_model(model)[0]

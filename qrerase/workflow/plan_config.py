@@ -6,8 +6,8 @@ The training jobs come from :mod:`qrerase.workflow.stages` (their recipes and en
 same ones their rules pass the scripts); :func:`refusal` is the one line with which ``qrerase plan``
 and Snakemake's planning refuse a config whose jobs do not fit.
 
-Rule kinds (rules/common.smk ``resources_for``): ``train`` (pretrain, finetune, lora, every baseline),
-``evaluate``, ``linalg`` (factors, erase_merged: CPU only), ``light``. A rule kind's resources are the
+Resource kinds (rules/common.smk ``resources_for``): ``train`` (pretrain, finetune, lora, every baseline),
+``evaluate``, ``linalg`` (factors, erase_merged: CPU only), ``light``. A resource kind's resources are the
 largest over its jobs in the configured tracks; ``resources.<kind>.<key>`` in the config overrides
 any of them (mem_mb, runtime, gpu, cpus_per_task), and ``resources.<kind>.processes`` (default 1) is
 the processes per job, one GPU each on a GPU device.
@@ -35,7 +35,9 @@ from .stages import processes as _processes
 #: The embedded default config: package data, in a checkout a link to config.yaml next to the Snakefile
 #: (a built sdist / wheel holds a copy), so a non-editable install plans with it too.
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.yaml"
-KINDS = ("train", "evaluate", "linalg", "light")
+#: The resource kinds a rule asks for (``resources_for(kind)``; config ``resources.<kind>``), not the runner
+#: kinds of baselines (:data:`qrerase.registry.KINDS`).
+RESOURCE_KINDS = ("train", "evaluate", "linalg", "light")
 FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
 GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12
 LIGHT_MB = 1000
@@ -182,8 +184,8 @@ def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
     sees all its GPUs; without it plugin versions 2.0 to 2.7.0 submit --ntasks-per-gpu=1, one task
     per GPU), nodes (1 for GPU / multi-process jobs), cpus_per_task (threads x processes for a
     multi-process job), slurm_partition, slurm_extra (docs/cluster.md lists the sbatch flags)."""
-    if kind not in KINDS:
-        raise ValueError(f"resources_for: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind not in RESOURCE_KINDS:
+        raise ValueError(f"resources_for: kind must be one of {', '.join(RESOURCE_KINDS)}, got {kind!r}")
     over = (cfg.get("resources") or {}).get(kind) or {}
     rows = [(p, m) for k, p, m in _planned(cfg) if k == kind]
     procs = _processes(cfg, kind)
