@@ -29,8 +29,15 @@ from qrerase.workflow.launch import (
     launcher,
     shell_word,
 )
+from qrerase.workflow.plan import nodes_of
 from qrerase.workflow.plan_config import refusal, rule_resources
-from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
+from qrerase.workflow.stages import (
+    engine_settings,
+    node_of,
+    stage_recipe,
+    track_section,
+)
+from qrerase.workflow.stages import processes as kind_processes
 from qrerase.workflow.naming import (
     TASK_LEVEL_EXP,
     XLING_EXP,
@@ -250,15 +257,20 @@ def _executables():
 
 def launch(script, kind="train"):
     """The shell command of a training rule: its workflow script with the rule's job spec
-    (`params.job`, from launch_params), through `accelerate launch` when the kind has processes > 1.
+    (`params.job`, from launch_params), through `accelerate launch` when the kind has processes > 1,
+    started once per node (srun, qrerase.workflow.multinode) when they span several nodes.
     """
     python, accelerate = _executables()
+    # resources.<kind>.processes, as the plan reads it; more than a node's GPUs: one launcher per node
+    processes = kind_processes(config, kind)
+    device = config["model"].get("device", "cpu")
     prefix = launcher(
-        config["resources"][kind].get("processes", 1),
-        config["model"].get("device", "cpu"),
+        processes,
+        device,
         python,
         accelerate,
         f"${ENV_WORKFLOW}/{LAUNCH_CONFIG}",
+        nodes_of(processes, node_of(config, device).gpus),
     )
     script_path = shell_word(f"${ENV_WORKFLOW}/workflow_scripts/{script}")
     return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"

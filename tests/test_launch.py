@@ -63,6 +63,48 @@ def test_bad_process_counts_are_refused_naming_the_key(bad):
         launcher(bad, "cpu", "python", "accelerate", "c.yaml")
 
 
+def test_a_job_over_several_nodes_starts_one_launcher_per_node_under_srun():
+    cmd = launcher(16, "cuda", "$QRERASE_PYTHON", "$QRERASE_ACCELERATE", "$QRERASE_WORKFLOW/envs/a.yaml", nodes=2)
+    words = shlex.split(cmd)
+    assert words[:8] == ["srun", "--nodes", "2", "--ntasks-per-node", "1", "--overlap", "--kill-on-bad-exit", "1"]
+    assert words[8:11] == ["$QRERASE_PYTHON", "-m", "qrerase.workflow.multinode"]
+    assert words[words.index("--processes-per-node") + 1] == "8" and words[-1] == "--"
+    assert '"$QRERASE_ACCELERATE"' in cmd  # still expanded by the shell, per node
+    assert launcher(4, "cpu", "p", "a", "c", nodes=2).startswith("ACCELERATE_USE_CPU=true srun ")
+    with pytest.raises(ValueError, match="divides the 12 processes"):
+        launcher(12, "cuda", "p", "a", "c", nodes=8)
+
+
+def test_each_node_runs_accelerate_launch_with_its_slurm_machine_rank(tmp_path):
+    from qrerase.workflow.multinode import main_address, node_command
+
+    env = {"SLURM_NODEID": "1", "SLURM_NNODES": "2", "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    conf = tmp_path / "slurm.conf"  # scontrol show hostnames reads only a config, no controller
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=ALL\n")
+    import os
+
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        argv = node_command(env, 2, 8, "accelerate", "c.yaml", ["train.py", "--job", "{}"])
+    finally:
+        del os.environ["SLURM_CONF"]
+    flags = dict(zip(argv[2:16:2], argv[3:16:2]))
+    assert argv[:2] == ["accelerate", "launch"] and argv[-3:] == ["train.py", "--job", "{}"]
+    assert flags["--num_machines"] == "2" and flags["--machine_rank"] == "1" and flags["--num_processes"] == "16"
+    assert flags["--main_process_ip"] == "gpu07"  # the first host: machine rank 0
+    assert flags["--main_process_port"] == str(20000 + 123456 % 20000) and flags["--rdzv_backend"] == "static"
+    local = {"SLURM_NODEID": "0", "QRERASE_MAIN_ADDR": "127.0.0.1", "QRERASE_MAIN_PORT": "29512"}
+    assert main_address(local) == "127.0.0.1" and "29512" in node_command(local, 2, 1, "a", "c", ["t.py"])
+    for bad, msg in [
+        ({**env, "SLURM_NNODES": "3"}, "the job has 3 nodes"),
+        ({**env, "SLURM_NODEID": "2"}, "SLURM_NODEID 2 is not in 0..1"),
+        ({"SLURM_NODEID": "0", "SLURM_JOB_ID": "1"}, "neither QRERASE_MAIN_ADDR nor SLURM_JOB_NODELIST"),
+        ({"SLURM_NODEID": "0", "QRERASE_MAIN_ADDR": "h"}, "neither QRERASE_MAIN_PORT nor SLURM_JOB_ID"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            node_command(bad, 2, 8, "a", "c", ["t.py"])
+
+
 def _spec(tmp_path):
     inp = InputFiles([str(tmp_path / "init"), str(tmp_path / "data.jsonl")])
     inp._set_name("init", 0)

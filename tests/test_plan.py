@@ -9,7 +9,7 @@ from conftest import shipped_config
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from qrerase.cli import main
-from qrerase.workflow.plan import GIB, JobSpec, Node, plan_job, saved_activation_bytes
+from qrerase.workflow.plan import GIB, JobSpec, Node, nodes_of, plan_job, saved_activation_bytes
 from qrerase.workflow.plan_config import RESOURCE_KINDS, load_config, plan_config, rule_resources
 from qrerase.workflow.shapes import KNOWN_SHAPES, ModelShape, resolve_shape, shape_from_hf_config
 
@@ -128,6 +128,25 @@ def test_70b_full_finetune_does_not_fit_a_node_and_points_at_lora():
     assert not full.fits and full.gpus_needed == 0 and "finetune.mode: lora" in full.note
     lora = JobSpec("lora", "lora", 32, 500, lora_rank=16, processes=8, checkpointing=True, backend="fsdp")
     assert plan_job(shape, lora, "bfloat16", node).fits and plan_job(shape, lora, "bfloat16", node).gpus == 8
+
+
+def test_a_training_job_over_one_node_is_planned_on_several():
+    shape, node = KNOWN_SHAPES["meta-llama/Meta-Llama-3-70B"], Node(8, 80.0, 1000.0)
+    spec = dict(kind="train", batch_size=32, max_length=500, checkpointing=True, backend="fsdp", hint="use lora")
+    eight = plan_job(shape, JobSpec("finetune", processes=8, **spec), "bfloat16", node)
+    assert not eight.fits and eight.nodes == 1 and eight.nodes_needed >= 2
+    wanted = eight.nodes_needed * 8
+    assert f"or {eight.nodes_needed} nodes: resources.train.processes: {wanted}" in eight.note
+    spread = plan_job(shape, JobSpec("finetune", processes=wanted, **spec), "bfloat16", node)
+    assert spread.fits and spread.nodes == eight.nodes_needed and spread.gpus == wanted
+    assert spread.device_bytes <= 80 * GIB < eight.device_bytes
+    fewer = plan_job(shape, JobSpec("finetune", processes=wanted - 8, **spec), "bfloat16", node)
+    assert not fewer.fits or wanted == 16  # one node fewer does not fit (the fewest nodes)
+    odd = plan_job(shape, JobSpec("finetune", processes=12, **spec), "bfloat16", node)
+    assert not odd.fits and "12 processes on nodes of 8 GPUs" in odd.note and "a multiple of it" in odd.note
+    assert nodes_of(16, 8) == 2 and nodes_of(8, 8) == 1 and nodes_of(4, 0) == 1
+    with pytest.raises(ValueError, match="resources.gpus_per_node"):
+        nodes_of(12, 8)
 
 
 def test_8b_finetune_needs_sharding_and_picks_a_power_of_two_micro_batch():

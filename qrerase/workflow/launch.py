@@ -101,17 +101,29 @@ def is_main_process() -> bool:
 # ---------------------------------------------------------------------------------------------
 # The launch command (rules/common.smk).
 # ---------------------------------------------------------------------------------------------
-def launcher(processes: int, device: str, python: str, accelerate: str, config_file: str) -> str:
-    """The command prefix that runs a training script with ``processes`` processes.
+def launcher(processes: int, device: str, python: str, accelerate: str, config_file: str, nodes: int = 1) -> str:
+    """The command prefix that runs a training script with ``processes`` processes on ``nodes`` nodes.
 
     ``python``, ``accelerate`` and ``config_file`` are each one word, quoted here (:func:`shell_word`:
     ``$QRERASE_PYTHON`` stays an environment variable). ``processes == 1``: the Python interpreter
-    itself. Above 1: ``accelerate launch`` with the shipped launcher config and a free rendezvous port;
-    ``device == "cpu"`` adds ``ACCELERATE_USE_CPU=true`` (gloo workers on the CPU).
-    Raises ValueError for ``processes < 1``.
+    itself. Above 1 on one node: ``accelerate launch`` with the shipped launcher config and a free
+    rendezvous port. On ``nodes`` > 1 (inside the job's Slurm allocation): ``srun --nodes N
+    --ntasks-per-node 1 --overlap --kill-on-bad-exit 1`` starts :mod:`qrerase.workflow.multinode` once
+    per node, which runs ``accelerate launch`` for the node's ``processes / nodes`` processes.
+    ``device == "cpu"`` adds ``ACCELERATE_USE_CPU=true`` (gloo workers on the CPU). Raises ValueError
+    for ``processes < 1``, ``nodes < 1`` or processes that ``nodes`` does not divide.
     """
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"resources.<kind>.processes: expected an integer >= 1, got {processes!r}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or processes % nodes:
+        raise ValueError(f"nodes: expected an integer >= 1 that divides the {processes} processes, got {nodes!r}")
+    prefix = "ACCELERATE_USE_CPU=true " if device == "cpu" and processes > 1 else ""
+    if nodes > 1:
+        srun = ["srun", "--nodes", str(nodes), "--ntasks-per-node", "1", "--overlap", "--kill-on-bad-exit", "1"]
+        node = [python, "-m", "qrerase.workflow.multinode", "--nodes", str(nodes)]
+        node += ["--processes-per-node", str(processes // nodes), "--accelerate", accelerate]
+        node += ["--config_file", config_file, "--"]
+        return prefix + " ".join(shell_word(p) for p in (*srun, *node))
     if processes == 1:
         return shell_word(python)
     parts = [
@@ -124,7 +136,6 @@ def launcher(processes: int, device: str, python: str, accelerate: str, config_f
         "--config_file",
         config_file,
     ]
-    prefix = "ACCELERATE_USE_CPU=true " if device == "cpu" else ""
     return prefix + " ".join(shell_word(p) for p in parts)
 
 

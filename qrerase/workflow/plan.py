@@ -163,6 +163,26 @@ class JobPlan:
     note: str = ""
     backend: str = REPLICATED
     checkpointing: bool = False
+    nodes: int = 1  # nodes the job spans (processes / gpus per node when the processes exceed one node)
+    nodes_needed: int = 0  # when it fits no single node: the fewest nodes (sharded) with which it fits
+
+
+#: The most nodes the plan considers for one job.
+MAX_NODES = 64
+
+
+def nodes_of(processes: int, gpus_per_node: int) -> int:
+    """Nodes a job of ``processes`` processes spans: 1 when they fit one node (or on the CPU,
+    ``gpus_per_node`` 0), else ``processes / gpus_per_node`` (one launcher per node,
+    :mod:`qrerase.workflow.multinode`); ``ValueError`` when ``gpus_per_node`` does not divide them."""
+    if gpus_per_node <= 0 or processes <= gpus_per_node:
+        return 1
+    if processes % gpus_per_node:
+        raise ValueError(
+            f"resources.train.processes: {processes} processes on nodes of {gpus_per_node} GPUs "
+            f"(resources.gpus_per_node): expected at most {gpus_per_node} or a multiple of it"
+        )
+    return processes // gpus_per_node
 
 
 def lora_params(shape: ModelShape, job: JobSpec) -> int:
@@ -269,7 +289,10 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
     largest power of two <= the share (dividing it when the processes divide the batch) whose peak
     fits ``node.gpu_mem_gb``, on the CPU the whole share; accumulation: :func:`accumulation_steps`.
     gpus_needed: the fewest of 1, 2, 4, ..., node.gpus with which the job fits one node, sharded
-    (FSDP2) when more than one (0 when none does). A job that does not fit gets a note naming the
+    (FSDP2) when more than one (0 when none does); nodes_needed: then, for a training job, the fewest
+    whole nodes (up to :data:`MAX_NODES`, sharded) with which it fits. processes above ``node.gpus``
+    (a multiple of it, training only) span ``processes / node.gpus`` nodes (``nodes``), with host
+    memory planned per node. A job that does not fit gets a note naming the
     config key to change: ``backend: fsdp`` for a DDP replica that does not fit a GPU, a smaller
     ``micro_batch_size``, more processes, or ``job.hint`` when no node of ``node.gpus`` GPUs fits it.
     """
@@ -307,22 +330,27 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
     sharded = "fsdp" if job.backend == REPLICATED else job.backend
     gpus = [g for g in (1 << i for i in range(8)) if g <= node.gpus]
     needed = next((g for g in gpus if micro_for(g, job.backend if g == 1 else sharded)), 0)
+    spread = training and needed == 0  # fits no single node: the fewest nodes, sharded, that it fits
+    nodes_needed = next((n for n in range(2, MAX_NODES + 1) if micro_for(n * node.gpus, sharded)), 0) if spread else 0
     micro = micro_for(job.processes, job.backend)
     fitting = micro > 0
     if not micro:  # what would run: the configured micro-batch, else the smallest
         micro = min(job.micro_batch_size, share if training else job.batch_size) if job.micro_batch_size else 1
     dev = peak(micro, job.processes, job.backend)
-    host = host_bytes(shape, job, dtype, job.processes, on_gpu=True)
+    layout = job.processes <= node.gpus or (training and job.processes % node.gpus == 0)
+    nodes = job.processes // node.gpus if job.processes > node.gpus and layout else 1
+    host = host_bytes(shape, job, dtype, job.processes // nodes, on_gpu=True)  # per node
     host_fits = host <= node.host_mem_gb * GIB
-    fits = fitting and job.processes <= node.gpus and host_fits
+    fits = fitting and layout and host_fits
     accum = accumulation_steps(job.batch_size, micro, job.processes) if training else 1
     note = ""
     if not fits:
         over = f"{dev / GIB:.1f} GiB per GPU > {node.gpu_mem_gb:g} GB (resources.gpu_mem_gb)"
-        if job.processes > node.gpus:
+        if not layout:
+            what = "a multiple of it (one launcher per node)" if training else "no more (inference runs on one node)"
             note = (
-                f"{job.processes} processes on a node of {node.gpus} GPUs: set {job.processes_key} "
-                f"<= resources.gpus_per_node"
+                f"{job.processes} processes on nodes of {node.gpus} GPUs: set {job.processes_key} "
+                f"<= resources.gpus_per_node or {what}"
             )
         elif not host_fits:
             note = f"needs {host / GIB:.0f} GiB of host memory > resources.node_mem_gb ({node.host_mem_gb:g})"
@@ -337,6 +365,11 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
             and peak(1, job.processes, job.backend) <= cap
         ):
             note = f"micro_batch_size {micro} does not fit ({over}); lower {job.section}.micro_batch_size or null it"
+        elif needed == 0 and nodes_needed and job.processes < nodes_needed * node.gpus:
+            note = f"does not fit one node ({node.gpus} x {node.gpu_mem_gb:g} GB, {over})"
+            note += f"; {job.hint}" if job.hint else ""
+            with_fsdp = " with backend fsdp" if job.backend == REPLICATED else ""
+            note += f"; or {nodes_needed} nodes: {job.processes_key}: {nodes_needed * node.gpus}{with_fsdp}"
         elif needed == 0:
             note = f"does not fit one node ({node.gpus} x {node.gpu_mem_gb:g} GB, {over})"
             note += f"; {job.hint}" if job.hint else ""
@@ -358,4 +391,6 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
         note,
         job.backend,
         job.checkpointing,
+        nodes,
+        nodes_needed,
     )

@@ -182,8 +182,10 @@ def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
     ``resources.<kind>`` overrides. Keys as snakemake-executor-plugin-slurm reads them: mem_mb,
     runtime (min), gpu (--gpus; only when > 0), tasks_per_gpu (0 with gpu: the job is one task that
     sees all its GPUs; without it plugin versions 2.0 to 2.7.0 submit --ntasks-per-gpu=1, one task
-    per GPU), nodes (1 for GPU / multi-process jobs), cpus_per_task (threads x processes for a
-    multi-process job), slurm_partition, slurm_extra (docs/cluster.md lists the sbatch flags)."""
+    per GPU), nodes (for GPU / multi-process jobs: 1, or processes / gpus_per_node for a training job
+    that spans nodes, :func:`qrerase.workflow.plan.nodes_of`), cpus_per_task (threads x processes per
+    node for a multi-process job; mem_mb is per node too), slurm_partition, slurm_extra
+    (docs/cluster.md lists the sbatch flags)."""
     if kind not in RESOURCE_KINDS:
         raise ValueError(f"resources_for: kind must be one of {', '.join(RESOURCE_KINDS)}, got {kind!r}")
     over = (cfg.get("resources") or {}).get(kind) or {}
@@ -199,10 +201,11 @@ def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
     if gpu:
         out["gpu"] = gpu
         out["tasks_per_gpu"] = 0  # the launcher spawns the processes inside the job's one task
+    nodes = max((p.nodes for p, _ in rows), default=1)
     if gpu or procs > 1:
-        out["nodes"] = 1
-    if procs > 1 or "cpus_per_task" in over:
-        out["cpus_per_task"] = int(over.get("cpus_per_task", threads * procs))
+        out["nodes"] = nodes
+    if procs > 1 or "cpus_per_task" in over:  # per task: one task per node
+        out["cpus_per_task"] = int(over.get("cpus_per_task", threads * procs // nodes))
     for key in ("slurm_partition", "slurm_extra"):
         if over.get(key):
             out[key] = over[key]
