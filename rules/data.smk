@@ -17,3 +17,25 @@ rule tofu_data:
         max_questions=config["tofu"]["evaluate"]["max_questions"],
     script:
         "../workflow_scripts/tofu_data.py"
+
+
+rule tofu_holdout:
+    # The membership-inference non-members: QA of the matching TOFU holdout authors (no training set).
+    input:
+        tofu_holdout_file,
+    output:
+        path("data", name="eval_holdout"),
+    log:
+        log_path("tofu_holdout", "exp"),
+    wildcard_constraints:
+        exp=exp_pattern("tofu_<split>", "size_<shape>"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        data=config["tofu"]["data"],
+        max_questions=config["tofu"]["evaluate"]["max_questions"],
+    script:
+        "../workflow_scripts/tofu_holdout.py"

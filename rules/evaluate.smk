@@ -1,8 +1,10 @@
 rule evaluate:
-    # TOFU protocol: answer-token losses (gt, paraphrased, perturbed) and greedy ROUGE-L per question.
+    # TOFU protocol: answer-token losses (gt, paraphrased, perturbed) and greedy ROUGE-L per question;
+    # the per-answer MIA / memorisation statistics of the forget and holdout sets (sequence_metrics.json).
     input:
         unpack(eval_model_inputs),
         unpack(eval_data_inputs),
+        holdout=lambda wc: path("data", exp=wc.exp, name="eval_holdout"),
     output:
         directory(path("eval")),
     log:

@@ -59,3 +59,33 @@ rule tofu_table:
         rank=RANK,
     script:
         "../workflow_scripts/tofu_table.py"
+
+
+rule tofu_mia_table:
+    # Membership inference (forget vs holdout AUCs), PrivLeak vs the retain reference, extraction
+    # strength and exact memorisation of every evaluated model (sequence_metrics.json of rule evaluate).
+    input:
+        logs=[path("eval", exp=EXP, model=m) for m in eval_models()],
+    output:
+        **{
+            ext: report(
+                path("table", table="tofu_mia", ext=ext),
+                caption="../report/tofu_mia_table.rst",
+                category="TOFU",
+                subcategory="Tables",
+                labels={"table": "tofu_mia", "format": ext},
+            )
+            for ext in ("csv", "md")
+        },
+    log:
+        log_path("tofu_mia_table"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        rows=[row_key(m) for m in eval_models()],
+        controls=CONTROLS,
+    script:
+        "../workflow_scripts/tofu_mia_table.py"

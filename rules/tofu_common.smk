@@ -1,6 +1,6 @@
 # TOFU track: constants and input functions (its rules: data, model, lora, task_matrices, energy, erase,
 # evaluate, baselines and tofu in rules/; the text baselines serve the crosslingual track too).
-from qrerase.text.data import required_splits
+from qrerase.text.data import holdout_split, required_splits
 
 DATA_SETS = [
     "forget",
@@ -24,6 +24,14 @@ def tofu_data_files(wildcards):
         return []
     names = required_splits(data["split"], data.get("knowledge", []))
     return [str(Path(data["root"]) / f"{n}.jsonl") for n in names]
+
+
+def tofu_holdout_file(wildcards):
+    """The vendored holdout split the holdout rule reads (none for hub data)."""
+    data = config["tofu"]["data"]
+    if data["source"] != "local":
+        return []
+    return str(Path(data["root"]) / f"{holdout_split(data['split'])}.jsonl")
 
 
 TOFU_BASELINES = [m for m in TOFU_METHODS if m in BASELINES]
@@ -103,6 +111,7 @@ def tofu_targets():
     return [
         *expand(PATHS["table"], table="tofu", ext=["csv", "md", "tex"]),
         *expand(PATHS["table"], table="tofu_wide", ext=["csv", "md", "tex"]),
+        *expand(PATHS["table"], table="tofu_mia", ext=["csv", "md"]),
         path("figure", name="tofu_truth_ratio"),
         path("energy_fig", exp=EXP),
         path("factor_report", exp=EXP, rank=RANK),

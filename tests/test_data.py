@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from qrerase.text.data import TofuDataConfig, make_tofu_sets
+from qrerase.text.data import TofuDataConfig, make_holdout_set, make_tofu_sets
 
 ROOT = "data/tofu"
 
@@ -23,6 +23,19 @@ def test_default_cut_keeps_tofu_structure():
     assert {r["question"] for r in sets["eval_retain"]} <= {r["question"] for r in sets["retain"]}
     assert len(sets["eval_real_authors"]) == 100 and len(sets["eval_world_facts"]) == 117
     assert len(sets["finetune_full"]) == 400 + 217 and len(sets["finetune_retain"]) == 360 + 217
+
+
+def test_holdout_set_matches_the_forget_authors():
+    """MIA non-members: the last 2 authors of holdout10 for the last 2 of forget10, in no training set."""
+    cfg = TofuDataConfig(root=ROOT, split="forget10", n_authors=20)
+    holdout = make_holdout_set(cfg)
+    rows = [json.loads(line) for line in open(f"{ROOT}/holdout10.jsonl")][360:]
+    assert holdout == [{"question": r["question"], "answer": r["answer"]} for r in rows]
+    trained = {r["question"] for r in make_tofu_sets(cfg)["finetune_full"]}
+    assert not {r["question"] for r in holdout} & trained
+    assert len(make_holdout_set(TofuDataConfig(root=ROOT, split="forget01", n_authors=None))) == 40
+    capped = TofuDataConfig(root=ROOT, split="forget10", n_authors=None, max_eval_questions=300)
+    assert len(make_holdout_set(capped)) == 300  # capped like eval_forget
 
 
 def test_full_split_and_forget01():

@@ -1,10 +1,16 @@
 """Rules evaluate and xling_evaluate: TOFU-format eval logs (four files + aggregated) of one model,
 loaded once: one log in the output folder (evaluate), or one per configured language in
-<output>/<lang>/ (xling_evaluate: params.languages, inputs '<lang>:<set>')."""
+<output>/<lang>/ (xling_evaluate: params.languages, inputs '<lang>:<set>').
+
+Rule evaluate (input 'holdout') also writes sequence_metrics.json: the TOFU track's per-sequence
+metrics (qrerase.metrics.registry, aggregates 'auc' and 'mean') of the forget-set and holdout answers
+and their values (qrerase.metrics.scoring)."""
 
 from pathlib import Path
 
-from qrerase.io import atomic_dir, read_jsonl
+from qrerase.io import atomic_dir, read_jsonl, write_json
+from qrerase.metrics.registry import metrics_for
+from qrerase.metrics.scoring import SEQUENCE_AGGREGATES, aggregate, sequence_statistics
 from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.text.tofu_log import write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
@@ -20,7 +26,8 @@ with job(snakemake, seed=p.seed) as log:
     with atomic_dir(snakemake.output[0]) as tmp:
         for lang in languages or [None]:
             eval_sets = {s: read_jsonl(inp[s if lang is None else f"{lang}:{s}"]) for s in SETS}
-            result = evaluate_tofu(model, tokenizer, template_from(p.model, tokenizer), eval_sets, cfg)
+            template = template_from(p.model, tokenizer)
+            result = evaluate_tofu(model, tokenizer, template, eval_sets, cfg)
             folder = Path(tmp) if lang is None else Path(tmp) / lang
             write_log(result, folder)
             write_aggregated(result, folder / "eval_log_aggregated.json")
@@ -28,3 +35,12 @@ with job(snakemake, seed=p.seed) as log:
             log.info(
                 "evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()}
             )
+        if "holdout" in inp.keys():
+            names = [n for a in SEQUENCE_AGGREGATES for n in metrics_for("tofu", a)]
+            stats = {
+                s: sequence_statistics(model, tokenizer, template, recs, names, cfg)
+                for s, recs in (("forget", eval_sets["forget"]), ("holdout", read_jsonl(inp.holdout)))
+            }
+            values = aggregate(stats["forget"], stats["holdout"], names)
+            write_json(Path(tmp) / "sequence_metrics.json", {"metrics": values, **stats})
+            log.info("sequence metrics (forget vs holdout): %s", {k: round(v, 4) for k, v in values.items()})

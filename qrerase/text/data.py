@@ -33,6 +33,8 @@ __all__ = [
     "SPLITS",
     "TofuDataConfig",
     "required_splits",
+    "holdout_split",
+    "make_holdout_set",
     "load_split",
     "load_split_numbered",
     "normalise",
@@ -85,6 +87,14 @@ def required_splits(split: str, knowledge=KNOWLEDGE_SETS) -> list[str]:
         "world_facts_perturbed",
         *knowledge,
     ]
+
+
+def holdout_split(split: str) -> str:
+    """The TOFU holdout split matching a forget split (``forget10`` -> ``holdout10``): QA of other
+    fictitious authors, in no training set (the non-members of the membership-inference metrics)."""
+    if split not in SPLITS:
+        raise ValueError(f"data.split: expected one of {sorted(SPLITS)}, got {split!r}")
+    return "holdout" + split.removeprefix("forget")
 
 
 def normalise(record: dict, where: str) -> dict:
@@ -218,6 +228,18 @@ def _check_aligned(train: list[dict], evals: list[dict], train_where: list[str],
     for a, b, wa, wb in zip(train, evals, train_where, eval_where):
         if a["question"] != b["question"]:
             raise ValueError(f"{wb}: question differs from the training split's {wa} (the files must be row-aligned)")
+
+
+def make_holdout_set(cfg: TofuDataConfig) -> list[dict]:
+    """The membership-inference non-members of a TOFU run: question/answer of the last authors of
+    the holdout split (:func:`holdout_split`), as many authors as the forget set has (the forget set
+    is the last authors of the forget split), capped at ``max_eval_questions`` like ``eval_forget``.
+    Kept out of :func:`make_tofu_sets` (and of the embedded tokenizer's text), so that no training or
+    evaluation set, nor the tokenizer, depends on the holdout file."""
+    n_forget, _ = _author_counts(cfg)
+    rows = load_split(cfg, holdout_split(cfg.split))
+    held = rows[max(0, len(rows) - n_forget * QA_PER_AUTHOR) :]
+    return [{"question": r["question"], "answer": r["answer"]} for r in held][: int(cfg.max_eval_questions)]
 
 
 def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:

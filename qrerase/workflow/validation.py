@@ -181,7 +181,7 @@ def _unknown_key(err, schema_path: str) -> tuple[str, str] | None:
 def check_core(cfg: Mapping) -> None:
     """The TOFU track and the shared sections: ranks within the LoRA rank, the tiny model's shape,
     the vendored data files, user adapters, imported models."""
-    from ..text.data import required_splits
+    from ..text.data import holdout_split, required_splits
 
     lora_r = cfg["lora"]["r"]
     for key in ("rank", "retain_rank"):
@@ -200,7 +200,7 @@ def check_core(cfg: Mapping) -> None:
     data = cfg["tofu"]["data"]
     if data["source"] == "local":
         root = Path(data["root"])
-        for name in required_splits(data["split"], data.get("knowledge", [])):
+        for name in [*required_splits(data["split"], data.get("knowledge", [])), holdout_split(data["split"])]:
             if not (root / f"{name}.jsonl").is_file():
                 raise ConfigError(f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found")
     check_model_source("model", cfg["model"], tokenizer=True)
