@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -98,6 +99,7 @@ class LocalSlurm:
     cpus: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))  # not more than the machine has
     partition: str = "cpu"
     account: str | None = "qrerase_ci"  # None: no slurmdbd, no accounting
+    gpus: int = 2  # GRES gpu on the node: stand-in device files (character devices like /dev/null), no GPU
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     _linked: bool = False  # DEFAULT_CONF is this cluster's link
 
@@ -209,7 +211,9 @@ class LocalSlurm:
             "MinJobAge=600",
             "JobCompType=jobcomp/none",
             # RealMemory below what slurmd measures (a larger value drains the node)
-            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={int(_mem_mb() * 0.9)} State=UNKNOWN",
+            "GresTypes=gpu",
+            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={int(_mem_mb() * 0.9)} "
+            f"Gres=gpu:{self.gpus} State=UNKNOWN",
             f"PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=UP",
         ]
         if self.account is None:
@@ -217,6 +221,7 @@ class LocalSlurm:
         else:
             dbd_port = self._start_accounting(host, auth)
             conf += [
+                "AccountingStorageTRES=gres/gpu",  # sacct's AllocTRES counts the GPUs a job was granted
                 "AccountingStorageType=accounting_storage/slurmdbd",
                 "AccountingStorageHost=127.0.0.1",
                 f"AccountingStoragePort={dbd_port}",
@@ -224,6 +229,7 @@ class LocalSlurm:
                 "AccountingStorageEnforce=associations",
             ]
         (r / "slurm.conf").write_text("\n".join(conf) + "\n")
+        (r / "gres.conf").write_text(f"Name=gpu File={self._stand_in_gpus()}\n")  # read next to slurm.conf
         DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
         if DEFAULT_CONF.is_symlink() and not DEFAULT_CONF.exists():
             DEFAULT_CONF.unlink()  # a killed test run's link into its deleted temp dir
@@ -238,6 +244,18 @@ class LocalSlurm:
             self.run("sacctmgr", "-i", "add", "user", user, f"Account={self.account}", "Cluster=qrerase")
         self._wait("node idle", lambda: "idle" in self.run("sinfo", "-h", "-o", "%T", check=False).stdout)
         return self
+
+    def _stand_in_gpus(self) -> str:
+        """``self.gpus`` device files for gres.conf: character devices 1:3 (what /dev/null is), so slurmd
+        sees GPU devices to schedule and bind (CUDA_VISIBLE_DEVICES) without any GPU. Returns the
+        gres.conf ``File=`` range."""
+        dev = self.root / "dev"
+        dev.mkdir(exist_ok=True)
+        for i in range(self.gpus):
+            node = dev / f"nvidia{i}"
+            if not node.exists():
+                os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return f"{dev}/nvidia[0-{self.gpus - 1}]"
 
     def _start_accounting(self, host: str, auth: list[str]) -> int:
         """A private MariaDB (loopback only, no grant tables: nothing but slurmdbd can reach it) and slurmdbd."""

@@ -496,6 +496,40 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     assert proc.returncode == 0 and "qrerase audit: OK" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_planned_gpu_job_is_one_task_that_sees_all_its_gpus(slurm, tmp_path, monkeypatch):  # noqa: F811
+    """A training job the plan gives 2 GPUs (model.device cuda, 2 processes), submitted through the
+    slurm executor plugin with the plan's resources (rule_resources, as rules/common.smk passes them) to
+    the local Slurm, whose node has 2 stand-in GPUs (GRES, tests/localslurm.py): Slurm grants the job
+    both GPUs in one task with the planned CPUs, and the task sees both (CUDA_VISIBLE_DEVICES)."""
+    from qrerase.workflow.plan_config import load_config, rule_resources
+
+    over = tmp_path / "gpu.yaml"
+    over.write_text(
+        "model:\n  device: cuda\nresources:\n  gpus_per_node: 2\n  gpu_mem_gb: 80\n  node_mem_gb: 16\n"
+        "  train:\n    processes: 2\n    mem_mb: 1000\n"
+    )
+    monkeypatch.chdir(REPO)
+    res = rule_resources(load_config(REPO / "tests/configs/test.yaml", over), "train", threads=1)
+    assert (res["gpu"], res["tasks_per_gpu"], res["nodes"], res["cpus_per_task"]) == (2, 0, 1, 2)
+    res.update(slurm_account=slurm.account, slurm_partition=slurm.partition)
+    words = ", ".join(f"{k}={v!r}" for k, v in res.items())
+    (tmp_path / "Snakefile").write_text(
+        "rule gpu_job:\n"
+        "    output: 'seen.txt'\n"
+        f"    resources: {words}\n"
+        "    shell: 'echo $CUDA_VISIBLE_DEVICES $SLURM_NTASKS $SLURM_CPUS_PER_TASK $SLURM_JOB_ID > {output}'\n"
+    )
+    cmd = [sys.executable, "-m", "snakemake", "--executor", "slurm", "--jobs", "1", "-d", str(tmp_path)]
+    cmd += ["-s", str(tmp_path / "Snakefile"), "--slurm-init-seconds-before-status-checks", "2"]
+    proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}{slurm.logs()}"
+    visible, tasks, cpus, jobid = (tmp_path / "seen.txt").read_text().split()
+    assert (visible, tasks, cpus) == ("0,1", "1", "2")
+    granted = slurm.run("sacct", "-X", "-n", "-P", "-j", jobid, "-o", "AllocTRES,NTasks,State").stdout.split("|")
+    tres = dict(t.split("=") for t in granted[0].split(","))
+    assert tres["gres/gpu"] == "2" and tres["cpu"] == "2" and granted[2].strip() == "COMPLETED", granted
+
+
 # ---------------------------------------------------------------------------------------------
 # Pretrained base, retain rank above k, the trade-off sweep (issue: erasure that visibly erases).
 # ---------------------------------------------------------------------------------------------
