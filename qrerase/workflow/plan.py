@@ -210,7 +210,9 @@ def device_bytes(
     (``job.references``); n = processes; k = gradient accumulation
     (:func:`accumulation_steps`); A = activations of one micro-batch (:func:`activation_bytes`).
     Masters, gradients and AdamW moments are fp32 (16 B per trained parameter); a LoRA job keeps its
-    frozen base in the compute dtype (its trained adapters are fp32, so it runs without autocast).
+    frozen base in the compute dtype and its trained adapters in fp32; it trains under autocast in
+    the base dtype, whose cached copies of the adapters (a·T, under 0.5 GiB for 70B at r = 16) are
+    not counted.
 
     - infer: a·P / n (weights split over the GPUs) + KV cache (2·layers·kv_dim·a per token of
       ``max_length + new_tokens``) + one forward's logits ((a + 4)·V per token) + 2·a·h per token.
