@@ -63,9 +63,33 @@ def registry_enum(source: str) -> list[str]:
     raise ValueError(f"schema: unknown x-registry source {source!r}")
 
 
+_MARKERS = ("x-registry", "x-registry-settings", "x-train-keys", "x-train-properties", "x-job-section")
+
+
+def _train_key(key: str, ref: bool) -> dict:
+    """A shared training key's schema (:class:`qrerase.hparams.TrainConfig`, no default: sections inherit);
+    an engine key as a ``$ref`` to ``definitions/engine_keys`` when ``ref``."""
+    from ..hparams import ENGINE_KEYS, MISSING, TrainConfig, key_schema
+
+    if ref and key in ENGINE_KEYS:
+        return {"$ref": f"#/definitions/engine_keys/{key}"}
+    node = key_schema(TrainConfig, key, MISSING)
+    node.pop("default", None)
+    return node
+
+
 def _inject(node: Any) -> Any:
     if isinstance(node, dict):
-        out = {k: _inject(v) for k, v in node.items() if k not in ("x-registry", "x-registry-settings")}
+        out = {k: _inject(v) for k, v in node.items() if k not in _MARKERS}
+        for key in node.get("x-train-keys", ()):
+            out[key] = _train_key(key, ref=False)
+        if "x-train-properties" in node:
+            props = out.setdefault("properties", {})
+            props.update({key: _train_key(key, ref=True) for key in node["x-train-properties"]})
+        if "x-job-section" in node:
+            from ..hparams import job_class
+
+            out = {**job_class(node["x-job-section"]).section_schema(None, out.get("description", "")), **out}
         if "x-registry" in node:
             out["enum"] = registry_enum(node["x-registry"])
         if "x-registry-settings" in node:
