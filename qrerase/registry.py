@@ -1,22 +1,20 @@
 """The method and track registry: every unlearning method and experiment track, with its implementation.
 
 Each method is registered once (:func:`register_method`, duplicate names rejected) with its
-implementation per runner kind, the tracks it serves and its own hyperparameters (a dataclass of
-:func:`qrerase.hparams.hparam` keys, ``hparams=``). Everything else is derived from it: the config
-schema's method and track enums and the methods' config sections (generated from the hyperparameter
-dataclasses and the shared training keys: :func:`settings_of`, :func:`qrerase.workflow.validation.load_schema`),
-the job configs (:class:`qrerase.hparams.TrainingJob`: shared training keys + the method's
-hyperparameters), the workflow's ``DECOMP`` and localised-method logic
+implementation per runner kind, the tracks it serves and its own hyperparameters (``hparams=``).
+Everything else is derived from it: the config schema's method and track enums and the methods'
+config sections (from the shared training keys and its hyperparameters: :func:`qrerase.jobs.section_schemas`),
+the job configs (:class:`qrerase.jobs.TrainingJob`), the workflow's ``DECOMP`` and localised-method logic
 (``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`), each track's
 target function (``all_targets`` in ``rules/common.smk``) and the dispatch of every baseline job
 (:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline`,
 :func:`qrerase.baselines.task_level_runners.run_task_level_baseline` and :func:`qrerase.speech.baselines.run_baseline`).
 
 Standard library only: implementations are ``"module:attribute"`` strings imported on first use, so
-planning code (``rules/common.smk``, the schema) never imports torch; a hyperparameter dataclass
-(a class, or a ``"module:Class"`` string) lives in a torch-free module (the schema reads it). A
-plug-in module registers its own methods when imported; the workflow imports the modules of the config key ``plugins``
-(:func:`load_plugins`). docs/extending.md: adding a method, adding a track.
+planning code (``rules/common.smk``, the schema) never imports torch (a hyperparameter dataclass
+lives in a torch-free module). A plug-in module registers its own methods when imported; the workflow
+imports the modules of the config key ``plugins`` (:func:`load_plugins`). docs/extending.md: adding a
+method, adding a track.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .hparams import NoHparams
+from .hparams import NoHparams, hparams_problem
 
 __all__ = [
     "Method",
@@ -102,21 +100,15 @@ KINDS: dict[str, str] = {
     "speech": "f(model, data, cfg) -> (model, curve) (qrerase.speech.baselines.run_baseline)",
 }
 #: Config sections holding one entry per method (``<section>.<method>``), by the kind of the tracks whose
-#: methods need one. The entries of :data:`HPARAM_SECTIONS` are generated (:func:`settings_of`); a
-#: method's :attr:`Method.settings` gives the JSON schema of its entries in the others.
+#: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
     "baselines": "text",
     "task_level.baselines": "task_level",
     "speech.baselines": "speech",
     "speech.tradeoff.baselines": "speech",
 }
-#: The sections whose entry ``<section>.<method>`` is a job of that runner kind: its schema is generated from
-#: the shared training keys and the method's hyperparameters (:meth:`qrerase.hparams.TrainingJob.section_schema`).
-HPARAM_SECTIONS: dict[str, str] = {
-    "baselines": "text",
-    "task_level.baselines": "task_level",
-    "speech.baselines": "speech",
-}
+#: The sections whose entry is a job of that runner kind (schema: :func:`qrerase.jobs.section_schemas`).
+HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
     "refusals": "template (refusal) answers, baselines.refusals (text tracks)",
@@ -136,13 +128,12 @@ class Method:
     label / tex_label: the table row label (Markdown, CSV, plots) and the LaTeX one (``None``: the
     escaped ``label``). tracks: the tracks whose ``methods.<track>`` may list it. run: runner kind
     (:data:`KINDS`) -> implementation, a callable or a lazily imported ``"module:attribute"``; a
-    baseline has one for the kind of each of its tracks. hparams: runner kind -> the dataclass of its own
-    hyperparameters (:class:`qrerase.hparams.Hparams`; a ``"module:Class"`` string is imported when
-    needed, :func:`hparams_of`). description: its config sections' description. settings: config
-    section outside :data:`HPARAM_SECTIONS` -> the JSON schema of its ``<section>.<name>`` entry
-    (``$ref`` may point into the schema file's ``definitions``). inputs: extra inputs its baseline jobs read
-    (:data:`INPUTS`). plan_shape: ``(sequences per example, frozen model copies)`` of its training job
-    for the memory plan (:mod:`qrerase.workflow.plan_config`); ``None``: the plan leaves it out.
+    baseline has one for the kind of each of its tracks. hparams: runner kind -> its own hyperparameters'
+    dataclass (or ``"module:Class"``, :func:`hparams_of`). description: its config sections'. settings:
+    section outside :data:`HPARAM_SECTIONS` -> the JSON schema of its ``<section>.<name>`` entry.
+    inputs: extra inputs its baseline jobs read (:data:`INPUTS`). plan_shape: ``(sequences per
+    example, frozen model copies)`` of its training job for the memory plan
+    (:mod:`qrerase.workflow.plan_config`); ``None``: the plan leaves it out.
     """
 
     name: str
@@ -192,15 +183,13 @@ def register_method(
     """Register one method (in table order: registration order) and return its record.
 
     ``run``: its implementation per runner kind (:data:`KINDS`); a single callable or string serves
-    every kind of its tracks. ``hparams``: the dataclass of its own hyperparameters
-    (:class:`qrerase.hparams.Hparams` with :func:`qrerase.hparams.hparam` fields; default none), one for
-    every kind or runner kind -> dataclass; its config sections (:data:`HPARAM_SECTIONS`) and job
-    configs are built from it and the shared training keys. ``description``: those sections'
-    description (default: the label). Rejected with a :class:`RegistryError` naming the problem: a
-    name already registered, an unknown track, kind or settings section, a baseline without an
-    implementation for one of its tracks' kinds, a settings schema for a generated section, a
-    hyperparameter dataclass that is not one or whose key clashes with a shared one, a subspace
-    method registered after the built-in ones (a new decomposition is not a plug-in).
+    every kind of its tracks. ``hparams``: the :class:`qrerase.hparams.Hparams` dataclass of its own
+    hyperparameters (default none), for every kind or per runner kind; its config sections
+    (:data:`HPARAM_SECTIONS`, described by ``description``) and job configs derive from it. Rejected
+    with a :class:`RegistryError` naming the problem: a name already registered, an unknown track,
+    kind or settings section, a baseline without an implementation for one of its tracks' kinds, a
+    settings schema for a generated section, a bad hyperparameter dataclass, a subspace method
+    registered after the built-in ones (a new decomposition is not a plug-in).
     """
     if not name.isidentifier() or name.endswith(CONTROL_SUFFIX) or name in REFERENCE_LABELS:
         raise RegistryError(f"method name {name!r}: expected an identifier, not a reference row or '*{CONTROL_SUFFIX}'")
@@ -233,8 +222,8 @@ def register_method(
             raise RegistryError(f"method {name!r}: hparams for runner kind(s) {bad} it has no implementation of")
         hp_map = {k: given.get(k) or NoHparams for k in run_map}
         for hp in hp_map.values():
-            if not isinstance(hp, str):
-                _check_hparams(name, hp)
+            if not isinstance(hp, str) and (problem := hparams_problem(hp)):
+                raise RegistryError(f"method {name!r}: {problem}")
     elif hparams is not None:
         raise RegistryError(f"method {name!r}: a subspace method has no hparams")
     inputs = tuple(inputs)
@@ -258,41 +247,27 @@ def register_method(
     return m
 
 
-def _check_hparams(name: str, cls: Any) -> None:
-    """A hyperparameter dataclass: every field an :func:`qrerase.hparams.hparam` key (described, of a
-    supported type), none named like a shared training key or a job's own key."""
-    import dataclasses
-
-    from .hparams import TRAIN_KEYS, Hparams, key_schema
-
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and issubclass(cls, Hparams)):
-        raise RegistryError(f"method {name!r}: hparams {cls!r} is not a dataclass derived from qrerase.hparams.Hparams")
-    shared = {*TRAIN_KEYS, "method", "train", "hparams", "mode", "lora_r", "lora_alpha", "lora_dropout"}
-    shared |= {"lora_target_modules", "target_modules"}
-    for f in dataclasses.fields(cls):
-        if f.name in shared:
-            raise RegistryError(f"method {name!r}: hyperparameter {f.name!r} clashes with a shared job key")
-        try:
-            key_schema(cls, f.name)
-        except (KeyError, TypeError) as exc:
-            raise RegistryError(f"method {name!r}: hyperparameter {f.name!r} is no hparam() key ({exc})") from None
-
-
 def hparams_of(name: str, kind: str) -> type:
     """The hyperparameter dataclass method ``name`` registered for runner ``kind`` (a ``"module:Class"``
     string is imported and checked now); :class:`RegistryError` for an unknown method or kind."""
     m = method(name)
     if kind not in m.hparams:
         raise RegistryError(f"method {name!r} has no {kind!r} hyperparameters (it has: {list(m.hparams)})")
-    hp = m.hparams[kind]
-    if isinstance(hp, str):
-        module, _, attr = hp.partition(":")
-        try:
-            hp = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise RegistryError(f"method {name!r}: hparams {m.hparams[kind]!r} cannot be loaded ({exc})") from None
-        _check_hparams(name, hp)
+    hp = _load(name, "hparams", m.hparams[kind])
+    if problem := hparams_problem(hp):
+        raise RegistryError(f"method {name!r}: {problem}")
     return hp
+
+
+def _load(name: str, what: str, ref: Any) -> Any:
+    """``ref`` itself, or the attribute a ``"module:attribute"`` string names (imported now)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"method {name!r}: {what} {ref!r} cannot be loaded ({exc})") from None
 
 
 def load_plugins(modules: Iterable[str]) -> None:
@@ -329,14 +304,7 @@ def implementation(name: str, kind: str) -> Callable[..., Any]:
     m = method(name)
     if kind not in m.run:
         raise RegistryError(f"method {name!r} has no {kind!r} implementation (it has: {list(m.run)})")
-    impl = m.run[kind]
-    if callable(impl):
-        return impl
-    module, _, attr = impl.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise RegistryError(f"method {name!r}: implementation {impl!r} cannot be loaded ({exc})") from None
+    return _load(name, "implementation", m.run[kind])
 
 
 def methods_for(track: str) -> list[str]:
@@ -359,17 +327,11 @@ def baselines_of_kind(kind: str) -> list[str]:
 
 
 def settings_of(section: str) -> dict[str, Mapping[str, Any]]:
-    """Method name -> the JSON schema of its ``<section>.<name>`` config entry, in registry order: for a
-    section of :data:`HPARAM_SECTIONS` generated from its job kind's shared keys and the method's
-    hyperparameters (:meth:`qrerase.hparams.TrainingJob.section_schema`), else as registered."""
+    """Method name -> the JSON schema of its ``<section>.<name>`` config entry, in registry order, as
+    registered (``settings=``); the entries of :data:`HPARAM_SECTIONS` are generated instead
+    (:func:`qrerase.jobs.section_schemas`)."""
     if section not in SETTINGS_SECTIONS:
         raise RegistryError(f"unknown settings section {section!r}; expected among {list(SETTINGS_SECTIONS)}")
-    if section in HPARAM_SECTIONS:
-        from .hparams import job_class
-
-        kind = HPARAM_SECTIONS[section]
-        job = job_class(kind)
-        return {m.name: job.section_schema(m.name, m.description) for m in _METHODS.values() if kind in m.hparams}
     return {m.name: m.settings[section] for m in _METHODS.values() if section in m.settings}
 
 
@@ -415,7 +377,8 @@ _ALL = tuple(TRACKS)
 _TEXT = ("tofu", "crosslingual")
 _SUBSPACE = "qrerase.method.discriminate:forget_updates"  # T_f, T_r -> the forget update (eqs. 1-6)
 _OBJ = "qrerase.baselines.objective"
-_TASK_TEXT = "qrerase.baselines.task_level_runners:run_text_objective"
+_TASK = "qrerase.baselines.task_level_runners"
+_TASK_TEXT = f"{_TASK}:run_text_objective"
 _HP = "qrerase.baselines.settings"  # the built-in methods' hyperparameter dataclasses (torch-free)
 _SPEECH_HP = "qrerase.speech.settings"
 
@@ -435,67 +398,37 @@ register_method(
     settings=_sweep("Gradient Ascent"),
     plan_shape=(1, 0),
 )
-_TEXT_BASELINES = (  # name, label, objective class, hyperparameters, description, inputs, plan shape
-    ("graddiff", "Gradient Difference", "GradientDifference", "RetainWeight",
+_BASELINES = (  # name, label, tracks, implementation, hyperparameters (module:class), description, inputs, plan shape
+    ("graddiff", "Gradient Difference", _TEXT, f"{_OBJ}:GradientDifference", f"{_HP}:RetainWeight",
      "Gradient Difference: forget NLL ascent plus retain_weight x retain NLL", (), (2, 0)),
-    ("kl", "KL Minimization", "KLMinimization", "RetainWeight",
+    ("kl", "KL Minimization", _TEXT, f"{_OBJ}:KLMinimization", f"{_HP}:RetainWeight",
      "KL Minimisation: forget NLL ascent plus retain_weight x KL to the fine-tuned model on retain answers",
      (), (2, 1)),
-    ("npo", "NPO", "NPO", "Preference", "NPO (Zhang et al. 2024)", (), (1, 1)),
-    ("dpo", "DPO", "DPO", "Preference", "DPO (Rafailov et al. 2023) with refusals as preferred answers",
-     ("refusals",), (2, 1)),
-    ("flat", "FLAT", "FLAT", "FlatHparams", "FLAT (Wang et al. 2025), forget data only", ("refusals",), (2, 0)),
+    ("npo", "NPO", _TEXT, f"{_OBJ}:NPO", f"{_HP}:Preference", "NPO (Zhang et al. 2024)", (), (1, 1)),
+    ("dpo", "DPO", _TEXT, f"{_OBJ}:DPO", f"{_HP}:Preference",
+     "DPO (Rafailov et al. 2023) with refusals as preferred answers", ("refusals",), (2, 1)),
+    ("flat", "FLAT", _TEXT, f"{_OBJ}:FLAT", f"{_HP}:FlatHparams", "FLAT (Wang et al. 2025), forget data only",
+     ("refusals",), (2, 0)),
+    ("scrub", "SCRUB", ("speech",), "qrerase.speech.baselines:run_scrub", f"{_SPEECH_HP}:ScrubHparams",
+     "SCRUB (teacher-student max / min steps)", (), (2, 1)),
+    ("bad_teaching", "Bad Teaching", ("speech",), "qrerase.speech.baselines:run_bad_teaching",
+     f"{_SPEECH_HP}:BadTeachingHparams", "Bad Teaching (competent and incompetent teachers)", (), (2, 2)),
+    ("kga", "KGA", ("task_level",), f"{_TASK}:run_kga", f"{_HP}:KgaHparams", "KGA (Wang et al. 2023)",
+     ("initial",), (2, 3)),
+    ("ku", "KU", ("task_level",), f"{_TASK}:run_ku", f"{_HP}:KuHparams", "KU (Jang et al. 2023)", (), (1, 0)),
 )  # fmt: skip
-for _name, _label, _cls, _hp, _desc, _inputs, _shape in _TEXT_BASELINES:
+for _name, _label, _tracks, _run, _hp, _desc, _inputs, _shape in _BASELINES:
     register_method(
         _name,
         label=_label,
         description=_desc,
-        tracks=_TEXT,
-        run={"text": f"{_OBJ}:{_cls}"},
-        hparams=f"{_HP}:{_hp}",
+        tracks=_tracks,
+        run=_run,
+        hparams=_hp,
+        settings=_sweep(_label) if "speech" in _tracks else None,
         inputs=_inputs,
         plan_shape=_shape,
     )
-register_method(
-    "scrub",
-    label="SCRUB",
-    description="SCRUB (teacher-student max / min steps)",
-    tracks=("speech",),
-    run="qrerase.speech.baselines:run_scrub",
-    hparams=f"{_SPEECH_HP}:ScrubHparams",
-    settings=_sweep("SCRUB"),
-    plan_shape=(2, 1),
-)
-register_method(
-    "bad_teaching",
-    label="Bad Teaching",
-    description="Bad Teaching (competent and incompetent teachers)",
-    tracks=("speech",),
-    run="qrerase.speech.baselines:run_bad_teaching",
-    hparams=f"{_SPEECH_HP}:BadTeachingHparams",
-    settings=_sweep("Bad Teaching"),
-    plan_shape=(2, 2),
-)
-register_method(
-    "kga",
-    label="KGA",
-    description="KGA (Wang et al. 2023)",
-    tracks=("task_level",),
-    run="qrerase.baselines.task_level_runners:run_kga",
-    hparams=f"{_HP}:KgaHparams",
-    inputs=("initial",),
-    plan_shape=(2, 3),
-)
-register_method(
-    "ku",
-    label="KU",
-    description="KU (Jang et al. 2023)",
-    tracks=("task_level",),
-    run="qrerase.baselines.task_level_runners:run_ku",
-    hparams=f"{_HP}:KuHparams",
-    plan_shape=(1, 0),
-)
 _BUILTIN_DONE = True
 
 #: The built-in methods, in table order (plug-ins: :func:`method`, :func:`methods_for`).

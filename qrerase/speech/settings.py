@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..hparams import ENGINE_KEYS, Hparams, TrainingJob, hparam
+from ..hparams import ENGINE_KEYS, Hparams, hparam
+from ..jobs import TrainingJob
 
 __all__ = ["ScrubHparams", "BadTeachingHparams", "SpeechBaselineConfig"]
 

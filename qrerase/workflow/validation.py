@@ -5,10 +5,10 @@ line naming the config key: ``config key 'speech.top_k': 12 exceeds the number o
 
 The schema file (``schemas/config.schema.yaml``) lists no method or track names: a node holding
 ``x-registry: <source>`` gets its ``enum`` from :mod:`qrerase.registry` at load time (sources:
-``methods.<track>``, ``subspace``, ``tracks``), and a node holding ``x-registry-settings: <section>``
-gets one property per method registered with a schema for that section
-(:func:`qrerase.registry.settings_of`). The methods of the config's ``plugins`` are registered first
-(:func:`validate`).
+``methods.<track>``, ``subspace``, ``tracks``), a node holding ``x-registry-settings: <section>`` one
+property per method of that section (:func:`qrerase.jobs.section_schemas`, else
+:func:`qrerase.registry.settings_of`), the shared training keys come from :func:`qrerase.jobs.inject`.
+The methods of the config's ``plugins`` are registered first (:func:`validate`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .. import registry
+from .. import jobs, registry
 
 __all__ = [
     "ConfigError",
@@ -63,38 +63,14 @@ def registry_enum(source: str) -> list[str]:
     raise ValueError(f"schema: unknown x-registry source {source!r}")
 
 
-_MARKERS = ("x-registry", "x-registry-settings", "x-train-keys", "x-train-properties", "x-job-section")
-
-
-def _train_key(key: str, ref: bool) -> dict:
-    """A shared training key's schema (:class:`qrerase.hparams.TrainConfig`, no default: sections inherit);
-    an engine key as a ``$ref`` to ``definitions/engine_keys`` when ``ref``."""
-    from ..hparams import ENGINE_KEYS, MISSING, TrainConfig, key_schema
-
-    if ref and key in ENGINE_KEYS:
-        return {"$ref": f"#/definitions/engine_keys/{key}"}
-    node = key_schema(TrainConfig, key, MISSING)
-    node.pop("default", None)
-    return node
-
-
 def _inject(node: Any) -> Any:
     if isinstance(node, dict):
-        out = {k: _inject(v) for k, v in node.items() if k not in _MARKERS}
-        for key in node.get("x-train-keys", ()):
-            out[key] = _train_key(key, ref=False)
-        if "x-train-properties" in node:
-            props = out.setdefault("properties", {})
-            props.update({key: _train_key(key, ref=True) for key in node["x-train-properties"]})
-        if "x-job-section" in node:
-            from ..hparams import job_class
-
-            out = {**job_class(node["x-job-section"]).section_schema(None, out.get("description", "")), **out}
+        out = jobs.inject(node, {k: _inject(v) for k, v in node.items() if not k.startswith("x-")})  # markers
         if "x-registry" in node:
             out["enum"] = registry_enum(node["x-registry"])
         if "x-registry-settings" in node:
             section, props = node["x-registry-settings"], out.setdefault("properties", {})
-            for name, schema in registry.settings_of(section).items():
+            for name, schema in jobs.section_schemas(section).items():
                 if name in props:
                     raise ValueError(f"schema: '{section}.{name}' is both in the schema file and registered")
                 props[name] = _inject(copy.deepcopy(dict(schema)))
