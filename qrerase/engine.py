@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from .gather import check_finite_sharded, drop, gather_to_main, release_optimizer, unshard
+from .hparams import BACKENDS as _BACKENDS
 from .resume import (
     KEEP_STATES,
     STATE_MANIFEST,
@@ -98,7 +99,7 @@ __all__ = [
 #: Multi-process engines: ``ddp`` (Accelerate's DDP; the only one with one process), ``fsdp``
 #: (FSDP2: parameters, gradients and optimiser states sharded, layers of ``_no_split_modules``
 #: wrapped). DeepSpeed was removed until it can be tested (docs/training-engine.md).
-BACKENDS = ("ddp", "fsdp")
+BACKENDS = _BACKENDS
 
 
 def world_size() -> int:

@@ -1,18 +1,20 @@
 """The method and track registry: every unlearning method and experiment track, with its implementation.
 
 Each method is registered once (:func:`register_method`, duplicate names rejected) with its
-implementation per runner kind, the tracks it serves and the schema of its config sections. Everything
-else is derived from it: the config schema's method and track enums and the methods' config sections
-(:func:`qrerase.workflow.validation.load_schema`), the workflow's ``DECOMP`` and localised-method logic
+implementation per runner kind, the tracks it serves and its own hyperparameters (``hparams=``).
+Everything else is derived from it: the config schema's method and track enums and the methods'
+config sections (from the shared training keys and its hyperparameters: :func:`qrerase.jobs.section_schemas`),
+the job configs (:class:`qrerase.jobs.TrainingJob`), the workflow's ``DECOMP`` and localised-method logic
 (``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`), each track's
 target function (``all_targets`` in ``rules/common.smk``) and the dispatch of every baseline job
 (:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline`,
 :func:`qrerase.baselines.task_level_runners.run_task_level_baseline` and :func:`qrerase.speech.baselines.run_baseline`).
 
 Standard library only: implementations are ``"module:attribute"`` strings imported on first use, so
-planning code (``rules/common.smk``, the schema) never imports torch. A plug-in module registers its
-own methods when imported; the workflow imports the modules of the config key ``plugins``
-(:func:`load_plugins`). docs/extending.md: adding a method, adding a track.
+planning code (``rules/common.smk``, the schema) never imports torch (a hyperparameter dataclass
+lives in a torch-free module). A plug-in module registers its own methods when imported; the workflow
+imports the modules of the config key ``plugins`` (:func:`load_plugins`). docs/extending.md: adding a
+method, adding a track.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .hparams import NoHparams, hparams_problem
+
 __all__ = [
     "Method",
     "Track",
@@ -32,6 +36,7 @@ __all__ = [
     "KINDS",
     "INPUTS",
     "SETTINGS_SECTIONS",
+    "HPARAM_SECTIONS",
     "DECOMPOSITIONS",
     "DECOMP",
     "SUBSPACE_METHODS",
@@ -48,6 +53,7 @@ __all__ = [
     "baselines_of_kind",
     "required_section",
     "settings_of",
+    "hparams_of",
     "is_localised",
     "global_method",
     "method_labels",
@@ -94,13 +100,15 @@ KINDS: dict[str, str] = {
     "speech": "f(model, data, cfg) -> (model, curve) (qrerase.speech.baselines.run_baseline)",
 }
 #: Config sections holding one entry per method (``<section>.<method>``), by the kind of the tracks whose
-#: methods need one. A method's :attr:`Method.settings` gives the JSON schema of each of its entries.
+#: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
     "baselines": "text",
     "task_level.baselines": "task_level",
     "speech.baselines": "speech",
     "speech.tradeoff.baselines": "speech",
 }
+#: The sections whose entry is a job of that runner kind (schema: :func:`qrerase.jobs.section_schemas`).
+HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
     "refusals": "template (refusal) answers, baselines.refusals (text tracks)",
@@ -120,11 +128,12 @@ class Method:
     label / tex_label: the table row label (Markdown, CSV, plots) and the LaTeX one (``None``: the
     escaped ``label``). tracks: the tracks whose ``methods.<track>`` may list it. run: runner kind
     (:data:`KINDS`) -> implementation, a callable or a lazily imported ``"module:attribute"``; a
-    baseline has one for the kind of each of its tracks. settings: config section
-    (:data:`SETTINGS_SECTIONS`) -> the JSON schema of its ``<section>.<name>`` entry (``$ref`` may
-    point into the schema file's ``definitions``). inputs: extra inputs its baseline jobs read
-    (:data:`INPUTS`). plan_shape: ``(sequences per example, frozen model copies)`` of its training job
-    for the memory plan (:mod:`qrerase.workflow.plan_config`); ``None``: the plan leaves it out.
+    baseline has one for the kind of each of its tracks. hparams: runner kind -> its own hyperparameters'
+    dataclass (or ``"module:Class"``, :func:`hparams_of`). description: its config sections'. settings:
+    section outside :data:`HPARAM_SECTIONS` -> the JSON schema of its ``<section>.<name>`` entry.
+    inputs: extra inputs its baseline jobs read (:data:`INPUTS`). plan_shape: ``(sequences per
+    example, frozen model copies)`` of its training job for the memory plan
+    (:mod:`qrerase.workflow.plan_config`); ``None``: the plan leaves it out.
     """
 
     name: str
@@ -137,6 +146,8 @@ class Method:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
     plan_shape: tuple[int, int] | None = None
+    hparams: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
 
     @property
     def subspace(self) -> bool:
@@ -166,14 +177,19 @@ def register_method(
     decomp: str | None = None,
     localised: bool = False,
     tex_label: str | None = None,
+    hparams: type | str | Mapping[str, type | str] | None = None,
+    description: str | None = None,
 ) -> Method:
     """Register one method (in table order: registration order) and return its record.
 
     ``run``: its implementation per runner kind (:data:`KINDS`); a single callable or string serves
-    every kind of its tracks. Rejected with a :class:`RegistryError` naming the problem: a name already
-    registered, an unknown track, kind or settings section, a baseline without an implementation for
-    one of its tracks' kinds or without the required settings section, a subspace method registered
-    after the built-in ones (a new decomposition is not a plug-in).
+    every kind of its tracks. ``hparams``: the :class:`qrerase.hparams.Hparams` dataclass of its own
+    hyperparameters (default none), for every kind or per runner kind; its config sections
+    (:data:`HPARAM_SECTIONS`, described by ``description``) and job configs derive from it. Rejected
+    with a :class:`RegistryError` naming the problem: a name already registered, an unknown track,
+    kind or settings section, a baseline without an implementation for one of its tracks' kinds, a
+    settings schema for a generated section, a bad hyperparameter dataclass, a subspace method
+    registered after the built-in ones (a new decomposition is not a plug-in).
     """
     if not name.isidentifier() or name.endswith(CONTROL_SUFFIX) or name in REFERENCE_LABELS:
         raise RegistryError(f"method name {name!r}: expected an identifier, not a reference row or '*{CONTROL_SUFFIX}'")
@@ -197,10 +213,19 @@ def register_method(
         raise RegistryError(
             f"method {name!r}: unknown settings section(s) {bad}; expected among {list(SETTINGS_SECTIONS)}"
         )
-    if decomp is None and (
-        missing := [_REQUIRED_SECTIONS[k] for k in kinds if _REQUIRED_SECTIONS.get(k) not in (None, *settings)]
-    ):
-        raise RegistryError(f"method {name!r}: no schema for its config section(s) {missing} (settings=...)")
+    if generated := [s for s in settings if s in HPARAM_SECTIONS]:
+        raise RegistryError(f"method {name!r}: section(s) {generated} are generated from its hparams, not settings=")
+    hp_map: dict[str, Any] = {}
+    if decomp is None:
+        given = dict(hparams) if isinstance(hparams, Mapping) else {k: hparams for k in run_map}
+        if bad := [k for k in given if k not in run_map]:
+            raise RegistryError(f"method {name!r}: hparams for runner kind(s) {bad} it has no implementation of")
+        hp_map = {k: given.get(k) or NoHparams for k in run_map}
+        for hp in hp_map.values():
+            if not isinstance(hp, str) and (problem := hparams_problem(hp)):
+                raise RegistryError(f"method {name!r}: {problem}")
+    elif hparams is not None:
+        raise RegistryError(f"method {name!r}: a subspace method has no hparams")
     inputs = tuple(inputs)
     if bad := [i for i in inputs if i not in INPUTS]:
         raise RegistryError(f"method {name!r}: unknown input(s) {bad}; expected among {list(INPUTS)}")
@@ -215,9 +240,34 @@ def register_method(
         MappingProxyType({k: MappingProxyType(dict(v)) for k, v in settings.items()}),
         inputs,
         None if plan_shape is None else (int(plan_shape[0]), int(plan_shape[1])),
+        MappingProxyType(hp_map),
+        description or label,
     )
     _METHODS[name] = m
     return m
+
+
+def hparams_of(name: str, kind: str) -> type:
+    """The hyperparameter dataclass method ``name`` registered for runner ``kind`` (a ``"module:Class"``
+    string is imported and checked now); :class:`RegistryError` for an unknown method or kind."""
+    m = method(name)
+    if kind not in m.hparams:
+        raise RegistryError(f"method {name!r} has no {kind!r} hyperparameters (it has: {list(m.hparams)})")
+    hp = _load(name, "hparams", m.hparams[kind])
+    if problem := hparams_problem(hp):
+        raise RegistryError(f"method {name!r}: {problem}")
+    return hp
+
+
+def _load(name: str, what: str, ref: Any) -> Any:
+    """``ref`` itself, or the attribute a ``"module:attribute"`` string names (imported now)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"method {name!r}: {what} {ref!r} cannot be loaded ({exc})") from None
 
 
 def load_plugins(modules: Iterable[str]) -> None:
@@ -254,14 +304,7 @@ def implementation(name: str, kind: str) -> Callable[..., Any]:
     m = method(name)
     if kind not in m.run:
         raise RegistryError(f"method {name!r} has no {kind!r} implementation (it has: {list(m.run)})")
-    impl = m.run[kind]
-    if callable(impl):
-        return impl
-    module, _, attr = impl.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise RegistryError(f"method {name!r}: implementation {impl!r} cannot be loaded ({exc})") from None
+    return _load(name, "implementation", m.run[kind])
 
 
 def methods_for(track: str) -> list[str]:
@@ -284,7 +327,9 @@ def baselines_of_kind(kind: str) -> list[str]:
 
 
 def settings_of(section: str) -> dict[str, Mapping[str, Any]]:
-    """Method name -> the JSON schema of its ``<section>.<name>`` config entry, in registry order."""
+    """Method name -> the JSON schema of its ``<section>.<name>`` config entry, in registry order, as
+    registered (``settings=``); the entries of :data:`HPARAM_SECTIONS` are generated instead
+    (:func:`qrerase.jobs.section_schemas`)."""
     if section not in SETTINGS_SECTIONS:
         raise RegistryError(f"unknown settings section {section!r}; expected among {list(SETTINGS_SECTIONS)}")
     return {m.name: m.settings[section] for m in _METHODS.values() if section in m.settings}
@@ -324,22 +369,18 @@ def tex_method_labels() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------
 # The built-in methods, in table order: the subspace methods, then the baselines of each track.
 # ---------------------------------------------------------------------------------------------------
-def _ref(definition: str, description: str, **extra: Any) -> dict[str, Any]:
-    return {"$ref": f"#/definitions/{definition}", "description": description, **extra}
-
-
-def _speech(label: str, description: str) -> dict[str, dict[str, Any]]:
-    return {
-        "speech.baselines": _ref("speech_baseline", description),
-        "speech.tradeoff.baselines": _ref("speech_sweep", f"the {label} sweep"),
-    }
+def _sweep(label: str) -> dict[str, dict[str, Any]]:
+    return {"speech.tradeoff.baselines": {"$ref": "#/definitions/speech_sweep", "description": f"the {label} sweep"}}
 
 
 _ALL = tuple(TRACKS)
 _TEXT = ("tofu", "crosslingual")
 _SUBSPACE = "qrerase.method.discriminate:forget_updates"  # T_f, T_r -> the forget update (eqs. 1-6)
 _OBJ = "qrerase.baselines.objective"
-_TASK_TEXT = "qrerase.baselines.task_level_runners:run_text_objective"
+_TASK = "qrerase.baselines.task_level_runners"
+_TASK_TEXT = f"{_TASK}:run_text_objective"
+_HP = "qrerase.baselines.settings"  # the built-in methods' hyperparameter dataclasses (torch-free)
+_SPEECH_HP = "qrerase.speech.settings"
 
 for _name, _decomp, _ll, _label, _tex in (
     ("unlearn", "svd", False, "UNLEARN", r"\textsc{UNLEARN}"),
@@ -351,69 +392,43 @@ for _name, _decomp, _ll, _label, _tex in (
 register_method(
     "ga",
     label="Gradient Ascent",
+    description="Gradient Ascent: minus the mean answer-token NLL of the forget set",
     tracks=("tofu", "crosslingual", "speech", "task_level"),
     run={"text": f"{_OBJ}:GradientAscent", "task_level": _TASK_TEXT, "speech": "qrerase.speech.baselines:run_ga"},
-    settings={
-        "baselines": _ref("baseline_plain", "Gradient Ascent: minus the mean answer-token NLL of the forget set"),
-        "task_level.baselines": _ref("baseline_plain", "Gradient Ascent"),
-        **_speech("Gradient Ascent", "Gradient Ascent"),
-    },
+    settings=_sweep("Gradient Ascent"),
     plan_shape=(1, 0),
 )
-_TEXT_BASELINES = (  # name, label, objective class, schema definition, description, inputs, plan shape
-    ("graddiff", "Gradient Difference", "GradientDifference", "baseline_retain",
+_BASELINES = (  # name, label, tracks, implementation, hyperparameters (module:class), description, inputs, plan shape
+    ("graddiff", "Gradient Difference", _TEXT, f"{_OBJ}:GradientDifference", f"{_HP}:RetainWeight",
      "Gradient Difference: forget NLL ascent plus retain_weight x retain NLL", (), (2, 0)),
-    ("kl", "KL Minimization", "KLMinimization", "baseline_retain",
+    ("kl", "KL Minimization", _TEXT, f"{_OBJ}:KLMinimization", f"{_HP}:RetainWeight",
      "KL Minimisation: forget NLL ascent plus retain_weight x KL to the fine-tuned model on retain answers",
      (), (2, 1)),
-    ("npo", "NPO", "NPO", "baseline_beta", "NPO (Zhang et al. 2024)", (), (1, 1)),
-    ("dpo", "DPO", "DPO", "baseline_beta", "DPO (Rafailov et al. 2023) with refusals as preferred answers",
-     ("refusals",), (2, 1)),
-    ("flat", "FLAT", "FLAT", "baseline_flat", "FLAT (Wang et al. 2025), forget data only", ("refusals",), (2, 0)),
+    ("npo", "NPO", _TEXT, f"{_OBJ}:NPO", f"{_HP}:Preference", "NPO (Zhang et al. 2024)", (), (1, 1)),
+    ("dpo", "DPO", _TEXT, f"{_OBJ}:DPO", f"{_HP}:Preference",
+     "DPO (Rafailov et al. 2023) with refusals as preferred answers", ("refusals",), (2, 1)),
+    ("flat", "FLAT", _TEXT, f"{_OBJ}:FLAT", f"{_HP}:FlatHparams", "FLAT (Wang et al. 2025), forget data only",
+     ("refusals",), (2, 0)),
+    ("scrub", "SCRUB", ("speech",), "qrerase.speech.baselines:run_scrub", f"{_SPEECH_HP}:ScrubHparams",
+     "SCRUB (teacher-student max / min steps)", (), (2, 1)),
+    ("bad_teaching", "Bad Teaching", ("speech",), "qrerase.speech.baselines:run_bad_teaching",
+     f"{_SPEECH_HP}:BadTeachingHparams", "Bad Teaching (competent and incompetent teachers)", (), (2, 2)),
+    ("kga", "KGA", ("task_level",), f"{_TASK}:run_kga", f"{_HP}:KgaHparams", "KGA (Wang et al. 2023)",
+     ("initial",), (2, 3)),
+    ("ku", "KU", ("task_level",), f"{_TASK}:run_ku", f"{_HP}:KuHparams", "KU (Jang et al. 2023)", (), (1, 0)),
 )  # fmt: skip
-for _name, _label, _cls, _def, _desc, _inputs, _shape in _TEXT_BASELINES:
+for _name, _label, _tracks, _run, _hp, _desc, _inputs, _shape in _BASELINES:
     register_method(
         _name,
         label=_label,
-        tracks=_TEXT,
-        run={"text": f"{_OBJ}:{_cls}"},
-        settings={"baselines": _ref(_def, _desc)},
+        description=_desc,
+        tracks=_tracks,
+        run=_run,
+        hparams=_hp,
+        settings=_sweep(_label) if "speech" in _tracks else None,
         inputs=_inputs,
         plan_shape=_shape,
     )
-register_method(
-    "scrub",
-    label="SCRUB",
-    tracks=("speech",),
-    run="qrerase.speech.baselines:run_scrub",
-    settings=_speech("SCRUB", "SCRUB (teacher-student max / min steps)"),
-    plan_shape=(2, 1),
-)
-register_method(
-    "bad_teaching",
-    label="Bad Teaching",
-    tracks=("speech",),
-    run="qrerase.speech.baselines:run_bad_teaching",
-    settings=_speech("Bad Teaching", "Bad Teaching (competent and incompetent teachers)"),
-    plan_shape=(2, 2),
-)
-register_method(
-    "kga",
-    label="KGA",
-    tracks=("task_level",),
-    run="qrerase.baselines.task_level_runners:run_kga",
-    settings={"task_level.baselines": _ref("task_kga", "KGA (Wang et al. 2023)")},
-    inputs=("initial",),
-    plan_shape=(2, 3),
-)
-register_method(
-    "ku",
-    label="KU",
-    tracks=("task_level",),
-    run="qrerase.baselines.task_level_runners:run_ku",
-    settings={"task_level.baselines": _ref("task_ku", "KU (Jang et al. 2023)")},
-    plan_shape=(1, 0),
-)
 _BUILTIN_DONE = True
 
 #: The built-in methods, in table order (plug-ins: :func:`method`, :func:`methods_for`).

@@ -165,7 +165,7 @@ def main(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None 
     if kind in ("npo", "kl"):
         from qrerase.baselines.text import TextBaselineConfig, loads_sharded
 
-        bcfg = TextBaselineConfig(
+        bcfg = TextBaselineConfig.of(
             method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend
         )
         shard, shard_ref = loads_sharded(bcfg)

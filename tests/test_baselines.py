@@ -108,22 +108,24 @@ def test_flat_loss_matches_the_variational_pair(divergence, g, fg):
 
 def test_config_strict_and_validated():
     cfg = TextBaselineConfig.from_dict({"method": "npo", "epochs": 2, "lr": 1e-3, "batch_size": 4, "beta": 0.5})
-    assert cfg.train_config().epochs == 2 and cfg.train_config().lr == 1e-3 and cfg.beta == 0.5
+    assert cfg.train_config().epochs == 2 and cfg.train_config().lr == 1e-3 and cfg.hparams.beta == 0.5
     with pytest.raises(ValueError, match="unknown key"):
         TextBaselineConfig.from_dict({"method": "ga", "learning_rate": 1})
     with pytest.raises(ValueError, match="unknown method 'sgd'"):
-        TextBaselineConfig(method="sgd")
-    for bad in (
-        {"beta": 0.0},
-        {"beta": -1},
-        {"lr": 0},
-        {"epochs": 0},
-        {"mode": "qlora"},
-        {"divergence": "hellinger"},
-        {"retain_weight": -1},
+        TextBaselineConfig.of(method="sgd")
+    for method, bad in (  # each key with a method that has it (a hyperparameter is its method's own)
+        ("npo", {"beta": 0.0}),
+        ("npo", {"beta": -1}),
+        ("npo", {"lr": 0}),
+        ("npo", {"epochs": 0}),
+        ("npo", {"mode": "qlora"}),
+        ("flat", {"divergence": "hellinger"}),
+        ("graddiff", {"retain_weight": -1}),
     ):
         with pytest.raises(ValueError, match=f"'{next(iter(bad))}' must be"):
-            TextBaselineConfig(method="npo", **bad)
+            TextBaselineConfig.of(method=method, **bad)
+    with pytest.raises(ValueError, match=r"baseline config \(npo\): unknown key\(s\) \['divergence'\]"):
+        TextBaselineConfig.of(method="npo", divergence="tv")
 
 
 def test_read_refusals(tmp_path):
@@ -172,7 +174,7 @@ def _nll(model, tok, records):
 
 def _run(finetuned, tok, sets, **kw):
     forget, retain = sets
-    cfg = TextBaselineConfig(**{"epochs": 2, "lr": 2e-3, "batch_size": 8, "seed": 3, "threads": 1, **kw})
+    cfg = TextBaselineConfig.of(**{"epochs": 2, "lr": 2e-3, "batch_size": 8, "seed": 3, "threads": 1, **kw})
     model = copy.deepcopy(finetuned)
     ref = copy.deepcopy(finetuned)
     return train_baseline(model, ref, tok, forget, retain, TPL, cfg, refusals=read_refusals(DATA / "idontknow.txt"))
@@ -230,15 +232,15 @@ def test_lora_mode_gives_a_plain_checkpoint(finetuned, tok, sets, tmp_path):
 
 def test_bad_input_is_a_clear_error(finetuned, tok, sets):
     forget, retain = sets
-    cfg = TextBaselineConfig(method="npo", epochs=1, lr=1e-3, batch_size=8, threads=1)
+    cfg = TextBaselineConfig.of(method="npo", epochs=1, lr=1e-3, batch_size=8, threads=1)
     with pytest.raises(ValueError, match="forget set is empty"):
         train_baseline(finetuned, finetuned, tok, [], retain, TPL, cfg)
     with pytest.raises(ValueError, match="needs the reference"):
         train_baseline(finetuned, None, tok, forget, retain, TPL, cfg)
     with pytest.raises(ValueError, match="needs a non-empty retain set"):
-        train_baseline(finetuned, finetuned, tok, forget, [], TPL, TextBaselineConfig(method="graddiff", threads=1))
+        train_baseline(finetuned, finetuned, tok, forget, [], TPL, TextBaselineConfig.of(method="graddiff", threads=1))
     with pytest.raises(ValueError, match="needs refusal answers"):
-        train_baseline(finetuned, finetuned, tok, forget, retain, TPL, TextBaselineConfig(method="dpo", threads=1))
+        train_baseline(finetuned, finetuned, tok, forget, retain, TPL, TextBaselineConfig.of(method="dpo", threads=1))
 
 
 def test_workflow_schema_lists_exactly_these_baselines():

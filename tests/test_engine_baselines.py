@@ -15,7 +15,7 @@ import torch
 from tiny_text import DATA, TINY, TPL, tofu_qa
 
 from qrerase import engine
-from qrerase.baselines.task_level import KgaConfig, KuConfig, train_kga, train_ku
+from qrerase.baselines.task_level import TaskLevelBaselineConfig, train_kga, train_ku
 from qrerase.baselines.text import TEXT_BASELINES, TextBaselineConfig, read_refusals, train_baseline
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
@@ -61,7 +61,7 @@ def test_text_baseline_micro_batches_equal_full_batches(models, tok, sets, metho
     forget, retain, _ = sets
     out = {}
     for micro in (None, 3):
-        cfg = TextBaselineConfig(
+        cfg = TextBaselineConfig.of(
             method=method, epochs=2, lr=2e-3, batch_size=8, seed=3, threads=1, micro_batch_size=micro
         )
         model, curve = train_baseline(
@@ -83,12 +83,26 @@ def test_kga_and_ku_micro_batches_equal_full_batches(models, tok, sets):
     initial, finetuned = models
     forget, retain, new = sets
     for micro in (None, 3):
-        kga = KgaConfig(
-            epochs=1, batch_size=8, aux_epochs=1, aux_batch_size=8, lr=1e-3, threads=1, micro_batch_size=micro
+        kga = TaskLevelBaselineConfig.of(
+            method="kga",
+            epochs=1,
+            batch_size=8,
+            aux_epochs=1,
+            aux_batch_size=8,
+            lr=1e-3,
+            threads=1,
+            micro_batch_size=micro,
         )
         m, rows = train_kga(copy.deepcopy(finetuned), initial, tok, forget, retain, new, TPL, kga)
-        ku = KuConfig(
-            ma_threshold=0.0, epochs=1, batch_size=8, lr=1e-2, check_every=3, threads=1, micro_batch_size=micro
+        ku = TaskLevelBaselineConfig.of(
+            method="ku",
+            ma_threshold=0.0,
+            epochs=1,
+            batch_size=8,
+            lr=1e-2,
+            check_every=3,
+            threads=1,
+            micro_batch_size=micro,
         )
         m2, rows2, _ = train_ku(copy.deepcopy(finetuned), tok, forget, new, TPL, ku)
         if micro is None:
@@ -107,7 +121,9 @@ def test_resumed_graddiff_is_bit_identical(models, tok, sets, tmp_path):
     """Retain batches are part of each step's payload, so a resumed run draws the same ones."""
     _, finetuned = models
     forget, retain, _ = sets
-    cfg = TextBaselineConfig(method="graddiff", epochs=3, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2)
+    cfg = TextBaselineConfig.of(
+        method="graddiff", epochs=3, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2
+    )
     ref, ref_curve = train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
     from qrerase.text import training
 
@@ -147,7 +163,9 @@ def test_a_baseline_setting_change_is_not_resumed(models, tok, sets, tmp_path, c
 
     _, finetuned = models
     forget, retain, _ = sets
-    cfg = TextBaselineConfig(method="graddiff", epochs=1, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2)
+    cfg = TextBaselineConfig.of(
+        method="graddiff", epochs=1, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2
+    )
     original = training.train_steps
 
     def abort_at_3(step):
@@ -163,7 +181,7 @@ def test_a_baseline_setting_change_is_not_resumed(models, tok, sets, tmp_path, c
     finally:
         text.train_steps = original
     assert (resume / "graddiff" / "step-2").is_dir()
-    changed = dataclasses.replace(cfg, retain_weight=0.5)
+    changed = dataclasses.replace(cfg, hparams=dataclasses.replace(cfg.hparams, retain_weight=0.5))
     with caplog.at_level(logging.INFO, logger="qrerase"), engine.resuming(resume):
         train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, changed)
     assert "different run" in caplog.text and "resumed training" not in caplog.text

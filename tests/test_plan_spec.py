@@ -14,7 +14,7 @@ from conftest import shipped_config
 from test_workflow import snakemake, write_yaml_config
 
 from qrerase import engine
-from qrerase.baselines.task_level import KgaConfig, KuConfig
+from qrerase.baselines.task_level import TaskLevelBaselineConfig
 from qrerase.baselines.text import TextBaselineConfig
 from qrerase.cli import main
 from qrerase.speech.baselines import SpeechBaselineConfig
@@ -40,12 +40,10 @@ def script_config(track: str, stage: str, settings: dict):
     if stage in ("pretrain", "finetune", "lora"):
         return TrainConfig.from_dict({k: v for k, v in settings.items() if k not in NOT_TRAINING})
     if track == "speech":
-        return SpeechBaselineConfig.from_dict(settings)
+        return SpeechBaselineConfig.from_dict({**settings, "method": stage})
     if track == "task_level":
-        if stage == "kga":
-            return KgaConfig.from_dict({**settings, "max_length": 128})
-        if stage == "ku":
-            return KuConfig.from_dict({**settings, "max_length": 128})
+        if stage in ("kga", "ku"):
+            return TaskLevelBaselineConfig.from_dict({**settings, "method": stage, "max_length": 128})
         return TextBaselineConfig.from_dict({**settings, "method": stage})
     return TextBaselineConfig.from_dict(settings)
 

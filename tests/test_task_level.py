@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from qrerase.baselines.task_level import KuConfig, full_sequence, kga_loss, ku_loss, memorization_accuracy, train_ku
+from qrerase.baselines.task_level import (
+    TaskLevelBaselineConfig,
+    full_sequence,
+    kga_loss,
+    ku_loss,
+    memorization_accuracy,
+    train_ku,
+)
 from qrerase.baselines.text import kl_divergence
 from qrerase.reports.task_level import task_level_table
 from qrerase.text.lm import PromptTemplate, encode_qa_many
@@ -324,7 +331,12 @@ def test_ku_stops_by_its_criterion(tiny):
     forget, new = sets["forget"][:64], sets["new"]
     # threshold 1: every sequence already counts as forgotten -> no step
     m1, rows, info = train_ku(
-        copy.deepcopy(model), tok, forget, new, PromptTemplate(), KuConfig(ma_threshold=1.0, threads=1)
+        copy.deepcopy(model),
+        tok,
+        forget,
+        new,
+        PromptTemplate(),
+        TaskLevelBaselineConfig.of(method="ku", ma_threshold=1.0, threads=1),
     )
     assert rows == [] and info["stopped"] and info["steps"] == 0
     # threshold 0 cannot be reached in 2 epochs -> all steps run, forget NLL rises (gradient ascent)
@@ -334,13 +346,22 @@ def test_ku_stops_by_its_criterion(tiny):
         forget,
         new,
         PromptTemplate(),
-        KuConfig(ma_threshold=0.0, epochs=2, batch_size=16, lr=1e-2, check_every=3, threads=1),
+        TaskLevelBaselineConfig.of(
+            method="ku", ma_threshold=0.0, epochs=2, batch_size=16, lr=1e-2, check_every=3, threads=1
+        ),
     )
     assert info["steps"] == len(rows) == 8 and not info["stopped"]
     assert rows[-1]["forget_nll"] > rows[0]["forget_nll"]
     assert np.isfinite(rows[2]["forget_ma"]) and np.isnan(rows[0]["forget_ma"])
     # the default threshold is the fine-tuned model's MA on the new data
-    _, _, info = train_ku(copy.deepcopy(model), tok, forget, new, PromptTemplate(), KuConfig(epochs=1, threads=1))
+    _, _, info = train_ku(
+        copy.deepcopy(model),
+        tok,
+        forget,
+        new,
+        PromptTemplate(),
+        TaskLevelBaselineConfig.of(method="ku", epochs=1, threads=1),
+    )
     ex = [
         full_sequence(e)
         for e in encode_qa_many(tok, PromptTemplate(), [(r["question"], r["answer"]) for r in new], 128)

@@ -15,7 +15,8 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     method = snakemake.wildcards.method
     arrays, index = load_speech_data(inp.audio, inp.index)
     model = load_speech_model(inp.model)
-    cfg = SpeechBaselineConfig.from_dict({**p.cfg, **p.engine, "seed": p.seed, "threads": snakemake.threads})
+    settings = {**p.cfg, **p.engine, "method": method, "seed": p.seed, "threads": snakemake.threads}
+    cfg = SpeechBaselineConfig.from_dict(settings)
     forget, retain = train_mask(index, p.setting, "forget"), train_mask(index, p.setting, "retain")
     log.info(
         "%s (%s setting): %d forget / %d retain utterances: %s", method, p.setting, forget.sum(), retain.sum(), cfg

@@ -10,6 +10,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .settings import DIVERGENCES
+
 __all__ = [
     "DIVERGENCES",
     "token_mean_nll",
@@ -21,9 +23,6 @@ __all__ = [
     "dpo_loss",
     "flat_loss",
 ]
-
-#: FLAT's f-divergences: name -> (g*, f*∘g*) as functions of a probability-valued tensor.
-DIVERGENCES = ("tv", "kl", "js", "pearson")
 
 
 def token_mean_nll(nll: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,10 @@ class TextObjective:
     :func:`qrerase.baselines.text.reference` (in LoRA mode π_ref is the adapter-disabled model).
     Refusal answers (one per forget question, ``refusal_ex``) come with a method registered with
     ``inputs=("refusals",)`` (:mod:`qrerase.registry`: the workflow plans that input).
+
+    ``cfg``: the job's :class:`~qrerase.baselines.settings.TextBaselineConfig`; ``self.hparams`` is its
+    ``hparams``, the method's own hyperparameters (the dataclass registered with ``hparams=``:
+    ``retain_weight`` of graddiff / kl, ``beta`` of NPO / DPO, ``divergence`` of FLAT).
     """
 
     needs_retain = False
@@ -50,6 +54,7 @@ class TextObjective:
 
     def __init__(self, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal):
         self.cfg, self.model, self.ref_model, self.pad_id = cfg, model, ref_model, pad_id
+        self.hparams = cfg.hparams  # the method's own hyperparameters (its registered dataclass)
         self.forget_ex, self.retain_ex, self.refusal_ex = forget_ex, retain_ex, refusal_ex
         self.ref_forget, self.ref_refusal = ref_forget, ref_refusal
         self.fcount = [answer_tokens(e) for e in forget_ex]
@@ -132,12 +137,12 @@ class GradientDifference(ForgetAscent):
     def _loss(self, nll, n, ridx, terms):
         r_nll, r_n = self._nll(self.retain_ex, ridx)
         terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-        return graddiff_loss(nll, n, r_nll, r_n, self.cfg.retain_weight)
+        return graddiff_loss(nll, n, r_nll, r_n, self.hparams.retain_weight)
 
     def _retain_piece(self, loss, r, wr, whole, terms):
         r_nll, r_n = self._nll(self.retain_ex, r)
         terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-        return loss + r_nll.sum() * (self.cfg.retain_weight * wr / whole["nr"])
+        return loss + r_nll.sum() * (self.hparams.retain_weight * wr / whole["nr"])
 
 
 class KLMinimization(ForgetAscent):
@@ -157,7 +162,7 @@ class KLMinimization(ForgetAscent):
 
     def _loss(self, nll, n, ridx, terms):
         ref_logits, logits = self._kl_logits(ridx)
-        loss = kl_loss(nll, n, ref_logits, logits, self.cfg.retain_weight)
+        loss = kl_loss(nll, n, ref_logits, logits, self.hparams.retain_weight)
         terms["retain_kl"] = float(kl_divergence(ref_logits, logits.detach()))
         return loss
 
@@ -165,7 +170,7 @@ class KLMinimization(ForgetAscent):
         ref_logits, logits = self._kl_logits(r)
         kl = kl_divergence(ref_logits, logits)
         terms["retain_kl"] = float(kl.detach())
-        return loss + kl * (self.cfg.retain_weight * wr * logits.shape[0] / whole["nr"])
+        return loss + kl * (self.hparams.retain_weight * wr * logits.shape[0] / whole["nr"])
 
 
 class ExampleMean(TextObjective):
@@ -188,7 +193,7 @@ class NPO(ExampleMean):
         idx, _ = payload
         nll, n = self._nll(self.forget_ex, idx)
         terms = {"forget_nll": float(token_mean_nll(nll, n).detach())}
-        return npo_loss(nll, self.ref_forget[idx].to(nll.device), self.cfg.beta), terms
+        return npo_loss(nll, self.ref_forget[idx].to(nll.device), self.hparams.beta), terms
 
 
 class DPO(ExampleMean):
@@ -203,7 +208,11 @@ class DPO(ExampleMean):
         k = len(idx)
         chosen, rejected = nll[:k], nll[k:]
         loss = dpo_loss(
-            chosen, rejected, self.ref_refusal[idx].to(nll.device), self.ref_forget[idx].to(nll.device), self.cfg.beta
+            chosen,
+            rejected,
+            self.ref_refusal[idx].to(nll.device),
+            self.ref_forget[idx].to(nll.device),
+            self.hparams.beta,
         )
         terms = {
             "forget_nll": float(token_mean_nll(rejected, n[k:]).detach()),
@@ -229,7 +238,7 @@ class FLAT(TextObjective):
     def full(self, payload):
         idx, _ = payload
         p_e, p_f, nll, n = self._flat_probs(idx)
-        loss = flat_loss(p_e, p_f, self.cfg.divergence)
+        loss = flat_loss(p_e, p_f, self.hparams.divergence)
         terms = {
             "forget_nll": float(token_mean_nll(nll, n).detach()),
             "forget_prob": float(p_f.mean().detach()),
@@ -247,7 +256,7 @@ class FLAT(TextObjective):
                         p_e, p_f, _, _ = self._flat_probs(piece)
                         sums += torch.stack([p_e.sum(), p_f.sum()]).double().cpu()
             means = (sums / whole["n"]).float().requires_grad_(True)
-            value = flat_loss(means[:1], means[1:], self.cfg.divergence)
+            value = flat_loss(means[:1], means[1:], self.hparams.divergence)
             (coef,) = torch.autograd.grad(value, means)
             whole["coef"] = coef.detach()
             whole["offset"] = float(value.detach() - (coef * means.detach()).sum()) / whole["parts"]

@@ -24,20 +24,22 @@ KU — knowledge unlearning (Jang et al., ACL 2023)
     the average MA of the fine-tuned model on unseen sequences (``D_n``), or a fixed threshold.
     KU's second criterion, the extraction likelihood EL_10 (10-gram overlap of greedy continuations),
     needs sequences longer than this track's answers and is not used.
+
+A job's config is a :class:`~qrerase.baselines.settings.TaskLevelBaselineConfig`: the shared training
+keys and the method's own hyperparameters (:class:`~qrerase.baselines.settings.KgaHparams`: ``α`` =
+``alpha``, the auxiliary runs; :class:`~qrerase.baselines.settings.KuHparams`: ``check_every``,
+``ma_threshold``), read as ``cfg.hparams``.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from .. import engine, registry
-from ..config import from_mapping
 from ..determinism import set_determinism
 from ..text.lm import (
     PromptTemplate,
@@ -50,19 +52,15 @@ from ..text.lm import (
     sequence_nll,
 )
 from ..text.losses import answer_tokens, token_mean_split
-from ..text.training import (
-    TrainConfig,
-    epoch_steps,
-    train_causal_lm,
-    train_config_of,
-    train_steps,
-)
+from ..text.training import epoch_steps, train_causal_lm, train_steps
+from .settings import KgaHparams, KuHparams, TaskLevelBaselineConfig
 from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 
 __all__ = [
     "TASK_LEVEL_BASELINES",
-    "KgaConfig",
-    "KuConfig",
+    "KgaHparams",
+    "KuHparams",
+    "TaskLevelBaselineConfig",
     "kga_loss",
     "ku_loss",
     "memorization_accuracy",
@@ -76,89 +74,6 @@ __all__ = [
 TASK_LEVEL_BASELINES = tuple(
     m for m in registry.baselines_of_kind("task_level") if registry.method(m) in registry.METHODS
 )
-
-
-@dataclass
-class KgaConfig:
-    """KGA: ``epochs`` over D_f, ``lr``, ``batch_size`` (per set), ``alpha`` (retain KL weight),
-    ``aux_epochs`` / ``aux_lr`` / ``aux_batch_size`` (training A_f and A_n from the initial checkpoint);
-    engine keys as :class:`qrerase.text.training.TrainConfig` (``micro_batch_size`` applies to all three runs)."""
-
-    epochs: int = 1
-    lr: float = 3e-4
-    batch_size: int = 32
-    alpha: float = 1.0
-    aux_epochs: int = 5
-    aux_lr: float = 2e-3
-    aux_batch_size: int = 32
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    max_length: int = 128
-    seed: int = 0
-    threads: int = 2
-    micro_batch_size: int | None = None
-    gradient_checkpointing: bool = False
-    checkpoint_every: int = 0
-    backend: str = "ddp"
-
-    def __post_init__(self):
-        for key in ("epochs", "batch_size", "aux_epochs", "aux_batch_size"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"kga config: '{key}' must be an integer >= 1, got {getattr(self, key)!r}")
-        for key in ("lr", "aux_lr"):
-            if not getattr(self, key) > 0:
-                raise ValueError(f"kga config: '{key}' must be > 0, got {getattr(self, key)!r}")
-        if self.alpha < 0:
-            raise ValueError(f"kga config: 'alpha' must be >= 0, got {self.alpha!r}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KgaConfig:
-        return from_mapping(cls, d, "kga config")
-
-    def train_config(self, aux: bool = False) -> TrainConfig:
-        if aux:
-            return train_config_of(self, epochs=self.aux_epochs, lr=self.aux_lr, batch_size=self.aux_batch_size)
-        return train_config_of(self)
-
-
-@dataclass
-class KuConfig:
-    """KU: at most ``epochs`` over D_f, ``lr``, ``batch_size``; the memorisation criterion is checked
-    every ``check_every`` steps; ``ma_threshold`` (``None``: the fine-tuned model's mean MA on D_n);
-    engine keys as :class:`qrerase.text.training.TrainConfig`."""
-
-    epochs: int = 1
-    lr: float = 3e-4
-    batch_size: int = 32
-    check_every: int = 10
-    ma_threshold: float | None = None
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    max_length: int = 128
-    seed: int = 0
-    threads: int = 2
-    micro_batch_size: int | None = None
-    gradient_checkpointing: bool = False
-    checkpoint_every: int = 0
-    backend: str = "ddp"
-
-    def __post_init__(self):
-        for key in ("epochs", "batch_size", "check_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"ku config: '{key}' must be an integer >= 1, got {getattr(self, key)!r}")
-        if not self.lr > 0:
-            raise ValueError(f"ku config: 'lr' must be > 0, got {self.lr!r}")
-        if self.ma_threshold is not None and not 0 <= self.ma_threshold <= 1:
-            raise ValueError(f"ku config: 'ma_threshold' must be in [0, 1] or null, got {self.ma_threshold!r}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KuConfig:
-        return from_mapping(cls, d, "ku config")
-
-    def train_config(self) -> TrainConfig:
-        return train_config_of(self)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,7 +145,15 @@ def _steps(examples, batch_size: int, epochs: int, seed: int):
 
 
 def train_kga(
-    model, initial, tokenizer, forget, retain, new, template: PromptTemplate, cfg: KgaConfig, desc: str = "kga"
+    model,
+    initial,
+    tokenizer,
+    forget,
+    retain,
+    new,
+    template: PromptTemplate,
+    cfg: TaskLevelBaselineConfig,
+    desc: str = "kga",
 ):
     """KGA from the fine-tuned ``model`` (trained in place); returns ``(model, curve)``.
 
@@ -271,7 +194,7 @@ def train_kga(
             aux_f = logits(aux["forget"], enc["forget"], idx)
             ref_r = logits(ref, enc["retain"], ridx)
         theta_f, theta_r = logits(model, enc["forget"], idx), logits(model, enc["retain"], ridx)
-        loss = kga_loss(gap_new, theta_f, aux_f, ref_r, theta_r, cfg.alpha)
+        loss = kga_loss(gap_new, theta_f, aux_f, ref_r, theta_r, cfg.hparams.alpha)
         with torch.no_grad():
             nll = torch.nn.functional.cross_entropy(
                 theta_f.float(), _targets(enc["forget"], idx, pad_id, theta_f.device)
@@ -324,7 +247,7 @@ def train_kga(
             loss = (
                 s * whole["gap_new"] / parts
                 - s * wf * kl_sum(theta_f, aux_f) / n_f
-                + cfg.alpha * wr * kl_sum(ref_r, theta_r) / n_r
+                + cfg.hparams.alpha * wr * kl_sum(ref_r, theta_r) / n_r
             )
             return loss, {
                 "gap_new": whole["gap_new"],
@@ -353,32 +276,32 @@ def _targets(examples, idx, pad_id, device):
     return labels[labels != -100].to(device)
 
 
-def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: KuConfig, desc: str = "ku"):
+def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: TaskLevelBaselineConfig, desc: str = "ku"):
     """KU from the fine-tuned ``model`` (trained in place); returns ``(model, curve, info)``.
 
     Gradient ascent on whole forget sequences (:func:`ku_loss`) for at most ``cfg.epochs`` epochs,
-    stopping at the first check (every ``cfg.check_every`` steps) where the forget set's mean MA is
-    ``<=`` the threshold (``cfg.ma_threshold``, else the mean MA of the fine-tuned model on ``new``).
+    stopping at the first check (every ``cfg.hparams.check_every`` steps) where the forget set's mean MA is
+    ``<=`` the threshold (``cfg.hparams.ma_threshold``, else the mean MA of the fine-tuned model on ``new``).
     ``info``: ``threshold``, ``ma_start``, ``ma_end``, ``steps``, ``stopped`` (criterion reached).
     Curve columns: ``loss``, ``forget_nll`` (token mean over the whole sequences), ``forget_ma``
     (at check steps, else NaN).
     """
     if not forget:
         raise ValueError(f"{desc}: the forget set is empty")
-    if cfg.ma_threshold is None and not new:
+    if cfg.hparams.ma_threshold is None and not new:
         raise ValueError(f"{desc}: the unseen-data threshold needs a non-empty new set (or set ma_threshold)")
     set_determinism(cfg.seed, cfg.threads)
     pad_id = pad_token_id(tokenizer)
     forget_ex = [
         full_sequence(e) for e in encode_qa_many(tokenizer, template, [qa_pair(r) for r in forget], cfg.max_length)
     ]
-    if cfg.ma_threshold is None:
+    if cfg.hparams.ma_threshold is None:
         new_ex = [
             full_sequence(e) for e in encode_qa_many(tokenizer, template, [qa_pair(r) for r in new], cfg.max_length)
         ]
         threshold = float(memorization_accuracy(model, new_ex, pad_id).mean())
     else:
-        threshold = float(cfg.ma_threshold)
+        threshold = float(cfg.hparams.ma_threshold)
     ma_start = float(memorization_accuracy(model, forget_ex, pad_id).mean())
     state = {"ma": ma_start, "stopped": ma_start <= threshold, "checked": {}}
 
@@ -387,7 +310,7 @@ def train_ku(model, tokenizer, forget, new, template: PromptTemplate, cfg: KuCon
         return ku_loss(nll, n), {"forget_nll": float(token_mean_nll(nll, n).detach())}
 
     def stop(step):
-        if step % cfg.check_every:
+        if step % cfg.hparams.check_every:
             return False
         state["ma"] = float(memorization_accuracy(model, forget_ex, pad_id).mean())
         state["checked"][step] = state["ma"]

@@ -63,9 +63,9 @@ def run_text_objective(job: TaskLevelBaselineJob):
 
 def run_kga(job: TaskLevelBaselineJob):
     """KGA (:func:`qrerase.baselines.task_level.train_kga`) with auxiliary models from ``job.initial()``."""
-    from .task_level import KgaConfig, train_kga
+    from .task_level import TaskLevelBaselineConfig, train_kga
 
-    cfg = KgaConfig.from_dict(job.settings)
+    cfg = TaskLevelBaselineConfig.from_dict({**job.settings, "method": job.method})
     initial = job.initial()
     return train_kga(
         job.model, initial, job.tokenizer, job.forget, job.retain, job.new, job.template, cfg, desc=job.desc
@@ -74,9 +74,9 @@ def run_kga(job: TaskLevelBaselineJob):
 
 def run_ku(job: TaskLevelBaselineJob):
     """KU (:func:`qrerase.baselines.task_level.train_ku`); its memorisation criterion is logged."""
-    from .task_level import KuConfig, train_ku
+    from .task_level import TaskLevelBaselineConfig, train_ku
 
-    cfg = KuConfig.from_dict(job.settings)
+    cfg = TaskLevelBaselineConfig.from_dict({**job.settings, "method": job.method})
     model, curve, info = train_ku(job.model, job.tokenizer, job.forget, job.new, job.template, cfg, desc=job.desc)
     job.log.info("KU memorisation criterion: %s", info)
     return model, curve

@@ -28,22 +28,22 @@ flat       ``L = −g*(P̄_e) + f*(g*(P̄_f))`` with ``P̄`` the batch mean of t
 AdamW, linear warmup/decay, clipping, seeded length-bucketed batches) and returns the unlearned
 model and its loss curve. Each objective is a :class:`qrerase.baselines.objective.TextObjective`
 subclass, registered as the method's ``text`` implementation in :mod:`qrerase.registry`
-(:func:`objective_of`); a plug-in text baseline registers its own subclass.
+(:func:`objective_of`) with the dataclass of its own hyperparameters (``w``: ``retain_weight``, ``β``:
+``beta``, FLAT's ``divergence``: :mod:`qrerase.baselines.settings`), which it reads as
+``cfg.hparams``; a plug-in text baseline registers its own subclass and dataclass. Its job config is
+a :class:`~qrerase.baselines.settings.TextBaselineConfig`: the shared training keys plus those.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from .. import registry
-from ..config import from_mapping
 from ..determinism import set_determinism
 from ..text.lm import (
     PromptTemplate,
@@ -53,15 +53,7 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
-from ..text.training import (
-    LoraTrainConfig,
-    TrainConfig,
-    add_lora,
-    epoch_batches,
-    epoch_steps,
-    train_config_of,
-    train_steps,
-)
+from ..text.training import add_lora, epoch_batches, epoch_steps, train_steps
 from .losses import (
     DIVERGENCES,
     dpo_loss,
@@ -73,6 +65,7 @@ from .losses import (
     npo_loss,
     token_mean_nll,
 )
+from .settings import TextBaselineConfig
 
 __all__ = [
     "TEXT_BASELINES",
@@ -104,90 +97,6 @@ def objective_of(method: str):
     """The :class:`~qrerase.baselines.objective.TextObjective` subclass of a text baseline (its
     registered ``text`` implementation); ``ValueError`` naming the method when it has none."""
     return registry.implementation(method, "text")
-
-
-@dataclass
-class TextBaselineConfig:
-    """One baseline run.
-
-    ``method``: a registered text baseline (:data:`TEXT_BASELINES` and plug-ins). Optimisation (as
-    :class:`qrerase.text.training.TrainConfig`): ``epochs`` over the forget set, peak ``lr``,
-    ``batch_size`` (forget examples per step; retain batches have the same size), ``weight_decay``,
-    ``warmup_ratio``, ``max_grad_norm``, ``max_length`` (tokens per example), ``seed``, ``threads``.
-    Objective: ``beta`` (NPO / DPO inverse temperature, > 0), ``retain_weight`` (w of graddiff / kl,
-    >= 0), ``divergence`` (FLAT's f-divergence, one of :data:`DIVERGENCES`). Engine:
-    ``micro_batch_size``, ``gradient_checkpointing``, ``checkpoint_every``, ``backend`` (see
-    :class:`~qrerase.text.training.TrainConfig`). ``mode``: ``full`` (all weights) or ``lora``
-    (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end).
-    """
-
-    method: str
-    epochs: int = 5
-    lr: float = 1e-5
-    batch_size: int = 32
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.0
-    max_grad_norm: float = 1.0
-    max_length: int = 128
-    beta: float = 0.1
-    retain_weight: float = 1.0
-    divergence: str = "tv"
-    mode: str = "full"
-    lora_r: int = 8
-    lora_alpha: float = 16
-    lora_dropout: float = 0.0
-    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    seed: int = 0
-    threads: int = 2
-    micro_batch_size: int | None = None
-    gradient_checkpointing: bool = False
-    checkpoint_every: int = 0
-    backend: str = "ddp"
-
-    def __post_init__(self):
-        self.lora_target_modules = tuple(self.lora_target_modules)
-        text = registry.baselines_of_kind("text")
-        if self.method not in text:
-            raise ValueError(f"baseline config: unknown method {self.method!r}; expected one of {text}")
-        checks = [
-            (self.epochs >= 1, "epochs", "an integer >= 1"),
-            (self.lr > 0, "lr", "> 0"),
-            (self.batch_size >= 1, "batch_size", "an integer >= 1"),
-            (self.weight_decay >= 0, "weight_decay", ">= 0"),
-            (0 <= self.warmup_ratio <= 1, "warmup_ratio", "in [0, 1]"),
-            (self.max_length >= 2, "max_length", ">= 2"),
-            (math.isfinite(self.beta) and self.beta > 0, "beta", "a finite number > 0"),
-            (math.isfinite(self.retain_weight) and self.retain_weight >= 0, "retain_weight", "a finite number >= 0"),
-            (self.divergence in DIVERGENCES, "divergence", f"one of {list(DIVERGENCES)}"),
-            (self.mode in ("full", "lora"), "mode", "'full' or 'lora'"),
-            (self.lora_r >= 1, "lora_r", "an integer >= 1"),
-            (self.lora_alpha > 0, "lora_alpha", "> 0"),
-            (0 <= self.lora_dropout < 1, "lora_dropout", "in [0, 1)"),
-            (len(self.lora_target_modules) > 0, "lora_target_modules", "a non-empty list"),
-        ]
-        for ok, key, expected in checks:
-            if not ok:
-                raise ValueError(
-                    f"baseline config ({self.method}): '{key}' must be {expected}, got {getattr(self, key)!r}"
-                )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TextBaselineConfig:
-        """Strict construction: unknown keys are a ``ValueError`` naming them."""
-        return from_mapping(cls, d, "baseline config")
-
-    def train_config(self) -> TrainConfig:
-        """The optimisation part as a :class:`~qrerase.text.training.TrainConfig`."""
-        return train_config_of(self)
-
-    def lora_config(self) -> LoraTrainConfig:
-        return LoraTrainConfig(
-            r=self.lora_r,
-            alpha=self.lora_alpha,
-            dropout=self.lora_dropout,
-            target_modules=self.lora_target_modules,
-            train=self.train_config(),
-        )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,19 +17,21 @@ configured seed. Losses (logits ``s`` of the student, ``t`` of a teacher, labels
 Every trainer (``run_<method>(model, data, cfg)``, registered as the method's ``speech``
 implementation in :mod:`qrerase.registry`, which :func:`run_baseline` looks up) returns (unlearned
 model — a plain, merged ``transformers`` model — and its loss curve ``step, epoch, phase, loss``).
+``cfg`` is a :class:`~qrerase.speech.settings.SpeechBaselineConfig`: the shared training keys, ``mode``
+and the LoRA shape, and the method's own hyperparameters ``cfg.hparams`` (SCRUB: ``max_epochs``,
+``α`` = ``alpha``, ``γ`` = ``gamma``, ``τ`` = ``temperature``; Bad Teaching: ``τ``, ``retain_fraction``).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .. import registry
+from .settings import SpeechBaselineConfig
 
 __all__ = [
     "SPEECH_BASELINES",
@@ -48,55 +50,6 @@ __all__ = [
 
 #: The built-in speech baselines, in table order (from :mod:`qrerase.registry`).
 SPEECH_BASELINES = tuple(m for m in registry.baselines_of_kind("speech") if registry.method(m) in registry.METHODS)
-
-
-@dataclass
-class SpeechBaselineConfig:
-    """One baseline's settings (config ``speech.baselines.<method>`` over ``speech.baselines.common``).
-
-    mode: ``full`` (all weights) or ``lora`` (LoRA r / alpha on ``target_modules``, merged at the end).
-    epochs, lr, batch_size, max_grad_norm: the optimisation. SCRUB: ``max_epochs`` (epochs with
-    max-steps), ``alpha``, ``gamma``, ``temperature``. Bad Teaching: ``temperature``,
-    ``retain_fraction`` (share of retain utterances used). Engine (as
-    :class:`qrerase.text.training.TrainConfig`): ``micro_batch_size``, ``gradient_checkpointing``,
-    ``checkpoint_every``, ``backend``; every update runs on :func:`qrerase.text.training.train_steps`
-    (Adam at a constant rate).
-    """
-
-    mode: str = "full"
-    epochs: int = 1
-    lr: float = 1e-4
-    batch_size: int = 32
-    max_grad_norm: float = 1.0
-    lora_r: int = 8
-    lora_alpha: float = 16
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "out_proj")
-    max_epochs: int = 1
-    alpha: float = 0.001
-    gamma: float = 0.99
-    temperature: float = 1.0
-    retain_fraction: float = 1.0
-    seed: int = 0
-    threads: int = 2
-    micro_batch_size: int | None = None
-    gradient_checkpointing: bool = False
-    checkpoint_every: int = 0
-    backend: str = "ddp"
-
-    def __post_init__(self):
-        self.target_modules = tuple(self.target_modules)
-        if self.mode not in ("full", "lora"):
-            raise ValueError(f"baseline mode must be 'full' or 'lora', got {self.mode!r}")
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.temperature <= 0:
-            raise ValueError(f"invalid baseline config: {self}")
-        if not 0.0 < self.retain_fraction <= 1.0:
-            raise ValueError(f"baseline retain_fraction must lie in (0, 1], got {self.retain_fraction}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SpeechBaselineConfig:
-        from ..config import from_mapping
-
-        return from_mapping(cls, d, "speech baseline config")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,23 +141,6 @@ def _unwrap(student):
     return student.merge_and_unload() if hasattr(student, "merge_and_unload") else student
 
 
-def _train_config(cfg: SpeechBaselineConfig):
-    from ..text.training import TrainConfig
-
-    return TrainConfig(
-        epochs=cfg.epochs,
-        lr=cfg.lr,
-        batch_size=cfg.batch_size,
-        max_grad_norm=cfg.max_grad_norm,
-        seed=cfg.seed,
-        threads=cfg.threads,
-        micro_batch_size=cfg.micro_batch_size,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        checkpoint_every=cfg.checkpoint_every,
-        backend=cfg.backend,
-    )
-
-
 def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Callable], desc: str) -> pd.DataFrame:
     """Adam at the constant rate ``cfg.lr`` with clipping, on the engine's loop
     (:func:`qrerase.text.training.train_steps`). ``steps``: ``(epoch, (phase, idx))`` per update;
@@ -225,7 +161,7 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
 
     rows = train_steps(
         student,
-        _train_config(cfg),
+        cfg.train,
         steps,
         loss_fn,
         desc=desc,
@@ -276,7 +212,7 @@ def run_scrub(model, data, cfg):
     student = _student(model, cfg)
     steps = []
     for epoch in range(cfg.epochs):
-        if epoch < cfg.max_epochs:
+        if epoch < cfg.hparams.max_epochs:
             steps += [(epoch + 1, ("max", idx)) for idx in _batches(len(yf), cfg, 2 * epoch)]
         steps += [(epoch + 1, ("min", idx)) for idx in _batches(len(yr), cfg, 2 * epoch + 1)]
 
@@ -284,14 +220,14 @@ def run_scrub(model, data, cfg):
         b = torch.from_numpy(idx)
         with torch.no_grad():
             t = classifier_logits(teacher, xf[b], mf[b])
-        return scrub_max_loss(classifier_logits(student, xf[b], mf[b]), t, cfg.temperature)
+        return scrub_max_loss(classifier_logits(student, xf[b], mf[b]), t, cfg.hparams.temperature)
 
     def min_step(idx):
         b = torch.from_numpy(idx)
         with torch.no_grad():
             t = classifier_logits(teacher, xr[b], mr[b])
         s = classifier_logits(student, xr[b], mr[b])
-        return scrub_min_loss(s, t, yr[b], cfg.alpha, cfg.gamma, cfg.temperature)
+        return scrub_min_loss(s, t, yr[b], cfg.hparams.alpha, cfg.hparams.gamma, cfg.hparams.temperature)
 
     curve = _train(student, cfg, steps, {"max": max_step, "min": min_step}, "scrub")
     return _unwrap(student), curve
@@ -304,7 +240,7 @@ def run_bad_teaching(model, data, cfg):
     from .train import classifier_logits
 
     (xf, mf, _), (xr, mr, _) = data["forget"], data["retain"]
-    n_keep = max(1, int(round(cfg.retain_fraction * len(xr))))
+    n_keep = max(1, int(round(cfg.hparams.retain_fraction * len(xr))))
     keep = torch.from_numpy(np.sort(np.random.default_rng(cfg.seed).permutation(len(xr))[:n_keep]))
     x = torch.cat([xf, xr[keep]])
     m = torch.cat([mf, mr[keep]])
@@ -320,7 +256,7 @@ def run_bad_teaching(model, data, cfg):
             tc = classifier_logits(competent, x[b], m[b])
             ti = classifier_logits(incompetent, x[b], m[b])
         s = classifier_logits(student, x[b], m[b])
-        return bad_teaching_loss(s, tc, ti, is_forget[b], cfg.temperature)
+        return bad_teaching_loss(s, tc, ti, is_forget[b], cfg.hparams.temperature)
 
     curve = _train(student, cfg, steps, {"distil": distil}, "bad_teaching")
     return _unwrap(student), curve
@@ -345,6 +281,8 @@ def run_baseline(
     known = registry.baselines_of_kind("speech")
     if method not in known:
         raise ValueError(f"speech baseline must be one of {known}, got {method!r}")
+    if cfg.method != method:
+        raise ValueError(f"speech baseline {method!r}: its config is {cfg.method!r}'s")
     runner = registry.implementation(method, "speech")
     set_determinism(cfg.seed, cfg.threads)
     device = model_device(model)

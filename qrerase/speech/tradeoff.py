@@ -138,8 +138,8 @@ def baseline_sweep(
     trained: Callable[[], Any] | None = None,
 ) -> pd.DataFrame:
     """Run baseline ``method`` from a fresh ``load_model()`` at each value of ``param`` (``epochs`` or
-    ``lr``) over ``cfg`` (a :class:`qrerase.speech.baselines.SpeechBaselineConfig` dict with seed and threads);
-    ``trained()`` returns the workflow's model at the configured value (re-used, not retrained)."""
+    ``lr``) over ``cfg`` (the settings of a :class:`qrerase.speech.settings.SpeechBaselineConfig`, seed and
+    threads included); ``trained()`` returns the workflow's model at the configured value (re-used, not retrained)."""
     from .baselines import SpeechBaselineConfig, run_baseline
 
     if param not in ("epochs", "lr"):
@@ -151,7 +151,8 @@ def baseline_sweep(
         if trained is not None and value == cfg.get(param):
             model = trained()
         else:
-            point = SpeechBaselineConfig.from_dict({**cfg, param: int(value) if param == "epochs" else float(value)})
+            swept = {**cfg, "method": method, param: int(value) if param == "epochs" else float(value)}
+            point = SpeechBaselineConfig.from_dict(swept)
             model, _ = run_baseline(method, load_model(), arrays, forget_mask, retain_mask, point)
         rows.append(_row(setting, method, param, value, None, evaluate(model)))
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)

@@ -14,7 +14,6 @@ with the same seed, data and thread count give bit-identical weights.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import shutil
@@ -30,14 +29,13 @@ from tqdm.auto import tqdm
 
 from ..config import from_mapping
 from ..determinism import epoch_seed, set_determinism
-from ..engine import BACKENDS
+from ..hparams import ENGINE_KEYS, TrainConfig
 from ..io import atomic_dir
 from .lm import PromptTemplate, answer_token_nll, bucketed_batches, collate, encode_qa_many, pad_token_id, qa_pair
 from .losses import token_mean_split
 
 __all__ = [
     "ENGINE_KEYS",
-    "train_config_of",
     "TrainConfig",
     "LoraTrainConfig",
     "train_steps",
@@ -48,68 +46,6 @@ __all__ = [
     "train_lora",
     "save_adapter",
 ]
-
-
-#: The training-engine keys every training section accepts (schema ``definitions/engine_keys``).
-ENGINE_KEYS = ("micro_batch_size", "gradient_checkpointing", "checkpoint_every", "backend")
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation settings of one training run.
-
-    ``lr`` is the peak learning rate (reached after ``warmup_ratio`` of the steps, then decayed
-    linearly to 0); ``weight_decay`` applies to matrices only (not to norms/biases), as in HF
-    ``Trainer``; ``max_grad_norm <= 0`` disables clipping; ``max_length`` caps the tokens per
-    example (answers are truncated); ``threads`` is passed to ``torch.set_num_threads``.
-    Engine (:func:`train_steps`): ``batch_size`` is the global batch of one optimiser step, reached
-    with per-process micro-batches of ``micro_batch_size`` (None: ``batch_size / processes``) and
-    gradient accumulation; ``gradient_checkpointing`` recomputes activations in the backward pass;
-    ``checkpoint_every`` (steps, 0 = off) saves resumable state; ``backend`` (``ddp`` | ``fsdp``,
-    :data:`qrerase.engine.BACKENDS`) is the multi-process engine.
-    """
-
-    epochs: int
-    lr: float
-    batch_size: int
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.0
-    max_grad_norm: float = 1.0
-    max_length: int = 128
-    seed: int = 0
-    threads: int = 2
-    micro_batch_size: int | None = None
-    gradient_checkpointing: bool = False
-    checkpoint_every: int = 0
-    backend: str = "ddp"
-
-    def __post_init__(self):
-        if self.epochs < 0 or self.batch_size < 1 or self.lr < 0 or not 0 <= self.warmup_ratio <= 1:
-            raise ValueError(f"invalid training config: {self}")
-        if self.micro_batch_size is not None and not (
-            isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1
-        ):
-            raise ValueError(
-                f"training config: 'micro_batch_size' must be an integer >= 1 or null, got {self.micro_batch_size!r}"
-            )
-        if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0):
-            raise ValueError(
-                f"training config: 'checkpoint_every' must be an integer >= 0, got {self.checkpoint_every!r}"
-            )
-        if self.backend not in BACKENDS:
-            raise ValueError(f"training config: 'backend' must be one of {list(BACKENDS)}, got {self.backend!r}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
-        return from_mapping(cls, d, "training config")
-
-
-def train_config_of(settings: Any, **overrides: Any) -> TrainConfig:
-    """The :class:`TrainConfig` held by a dataclass of method settings (a baseline's config): its
-    fields that :class:`TrainConfig` has, by name, then ``overrides`` (e.g. an auxiliary model's lr)."""
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    values = {k: v for k, v in dataclasses.asdict(settings).items() if k in names}
-    return TrainConfig(**{**values, **overrides})
 
 
 def _default_lora_train() -> TrainConfig:

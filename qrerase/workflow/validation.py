@@ -5,10 +5,10 @@ line naming the config key: ``config key 'speech.top_k': 12 exceeds the number o
 
 The schema file (``schemas/config.schema.yaml``) lists no method or track names: a node holding
 ``x-registry: <source>`` gets its ``enum`` from :mod:`qrerase.registry` at load time (sources:
-``methods.<track>``, ``subspace``, ``tracks``), and a node holding ``x-registry-settings: <section>``
-gets one property per method registered with a schema for that section
-(:func:`qrerase.registry.settings_of`). The methods of the config's ``plugins`` are registered first
-(:func:`validate`).
+``methods.<track>``, ``subspace``, ``tracks``), a node holding ``x-registry-settings: <section>`` one
+property per method of that section (:func:`qrerase.jobs.section_schemas`, else
+:func:`qrerase.registry.settings_of`), the shared training keys come from :func:`qrerase.jobs.inject`.
+The methods of the config's ``plugins`` are registered first (:func:`validate`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .. import registry
+from .. import jobs, registry
 
 __all__ = [
     "ConfigError",
@@ -65,12 +65,12 @@ def registry_enum(source: str) -> list[str]:
 
 def _inject(node: Any) -> Any:
     if isinstance(node, dict):
-        out = {k: _inject(v) for k, v in node.items() if k not in ("x-registry", "x-registry-settings")}
+        out = jobs.inject(node, {k: _inject(v) for k, v in node.items() if not k.startswith("x-")})  # markers
         if "x-registry" in node:
             out["enum"] = registry_enum(node["x-registry"])
         if "x-registry-settings" in node:
             section, props = node["x-registry-settings"], out.setdefault("properties", {})
-            for name, schema in registry.settings_of(section).items():
+            for name, schema in jobs.section_schemas(section).items():
                 if name in props:
                     raise ValueError(f"schema: '{section}.{name}' is both in the schema file and registered")
                 props[name] = _inject(copy.deepcopy(dict(schema)))

@@ -1,0 +1,158 @@
+"""The text and task-level baselines' job configs and the built-in methods' own hyperparameters (torch-free).
+
+A job config (:class:`TextBaselineConfig`, :class:`TaskLevelBaselineConfig`) is the shared training
+keys (:class:`qrerase.hparams.TrainConfig`) plus the method's hyperparameters: an instance of the
+dataclass the method registered (:func:`qrerase.registry.register_method` ``hparams=``). The
+objectives read them as ``cfg.hparams.<key>`` (:mod:`qrerase.baselines.objective`,
+:mod:`qrerase.baselines.task_level`). The config schema's ``baselines.<method>`` and
+``task_level.baselines.<method>`` sections are generated from the same declarations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..hparams import ENGINE_KEYS, Hparams, hparam
+from ..jobs import TrainingJob
+
+__all__ = [
+    "DIVERGENCES",
+    "RetainWeight",
+    "Preference",
+    "FlatHparams",
+    "KgaHparams",
+    "KuHparams",
+    "TextBaselineConfig",
+    "TaskLevelBaselineConfig",
+]
+
+#: FLAT's f-divergences (:func:`qrerase.baselines.losses.flat_loss`).
+DIVERGENCES = ("tv", "kl", "js", "pearson")
+_SECTION_TRAIN = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_grad_norm", *ENGINE_KEYS)
+
+
+@dataclass
+class RetainWeight(Hparams):
+    """graddiff, kl: the weight of the retain term."""
+
+    retain_weight: float = hparam(
+        1.0,
+        "w: weight of the retain term (graddiff: retain NLL; kl: KL to the fine-tuned model on retain answer tokens)",
+        ge=0,
+    )
+
+
+@dataclass
+class Preference(Hparams):
+    """npo, dpo: the inverse temperature."""
+
+    beta: float = hparam(0.1, "beta: the inverse temperature of the NPO / DPO objective", gt=0)
+
+
+@dataclass
+class FlatHparams(Hparams):
+    """FLAT: the f-divergence."""
+
+    divergence: str = hparam(
+        "tv",
+        "the f-divergence of the FLAT objective (total variation, KL, Jensen-Shannon, Pearson)",
+        choices=DIVERGENCES,
+    )
+
+
+@dataclass
+class KgaHparams(Hparams):
+    """KGA: the retain KL weight and the auxiliary models' training (A_f on D_f, A_n on D_n)."""
+
+    train_defaults = {"epochs": 1, "lr": 3e-4}
+
+    alpha: float = hparam(1.0, "weight of the retain KL term", ge=0)
+    aux_epochs: int = hparam(
+        5, "epochs of the auxiliary models A_f and A_n (trained from the initial checkpoint)", ge=1
+    )
+    aux_lr: float = hparam(2e-3, "learning rate of the auxiliary models", gt=0)
+    aux_batch_size: int = hparam(32, "batch size of the auxiliary models", ge=1)
+
+
+@dataclass
+class KuHparams(Hparams):
+    """KU: the memorisation criterion."""
+
+    train_defaults = {"epochs": 1, "lr": 3e-4}
+
+    check_every: int = hparam(10, "steps between checks of the forget set's memorisation accuracy", ge=1)
+    ma_threshold: float | None = hparam(
+        None,
+        "stop when the memorisation accuracy falls to this; null = the fine-tuned model's mean on the unseen (new) "
+        "questions",
+        ge=0,
+        le=1,
+    )
+
+
+@dataclass
+class TextBaselineConfig(TrainingJob):
+    """One text baseline run (:func:`qrerase.baselines.text.train_baseline`).
+
+    ``method``: a registered text baseline; ``train``: its optimisation (``epochs`` over the forget
+    set, ``batch_size`` forget examples per step, retain batches of the same size); ``hparams``: the
+    method's own keys (``beta`` of NPO / DPO, ...). ``mode``: ``full`` (all weights) or ``lora``
+    (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end),
+    from the config's ``baselines`` section.
+    """
+
+    kind: ClassVar[str] = "text"
+    section_nullable: ClassVar[bool] = True
+    what: ClassVar[str] = "baseline config"
+    train_defaults: ClassVar[dict] = {"epochs": 5, "lr": 1e-5, "batch_size": 32}
+    section_train: ClassVar[tuple[str, ...]] = _SECTION_TRAIN
+    section_required: ClassVar[tuple[str, ...]] = ("epochs", "lr", "batch_size")
+
+    mode: str = hparam(
+        "full", "full: train all weights; lora: LoRA adapters merged back at the end", choices=("full", "lora")
+    )
+    lora_r: int = hparam(8, "LoRA rank", ge=1)
+    lora_alpha: float = hparam(16, "LoRA alpha (the update is scaled by alpha / r)", gt=0)
+    lora_dropout: float = hparam(0.0, "LoRA dropout", ge=0, lt=1)
+    lora_target_modules: tuple[str, ...] = hparam(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), "modules the adapter wraps"
+    )
+
+    def train_config(self):
+        """The optimisation part (:class:`qrerase.hparams.TrainConfig`)."""
+        return self.train
+
+    def lora_config(self):
+        from ..text.training import LoraTrainConfig
+
+        return LoraTrainConfig(
+            r=self.lora_r,
+            alpha=self.lora_alpha,
+            dropout=self.lora_dropout,
+            target_modules=self.lora_target_modules,
+            train=self.train,
+        )
+
+
+@dataclass
+class TaskLevelBaselineConfig(TrainingJob):
+    """One task-level baseline run of its own runner (KGA, KU: :mod:`qrerase.baselines.task_level`):
+    ``train`` (``micro_batch_size`` applies to KGA's auxiliary runs too) and the method's ``hparams``.
+    A text baseline on the task-level track runs with a :class:`TextBaselineConfig`."""
+
+    kind: ClassVar[str] = "task_level"
+    section_nullable: ClassVar[bool] = True
+    what: ClassVar[str] = "task-level baseline config"
+    train_defaults: ClassVar[dict] = {"epochs": 1, "lr": 3e-4, "batch_size": 32}
+    section_train: ClassVar[tuple[str, ...]] = _SECTION_TRAIN
+    section_required: ClassVar[tuple[str, ...]] = ("epochs", "lr", "batch_size")
+
+    def train_config(self, aux: bool = False):
+        """The optimisation of the unlearning run, or (``aux``, KGA) of its auxiliary models."""
+        from dataclasses import replace
+
+        if aux:
+            hp = self.hparams
+            return replace(self.train, epochs=hp.aux_epochs, lr=hp.aux_lr, batch_size=hp.aux_batch_size)
+        return self.train
