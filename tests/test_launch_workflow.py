@@ -1,5 +1,6 @@
 """End-to-end: training jobs with resources.train.processes 2 (`accelerate launch`, gloo workers on the
-CPU) against the same jobs with 1 process, through the real snakemake CLI on the test configs.
+CPU) against the same jobs with 1 process, through the real snakemake CLI on the test configs: the text
+jobs under FSDP2 (fine-tune, LoRA, the reference-model baseline NPO), the speech fine-tune under DDP.
 
 The processes-1 run trains everything up to the compared models; the processes-2 run starts from a copy
 of it and re-runs only the training rules under test (`--forcerun`), so both runs' updates start from
@@ -62,13 +63,13 @@ def record(wd: Path, output: str) -> dict:
     return json.loads((wd / "results/provenance/records" / f"{rel}.json").read_text())
 
 
-def run_pair(tmp_path_factory, name: str, write, targets: dict) -> tuple[Path, Path]:
+def run_pair(tmp_path_factory, name: str, write, targets: dict, **two_overrides) -> tuple[Path, Path]:
     one = tmp_path_factory.mktemp(f"{name}_p1")
     snakemake(one, *[t for t, _ in targets.values()], "--cores", "2", "--configfile", str(write(one, **processes(1))))
     two = tmp_path_factory.mktemp(f"{name}_p2")
     shutil.copytree(one / "results", two / "results")
     shutil.copytree(one / ".snakemake", two / ".snakemake", ignore=shutil.ignore_patterns("locks", "log"))
-    cfg = write(two, **processes(2))
+    cfg = write(two, **processes(2), **two_overrides)
     snakemake(
         two,
         *[t for t, _ in targets.values()],
@@ -90,7 +91,9 @@ def tofu_config(workdir: Path, **overrides) -> Path:
 
 @pytest.fixture(scope="module")
 def text_runs(tmp_path_factory):
-    return run_pair(tmp_path_factory, "text", tofu_config, TEXT)
+    """The text rules with 2 processes under FSDP2 (`finetune.backend: fsdp`, which the LoRA and baseline
+    jobs inherit): sharded parameters, gradients and optimiser states, rank 0 alone reading the weights."""
+    return run_pair(tmp_path_factory, "text", tofu_config, TEXT, finetune__backend="fsdp")
 
 
 def speech_config_without_dropout(workdir: Path, **overrides) -> Path:
@@ -120,7 +123,10 @@ def assert_same_training(one: Path, two: Path, targets: dict) -> None:
 
 
 def test_text_training_with_two_processes_matches_one(text_runs):
-    assert_same_training(*text_runs, TEXT)
+    one, two = text_runs
+    for rule, (trained, _) in TEXT.items():  # the 2-process jobs ran sharded, as their plan row says
+        assert record(two, trained)["params"]["engine"]["backend"] == "fsdp", rule
+    assert_same_training(one, two, TEXT)
 
 
 def test_speech_training_with_two_processes_matches_one(speech_runs):
