@@ -1,6 +1,7 @@
 """End-to-end: training jobs with resources.train.processes 2 (`accelerate launch`, gloo workers on the
 CPU) against the same jobs with 1 process, through the real snakemake CLI on the test configs: the text
-jobs under FSDP2 (fine-tune, LoRA, the reference-model baseline NPO), the speech fine-tune under DDP.
+jobs under FSDP2 (fine-tune, LoRA, the reference-model baselines NPO and KL), the speech fine-tune under
+DDP.
 
 The processes-1 run trains everything up to the compared models; the processes-2 run starts from a copy
 of it and re-runs only the training rules under test (`--forcerun`), so both runs' updates start from
@@ -28,7 +29,10 @@ TEXT = {  # rule -> (trained output, the checkpoint its update is measured from)
     "finetune": (f"results/{EXP}/models/full", f"results/{EXP}/models/pretrained"),
     "lora": (f"results/{EXP}/lora/forget", None),  # the adapter is the update (B starts at zero)
     "baseline": (f"results/{EXP}/baselines/npo/model", f"results/{EXP}/models/full"),  # reference-model baseline
+    # the reference kept through training (KL on the retain batches), sharded like the model
+    "baseline:kl": (f"results/{EXP}/baselines/kl/model", f"results/{EXP}/models/full"),
 }
+KL = {"epochs": 2, "lr": 1.0e-3, "batch_size": 8, "retain_weight": 1.0}  # as the test config's NPO
 SPEECH = {"speech_finetune": ("results/speech/models/full", "results/speech/models/pretrained")}
 LAUNCH = "launch --num_processes 2"  # after accelerate: "$QRERASE_ACCELERATE" (rules/common.smk)
 
@@ -80,7 +84,7 @@ def run_pair(tmp_path_factory, name: str, write, targets: dict, **two_overrides)
         "--rerun-triggers",
         "mtime",
         "--forcerun",
-        *targets,
+        *dict.fromkeys(label.split(":")[0] for label in targets),  # the rules
     )
     return one, two
 
@@ -93,7 +97,12 @@ def tofu_config(workdir: Path, **overrides) -> Path:
 def text_runs(tmp_path_factory):
     """The text rules with 2 processes under FSDP2 (`finetune.backend: fsdp`, which the LoRA and baseline
     jobs inherit): sharded parameters, gradients and optimiser states, rank 0 alone reading the weights."""
-    return run_pair(tmp_path_factory, "text", tofu_config, TEXT, finetune__backend="fsdp")
+    return run_pair(tmp_path_factory, "text", text_config, TEXT, finetune__backend="fsdp")
+
+
+def text_config(workdir: Path, **overrides) -> Path:
+    """The test config with a KL baseline section (KL is not in its methods: built as a target only)."""
+    return tofu_config(workdir, baselines__kl=KL, **overrides)
 
 
 def speech_config_without_dropout(workdir: Path, **overrides) -> Path:
@@ -109,7 +118,8 @@ def speech_runs(tmp_path_factory):
 
 
 def assert_same_training(one: Path, two: Path, targets: dict) -> None:
-    for rule, (trained, start) in targets.items():
+    for label, (trained, start) in targets.items():
+        rule = label.split(":")[0]  # "<rule>:<what>" for a second job of one rule
         rec = record(two, trained)
         assert rec["rule"] == rule and rec["world_size"] == 2, (rule, rec["world_size"])
         assert record(one, trained)["world_size"] == 1
@@ -124,8 +134,8 @@ def assert_same_training(one: Path, two: Path, targets: dict) -> None:
 
 def test_text_training_with_two_processes_matches_one(text_runs):
     one, two = text_runs
-    for rule, (trained, _) in TEXT.items():  # the 2-process jobs ran sharded, as their plan row says
-        assert record(two, trained)["params"]["engine"]["backend"] == "fsdp", rule
+    for label, (trained, _) in TEXT.items():  # the 2-process jobs ran sharded, as their plan row says
+        assert record(two, trained)["params"]["engine"]["backend"] == "fsdp", label
     assert_same_training(one, two, TEXT)
 
 
