@@ -38,6 +38,7 @@ from qrerase.workflow.stages import (
     track_section,
 )
 from qrerase.workflow.stages import processes as kind_processes
+from qrerase.text.tofu_log import EVAL_SETS as TOFU_EVAL_SETS
 from qrerase.workflow.naming import (
     TASK_LEVEL_EXP,
     XLING_EXP,
@@ -82,7 +83,8 @@ BASELINES = registry.baselines_for("tofu")
 # of the two adapters swapped (T_f := T_r, P_r from T_f), on the same layers (unlearn.control).
 CONTROL = registry.CONTROL_SUFFIX
 CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
-EVAL_SETS = ["forget", "retain", "real_authors", "world_facts"]
+# The TOFU evaluation sets: the one list, qrerase.text.tofu_log
+EVAL_SETS = list(TOFU_EVAL_SETS)
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 # (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
 TEXT_EXPS = exp_pattern(

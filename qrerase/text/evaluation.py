@@ -43,6 +43,7 @@ from .lm import (
     pad_token_id,
     qa_pair,
 )
+from .tofu_log import EVAL_SETS, FILES
 
 __all__ = [
     "EvalConfig",
@@ -59,13 +60,8 @@ __all__ = [
 #: ROUGE tokenizers: TOFU's (English, stemmed) and :class:`UnicodeWords` (any language).
 ROUGE_TOKENIZERS = ("tofu", "unicode")
 
-#: eval-set key -> TOFU eval-log file name
-TOFU_LOG_NAMES = {
-    "forget": "eval_log_forget.json",
-    "retain": "eval_log.json",
-    "real_authors": "eval_real_author_wo_options.json",
-    "world_facts": "eval_real_world_wo_options.json",
-}
+#: eval-set key -> TOFU eval-log file name (:data:`qrerase.text.tofu_log.FILES`, in the eval-set order)
+TOFU_LOG_NAMES = {s: FILES[s] for s in EVAL_SETS}
 
 
 _log = logging.getLogger("qrerase.evaluation")

@@ -53,6 +53,7 @@ __all__ = [
     "UTILITY_SETS",
     "REQUIRED_FIELDS",
     "AGGREGATED_NAME",
+    "EVAL_SETS",
     "log_set_name",
     "load_log",
     "validate_log",
@@ -60,17 +61,19 @@ __all__ = [
     "write_aggregated",
 ]
 
-#: set name -> TOFU file name (the key of that set in a log).
+#: set name -> TOFU file name (the key of that set in a log; one per set of :data:`TOFU_SETS`).
 FILES: dict[str, str] = {
     "retain": "eval_log.json",
     "forget": "eval_log_forget.json",
     "real_authors": "eval_real_author_wo_options.json",
     "world_facts": "eval_real_world_wo_options.json",
 }
-#: set names in the order used for component metrics.
-TOFU_SETS: tuple[str, ...] = ("retain", "real_authors", "world_facts", "forget")
-#: the three sets that enter Model Utility.
+#: the three sets that enter Model Utility (the one list of TOFU's evaluation sets, with ``forget``).
 UTILITY_SETS: tuple[str, ...] = ("retain", "real_authors", "world_facts")
+#: set names in the order used for component metrics.
+TOFU_SETS: tuple[str, ...] = (*UTILITY_SETS, "forget")
+#: the evaluation sets in the order the workflow's data paths list them (rules/common.smk ``EVAL_SETS``).
+EVAL_SETS: tuple[str, ...] = ("forget", *UTILITY_SETS)
 #: fields every log set must have.
 REQUIRED_FIELDS: tuple[str, ...] = (
     "avg_gt_loss",
