@@ -172,7 +172,7 @@ def train_steps(
     dtype = engine.compute_dtype(model)
     dtypes = {n: p.dtype for n, p in trained.items()}  # restored at the end
     accelerator = engine.make_accelerator(
-        cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model)
+        cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model), cfg.dist_timeout_min
     )
     rank = accelerator.process_index
     identity = None
@@ -190,7 +190,12 @@ def train_steps(
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
-    params = [p for g in opt.param_groups for p in g["params"]]
+    mine = {id(p) for g in opt.param_groups for p in g["params"]}
+    # in the module's order: Accelerate's FSDP clip_grad_norm_ compares this list with the module's
+    # parameters (a list of another order compares tensors elementwise and fails)
+    params = [p for p in wrapped.parameters() if id(p) in mine]
+    if len(params) != len(mine):
+        raise RuntimeError(f"{desc}: the optimiser holds parameters the prepared model does not")
     sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
     progress = engine.Progress()
     accelerator.register_for_checkpointing(scheduler, progress)
