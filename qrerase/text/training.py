@@ -190,13 +190,11 @@ def train_steps(
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
-    mine = {id(p) for g in opt.param_groups for p in g["params"]}
-    # in the module's order: Accelerate's FSDP clip_grad_norm_ compares this list with the module's
-    # parameters (a list of another order compares tensors elementwise and fails)
-    params = [p for p in wrapped.parameters() if id(p) in mine]
-    if len(params) != len(mine):
-        raise RuntimeError(f"{desc}: the optimiser holds parameters the prepared model does not")
+    params = [p for g in opt.param_groups for p in g["params"]]
     sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
+    if sharded:  # in the module's order: Accelerate's FSDP clip_grad_norm_ compares this list with the
+        mine = {id(p) for p in params}  # module's parameters (another order compares tensors and fails)
+        params = [p for p in wrapped.parameters() if id(p) in mine]
     progress = engine.Progress()
     accelerator.register_for_checkpointing(scheduler, progress)
     resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
