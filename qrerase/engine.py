@@ -36,7 +36,11 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
 * **Resumable**: :func:`resuming` sets the directory under which ``train_steps`` keeps Accelerate
   checkpoints (``save_state`` / ``load_state``: weights, optimiser, scheduler, RNG states, step),
   each with a checksum manifest checked on load (:func:`check_state`), the newest
-  :data:`KEEP_STATES` kept, and only for a run of the same identity (:func:`run_identity`).
+  :data:`KEEP_STATES` kept, and only for a run of the same identity (:func:`run_identity`). Under
+  FSDP2 with several processes a state is sharded (``SHARDED_STATE_DICT``: one
+  ``torch.distributed.checkpoint`` file per rank for the model and for the optimiser; frozen
+  weights included, since Accelerate's ``save_state`` cannot leave them out).
+* **Process-group timeout**: ``dist_timeout_min`` (:func:`make_accelerator` ``timeout_min``).
 """
 
 from __future__ import annotations
