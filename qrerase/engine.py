@@ -36,7 +36,11 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
 * **Resumable**: :func:`resuming` sets the directory under which ``train_steps`` keeps Accelerate
   checkpoints (``save_state`` / ``load_state``: weights, optimiser, scheduler, RNG states, step),
   each with a checksum manifest checked on load (:func:`check_state`), the newest
-  :data:`KEEP_STATES` kept, and only for a run of the same identity (:func:`run_identity`).
+  :data:`KEEP_STATES` kept, and only for a run of the same identity (:func:`run_identity`). Under
+  FSDP2 with several processes a state is sharded (``SHARDED_STATE_DICT``: one
+  ``torch.distributed.checkpoint`` file per rank for the model and for the optimiser; frozen
+  weights included, since Accelerate's ``save_state`` cannot leave them out).
+* **Process-group timeout**: ``dist_timeout_min`` (:func:`make_accelerator` ``timeout_min``).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import torch
 
 from .gather import check_finite_sharded, drop, gather_to_main, release_optimizer, unshard
 from .hparams import BACKENDS as _BACKENDS
+from .hparams import TrainConfig as _TrainConfig
 from .resume import (
     KEEP_STATES,
     STATE_MANIFEST,
@@ -66,6 +71,7 @@ from .resume import (
 
 __all__ = [
     "BACKENDS",
+    "DIST_TIMEOUT_MIN",
     "world_size",
     "micro_plan",
     "chunk",
@@ -100,6 +106,8 @@ __all__ = [
 #: (FSDP2: parameters, gradients and optimiser states sharded, layers of ``_no_split_modules``
 #: wrapped). DeepSpeed was removed until it can be tested (docs/training-engine.md).
 BACKENDS = _BACKENDS
+#: The default process-group timeout in minutes (config ``dist_timeout_min``, :class:`qrerase.hparams.TrainConfig`).
+DIST_TIMEOUT_MIN = _TrainConfig.__dataclass_fields__["dist_timeout_min"].default
 
 
 def world_size() -> int:
@@ -194,10 +202,16 @@ def _bounds(n: int, parts: int) -> list[int]:
 def _reset_accelerate_state() -> None:
     """Accelerate keeps one process-wide state; each training run builds its own Accelerator
     (mixed precision and plugins differ between runs of one process, e.g. KGA's auxiliaries)."""
-    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.state import AcceleratorState, GradientState, PartialState
 
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
+    if "type" in _PLAIN_TYPE and PartialState._shared_state:  # undo make_accelerator's CPU FSDP override
+        PartialState._shared_state["distributed_type"] = _PLAIN_TYPE.pop("type")
+
+
+#: The process-wide distributed type make_accelerator replaced by FSDP for a CPU (gloo) FSDP2 run.
+_PLAIN_TYPE: dict[str, Any] = {}
 
 
 def _mixed_precision(dtype: torch.dtype, device: torch.device) -> str:
@@ -227,7 +241,13 @@ def mixed_precision_policy(dtype: torch.dtype, device: torch.device):
     )
 
 
-def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, layer_classes: Sequence[str] = ()):
+def make_accelerator(
+    backend: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    layer_classes: Sequence[str] = (),
+    timeout_min: int = DIST_TIMEOUT_MIN,
+):
     """An :class:`accelerate.Accelerator` for one training run.
 
     ``backend`` (:data:`BACKENDS`) matters only with several processes; ``dtype`` is the model's
@@ -237,9 +257,17 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
     ``_no_split_modules``). FSDP2 (Accelerate's plugin, ``fsdp_version=2``) uses
     :func:`mixed_precision_policy` and ``cpu_ram_efficient_loading``: the model is moved to the meta
     device, sharded, and rank 0's weights are broadcast into the shards tensor by tensor (the other
-    ranks' values are never read, so they may hold a sharded load's empty storage).
+    ranks' values are never read, so they may hold a sharded load's empty storage); its resume
+    states are sharded (``SHARDED_STATE_DICT``: ``save_state`` / ``load_state`` through
+    ``torch.distributed.checkpoint``, each rank writing and reading its own shards, no gather).
+    ``timeout_min`` (config ``dist_timeout_min``) is the process group's timeout
+    (``InitProcessGroupKwargs``): how long a collective waits for the other ranks. It takes effect
+    where the process group is created, i.e. in the job's first training run.
     """
+    from datetime import timedelta
+
     from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
 
     if backend not in BACKENDS:
         raise ValueError(f"training config: 'backend' must be one of {list(BACKENDS)}, got {backend!r}")
@@ -248,11 +276,12 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
         "mixed_precision": _mixed_precision(dtype, device),
         "cpu": device.type == "cpu",
         "step_scheduler_with_optimizer": False,
+        "kwargs_handlers": [InitProcessGroupKwargs(timeout=timedelta(minutes=timeout_min))],
     }
     if world_size() > 1 and backend == "ddp":  # a loss may leave parameters unused (e.g. HuBERT's masked_spec_embed)
         from accelerate.utils import DistributedDataParallelKwargs
 
-        kwargs["kwargs_handlers"] = [DistributedDataParallelKwargs(find_unused_parameters=True)]
+        kwargs["kwargs_handlers"].append(DistributedDataParallelKwargs(find_unused_parameters=True))
     if world_size() > 1 and backend == "fsdp":
         from accelerate import FullyShardedDataParallelPlugin
 
@@ -261,7 +290,7 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
             reshard_after_forward=True,
             auto_wrap_policy="transformer_based_wrap",
             transformer_cls_names_to_wrap=list(layer_classes) or None,
-            state_dict_type="FULL_STATE_DICT",
+            state_dict_type="SHARDED_STATE_DICT",  # resume states: per-rank DCP shards
             cpu_ram_efficient_loading=True,
             mixed_precision_policy=mixed_precision_policy(dtype, device),
         )
@@ -269,10 +298,16 @@ def make_accelerator(backend: str, dtype: torch.dtype, device: torch.device, lay
     if "fsdp_plugin" in kwargs and not accelerator.is_fsdp2:
         # Accelerate turns FSDP on only for accelerator devices; FSDP2 itself (``fully_shard``) runs on
         # CPU tensors over gloo, which is how this path is exercised without a GPU.
+        from accelerate.state import PartialState
         from accelerate.utils import DistributedType
 
         accelerator.state.distributed_type = DistributedType.FSDP
         accelerator.state.fsdp_plugin = kwargs["fsdp_plugin"]
+        # Every later ``AcceleratorState()`` (Accelerate's prepare makes some) copies the process-wide
+        # state's type over this one; Accelerate writes FSDP there itself on a GPU, so do it here too
+        # (restored by the next run's _reset_accelerate_state).
+        _PLAIN_TYPE.setdefault("type", PartialState._shared_state.get("distributed_type"))
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
     return accelerator
 
 

@@ -41,7 +41,7 @@ __all__ = [
 #: Multi-process engines of :mod:`qrerase.engine` (config key ``backend``).
 BACKENDS = ("ddp", "fsdp")
 #: The training-engine keys every training section accepts (schema ``definitions/engine_keys``).
-ENGINE_KEYS = ("micro_batch_size", "gradient_checkpointing", "checkpoint_every", "backend")
+ENGINE_KEYS = ("micro_batch_size", "gradient_checkpointing", "checkpoint_every", "backend", "dist_timeout_min")
 _BOUNDS = {
     "ge": (">=", "minimum"),
     "gt": (">", "exclusiveMinimum"),
@@ -214,7 +214,8 @@ class TrainConfig:
     step, reached with per-process micro-batches of ``micro_batch_size`` (None: ``batch_size /
     processes``) and gradient accumulation; ``gradient_checkpointing`` recomputes activations in the
     backward pass; ``checkpoint_every`` (steps, 0 = off) saves resumable state; ``backend`` (``ddp`` |
-    ``fsdp``, :data:`BACKENDS`) is the multi-process engine.
+    ``fsdp``, :data:`BACKENDS`) is the multi-process engine; ``dist_timeout_min`` is how long a
+    collective of a multi-process job may wait (its process group's timeout).
     """
 
     epochs: int = hparam(description="passes over the training data (a baseline: over its forget set)", ge=1)
@@ -252,6 +253,14 @@ class TrainConfig:
         "parameters, gradients and optimiser states sharded); DeepSpeed was removed until it can be tested "
         "(docs/training-engine.md)",
         choices=BACKENDS,
+    )
+    dist_timeout_min: int = hparam(
+        60,
+        "minutes a collective of a multi-process job may wait for the other processes before the job fails "
+        "(the NCCL / gloo process-group timeout, Accelerate InitProcessGroupKwargs); 60 covers rank 0 alone reading "
+        "a 70B checkpoint (about 140 GB at 0.1-0.5 GB/s from a shared file system) while the other ranks wait in the "
+        "broadcast, and the checksum check of a resume state; torch's 10-minute NCCL default does not",
+        ge=1,
     )
 
     def __post_init__(self):

@@ -214,7 +214,9 @@ def load_latest(accelerator, resume: Path, identity: str | None = None) -> Path 
     With ``identity`` (:func:`run_identity`), states saved by a run of another identity (a changed
     hyperparameter, seed, data order or starting model) are removed, never loaded, and the identity
     is recorded in ``resume/run.json``. A state that fails its check is logged (one line naming the
-    file) and removed; the next older one is tried, else training starts over, as the log says.
+    file) and removed; the next older one is tried, else training starts over, as the log says. With
+    several processes rank 0 checks (every rank's shard files: one read of the state) and broadcasts
+    its verdict; the others wait within the process group's timeout (``dist_timeout_min``).
     """
     log = logging.getLogger("qrerase")
     main = accelerator.is_main_process
@@ -239,16 +241,12 @@ def load_latest(accelerator, resume: Path, identity: str | None = None) -> Path 
                 tmp.write_text(json.dumps({"identity": identity}) + "\n", encoding="utf-8")
                 os.replace(tmp, stamp)
             accelerator.wait_for_everyone()
-    states = _states(resume)
-    good, bad = None, []
-    for i, state in enumerate(states):
-        problem = check_state(state)
-        if problem is None:
-            good = state
-            break
-        bad.append(state)
-        then = f"falling back to {states[i + 1].name}" if i + 1 < len(states) else "starting over"
-        log.warning("resume state %s is corrupt: %s; removed, %s", state, problem, then)
+    if accelerator.num_processes == 1:
+        good, bad = _pick(resume)
+    else:  # rank 0 reads every file once (all ranks' shards), the others wait for its verdict
+        from accelerate.utils import broadcast_object_list
+
+        good, bad = broadcast_object_list([_pick(resume) if main else None], from_process=0)[0]
     accelerator.wait_for_everyone()
     if main:
         for state in bad:
@@ -267,21 +265,40 @@ def load_latest(accelerator, resume: Path, identity: str | None = None) -> Path 
     return good
 
 
+def _pick(resume: Path) -> tuple[Path | None, list[Path]]:
+    """``(newest state of resume that passes check_state or None, the newer ones that fail)``; each
+    failure is logged (one line naming the file and what is tried next)."""
+    states = _states(resume)
+    bad = []
+    for i, state in enumerate(states):
+        problem = check_state(state)
+        if problem is None:
+            return state, bad
+        bad.append(state)
+        then = f"falling back to {states[i + 1].name}" if i + 1 < len(states) else "starting over"
+        logging.getLogger("qrerase").warning("resume state %s is corrupt: %s; removed, %s", state, problem, then)
+    return None, bad
+
+
+#: Config keys that do not change what a run computes (left out of its identity).
+_NOT_IDENTITY = ("threads", "checkpoint_every", "dist_timeout_min")
+
+
 def _settings(cfg: Any) -> Any:
-    """A config's fields that determine a run (not ``threads`` nor ``checkpoint_every``)."""
+    """A config's fields that determine a run (not ``threads``, ``checkpoint_every`` nor ``dist_timeout_min``)."""
     if cfg is None or not (dataclasses.is_dataclass(cfg) or hasattr(cfg, "__dict__")):
         return cfg
     fields = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
-    return {k: v for k, v in fields.items() if k not in ("threads", "checkpoint_every")}
+    return {k: v for k, v in fields.items() if k not in _NOT_IDENTITY}
 
 
 def training_identity(
     cfg: Any, run: dict, steps: Sequence, model, frozen: Sequence = (), run_settings: Any = None
 ) -> str:
-    """The :func:`run_identity` of one training loop: its config (less ``threads`` and
-    ``checkpoint_every``), ``run`` (name, step count, optimiser, schedule, processes, parts), the
-    trainable parameter names, the frozen models' weights, the loss's own settings (``run_settings``,
-    e.g. a baseline's config) and the starting weights of ``model``."""
+    """The :func:`run_identity` of one training loop: its config (less ``threads``,
+    ``checkpoint_every`` and ``dist_timeout_min``), ``run`` (name, step count, optimiser, schedule,
+    processes, parts), the trainable parameter names, the frozen models' weights, the loss's own
+    settings (``run_settings``, e.g. a baseline's config) and the starting weights of ``model``."""
     settings = {
         **run,
         "config": _settings(cfg),

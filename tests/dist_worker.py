@@ -11,6 +11,12 @@ MODEL_DIR: the model (and a baseline's reference) is loaded from this checkpoint
 ``load_model(sharded=...)`` as the workflow scripts do; without it, the tiny model is built in memory.
 Rank 0 writes the trained weights (safetensors) and the loss curve (OUT + ".csv"); memory and bf16
 write their measurements to OUT + ".rank<R>.json" on every rank.
+
+Resume: with QRERASE_TEST_RESUME_DIR set the run keeps a resumable state after every
+optimiser step there (``checkpoint_every: 1``, :func:`qrerase.engine.resuming`) and rank 0 writes the
+process group's timeout in minutes to OUT + ".timeout" (``dist_timeout_min``: 7); with
+QRERASE_TEST_EXIT_AFTER=K too every rank exits (status 17, no cleanup: a crash) right after the state of
+step K is complete.
 """
 
 from __future__ import annotations
@@ -152,11 +158,48 @@ def bf16_run(tok, records, cfg, out: str) -> None:
         json.dump(seen, f)
 
 
+def crash_after(step: int) -> None:
+    """Make every rank exit (status 17, no cleanup) right after the resume state of ``step`` is complete."""
+    save = engine.save_state
+
+    def save_then_exit(accelerator, resume, at):
+        save(accelerator, resume, at)
+        if at == step:
+            sys.stderr.flush()
+            os._exit(17)
+
+    engine.save_state = save_then_exit
+
+
+def process_group_timeout_min() -> float:
+    """The default process group's timeout in minutes, as its (gloo) backend holds it."""
+    import torch.distributed as dist
+
+    return dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout.total_seconds() / 60
+
+
 def main(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None = None) -> None:
     name_process()
+    resume_dir = os.environ.get("QRERASE_TEST_RESUME_DIR")
+    if not resume_dir:
+        return train(kind, backend, tok_dir, out, model_dir, {})
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format=f"rank{RANK} %(message)s")
+    if os.environ.get("QRERASE_TEST_EXIT_AFTER"):
+        crash_after(int(os.environ["QRERASE_TEST_EXIT_AFTER"]))
+    with engine.resuming(resume_dir):
+        train(kind, backend, tok_dir, out, model_dir, {"checkpoint_every": 1, "dist_timeout_min": 7})
+    if RANK == 0:
+        with open(out + ".timeout", "w", encoding="utf-8") as f:
+            f.write(str(process_group_timeout_min()))
+
+
+def train(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None, keys: dict) -> None:
+    """One training run of ``kind``; ``keys``: extra engine keys of its training config."""
     records = tofu_qa(360, 400)
     tok = load_tokenizer(tok_dir)
-    cfg = TrainConfig(epochs=2, lr=3e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend)
+    cfg = TrainConfig(epochs=2, lr=3e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend, **keys)
     if kind == "memory":
         return memory_run(tok, records, cfg, out)
     if kind == "bf16":
@@ -166,7 +209,7 @@ def main(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None 
         from qrerase.baselines.text import TextBaselineConfig, loads_sharded
 
         bcfg = TextBaselineConfig.of(
-            method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend
+            method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend, **keys
         )
         shard, shard_ref = loads_sharded(bcfg)
     else:
@@ -189,6 +232,11 @@ def main(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None 
         frame = pd.DataFrame(curve)
     else:
         raise SystemExit(f"unknown kind {kind!r}")
+    write(model, frame, out)
+
+
+def write(model, frame, out: str) -> None:
+    """Rank 0 writes the trained weights (every tensor a plain full one) and the loss curve."""
     if RANK == 0:
         bad = {k: type(t).__name__ for k, t in model.state_dict().items() if type(t) is not torch.Tensor}
         assert not bad, bad

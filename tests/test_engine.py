@@ -60,6 +60,24 @@ def test_micro_plan_examples_and_errors():
             engine.make_accelerator(removed, torch.float32, torch.device("cpu"))
 
 
+def test_dist_timeout_key_reaches_the_process_group_kwargs():
+    """``dist_timeout_min`` (default 60) is the timeout Accelerate creates the process group with
+    (its InitProcessGroupKwargs handler; the 2-process resume test reads it back from gloo); it is
+    not part of a run's identity."""
+    from datetime import timedelta
+
+    from qrerase.resume import _settings
+
+    cfg = TrainConfig(epochs=1, lr=1e-3, batch_size=4)
+    assert cfg.dist_timeout_min == engine.DIST_TIMEOUT_MIN == 60
+    for minutes in (cfg.dist_timeout_min, 7):
+        accelerator = engine.make_accelerator("ddp", torch.float32, torch.device("cpu"), timeout_min=minutes)
+        assert accelerator.init_handler.timeout == timedelta(minutes=minutes)
+    assert _settings(cfg) == _settings(TrainConfig(epochs=1, lr=1e-3, batch_size=4, dist_timeout_min=7))
+    with pytest.raises(ValueError, match="'dist_timeout_min' must be an integer >= 1"):
+        TrainConfig(epochs=1, lr=1e-3, batch_size=4, dist_timeout_min=0)
+
+
 def test_micro_batch_gradient_equals_full_batch_gradient(tok, records):
     """Σ over micro-batches of the token-mean split's losses has the full batch's loss and gradient."""
     model = build_tiny_llama(TINY, tok, seed=3)

@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file
 from tiny_text import TINY
 
@@ -24,18 +27,25 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
 
 pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)
+#: The files of one torch.distributed.checkpoint folder written by 2 ranks: one shard per rank, the index.
+SHARD_FILES = ("__0_0.distcp", "__1_0.distcp", ".metadata")
 
 
-def _run(kind, backend, tok_dir, out, processes):
+def _launch(kind, backend, tok_dir, out, processes, extra_env=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "QRERASE_TEST_RESUME_DIR"):
         env.pop(key, None)
+    env.update(extra_env or {})
     args = [str(WORKER), kind, backend, str(tok_dir), str(out)]
     if processes == 1:
         cmd = [sys.executable, *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *args]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _run(kind, backend, tok_dir, out, processes, extra_env=None):
+    proc = _launch(kind, backend, tok_dir, out, processes, extra_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return load_file(str(out))
 
@@ -60,6 +70,20 @@ def one_process(tok_dir, tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="module")
+def two_processes(tok_dir, tmp_path_factory):
+    """The 2-process run of a (kind, backend), each run once: (weights, path of its output)."""
+    done = {}
+
+    def get(kind, backend):
+        if (kind, backend) not in done:
+            out = tmp_path_factory.mktemp(f"{kind}-{backend}") / "two.safetensors"
+            done[kind, backend] = _run(kind, backend, tok_dir, out, 2), out
+        return done[kind, backend]
+
+    return get
+
+
 def _start(tok_dir):
     from qrerase.text.models import load_tokenizer
 
@@ -69,9 +93,9 @@ def _start(tok_dir):
 @pytest.mark.parametrize(
     "kind,backend", [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("npo", "ddp"), ("kl", "fsdp")]
 )
-def test_two_processes_equal_one(kind, backend, tok_dir, tmp_path, one_process):
+def test_two_processes_equal_one(kind, backend, tok_dir, one_process, two_processes):
     one = one_process(kind)
-    two = _run(kind, backend, tok_dir, tmp_path / "two.safetensors", 2)
+    two, _ = two_processes(kind, backend)
     assert sorted(one) == sorted(two)
     diff = _relative_update_difference(one, two, _start(tok_dir))
     assert diff < 1e-2, diff
@@ -105,3 +129,45 @@ def test_two_machines_equal_one_process(tok_dir, tmp_path, one_process):
     assert sorted(one) == sorted(two)
     diff = _relative_update_difference(one, two, _start(tok_dir))
     assert diff < 1e-2, diff
+
+
+def test_fsdp_resume_equals_uninterrupted(tok_dir, tmp_path, two_processes):
+    """A 2-process FSDP2 fine-tune keeping a resume state after every step (``checkpoint_every: 1``)
+    crashes right after step 3's state (every rank exits); its states are sharded (one DCP file per
+    rank for the model and for the optimiser, no full model file), and a corrupted shard of the newest
+    fails its checksum. The restarted job falls back to step 2, continues and ends with the same
+    weights and loss curve as an uninterrupted 2-process run; its process group had the configured
+    timeout (``dist_timeout_min: 7``)."""
+    from qrerase.resume import check_state
+
+    resume = tmp_path / "resume"
+    env = {"QRERASE_TEST_RESUME_DIR": str(resume)}
+    out = tmp_path / "resumed.safetensors"
+    crashed = _launch("finetune", "fsdp", tok_dir, out, 2, {**env, "QRERASE_TEST_EXIT_AFTER": "3"})
+    assert crashed.returncode != 0 and not out.exists(), crashed.stderr[-3000:]
+    run = resume / "ft"
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-2", "step-3"]  # the newest two kept
+    for state in run.glob("step-*"):
+        files = {p.relative_to(state).as_posix() for p in state.rglob("*") if p.is_file()}
+        shards = {f"{part}/{name}" for part in ("pytorch_model_fsdp_0", "optimizer_0") for name in SHARD_FILES}
+        assert shards <= files, files
+        assert not [f for f in files if f.endswith((".bin", ".safetensors"))], files  # no full model or optimiser
+        assert check_state(state) is None
+    shard = run / "step-3" / "pytorch_model_fsdp_0" / "__1_0.distcp"  # rank 1's model shard
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    resumed = _launch("finetune", "fsdp", tok_dir, out, 2, env)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "step-3 is corrupt: pytorch_model_fsdp_0/__1_0.distcp fails its checksum" in resumed.stderr
+    assert f"resumed training from {run / 'step-2'}" in resumed.stderr
+    assert not resume.exists()  # removed once the job's outputs are written
+    assert float(Path(f"{out}.timeout").read_text()) == 7.0
+    uninterrupted, path = two_processes("finetune", "fsdp")
+    weights = load_file(str(out))
+    assert sorted(weights) == sorted(uninterrupted)
+    for key, value in uninterrupted.items():  # the same computation: equal to float rounding
+        torch.testing.assert_close(weights[key], value, rtol=1e-6, atol=1e-7)
+    curve, reference = pd.read_csv(f"{out}.csv"), pd.read_csv(f"{path}.csv")
+    assert len(curve) == len(reference) == 10
+    np.testing.assert_allclose(curve[["loss", "lr"]].to_numpy(), reference[["loss", "lr"]].to_numpy(), rtol=1e-6)

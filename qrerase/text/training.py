@@ -172,7 +172,7 @@ def train_steps(
     dtype = engine.compute_dtype(model)
     dtypes = {n: p.dtype for n, p in trained.items()}  # restored at the end
     accelerator = engine.make_accelerator(
-        cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model)
+        cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model), cfg.dist_timeout_min
     )
     rank = accelerator.process_index
     identity = None
@@ -192,6 +192,9 @@ def train_steps(
     wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
     params = [p for g in opt.param_groups for p in g["params"]]
     sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
+    if sharded:  # in the module's order: Accelerate's FSDP clip_grad_norm_ compares this list with the
+        mine = {id(p) for p in params}  # module's parameters (another order compares tensors and fails)
+        params = [p for p in wrapped.parameters() if id(p) in mine]
     progress = engine.Progress()
     accelerator.register_for_checkpointing(scheduler, progress)
     resume = engine.current_resume_dir(desc) if cfg.checkpoint_every > 0 else None
