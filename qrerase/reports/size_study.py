@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at_rise
+from ..text.tofu import FORGET_QUALITY_THRESHOLD
 from .plots import save_figure
 from .tables import METHOD_LABELS
 
@@ -220,7 +221,7 @@ def size_study_plot(
                 if np.isfinite(y):
                     ax.plot([float(r["params"])], [max(y, 1e-12)], color=colours.get(r["method"], "0.2"), **star)
         ax_q.plot([], [], color="0.6", label=extra_label, **star)  # one legend entry for the stars
-    ax_q.axhline(0.1, color="0.3", ls="--", lw=1, label="p = 0.1")
+    ax_q.axhline(FORGET_QUALITY_THRESHOLD, color="0.3", ls="--", lw=1, label=f"p = {FORGET_QUALITY_THRESHOLD:g}")
     for ax, ylabel in (
         (ax_s, "selectivity (forget ÷ held-out retain NLL rise)"),
         (ax_q, "Forget Quality at the λ rule"),
