@@ -172,3 +172,18 @@ def test_speech_mia_table_ranks_by_distance_to_half():
     assert "**Class**" in render_markdown(df, spec) and "LOSS AUC (→ 0.5)" in render_markdown(df, spec)
     with pytest.raises(ValueError, match="no LOSS attack AUC of model 'ga' in setting 'sample'"):
         speech_mia_table(values, ["sample"], ["ga"])
+
+
+def test_results_pages_name_the_registered_metrics_of_a_table(tmp_path):
+    from qrerase.reports.pages import metric_notes
+
+    csv = tmp_path / "speech_mia.csv"
+    csv.write_text(
+        "method,reference,class_mia_loss,privleak,extraction_strength_mark,model_utility\nbase,1,0.9,0,,0.5\n"
+    )
+    notes = metric_notes(csv)
+    # registry order: the LOSS AUC, then PrivLeak; a *_mark column alone names no metric
+    assert [n.split(" (`")[0] for n in notes] == ["- MIA AUC (LOSS)", "- PrivLeak"]
+    assert "closest to 0.5 is best" in notes[0] and "closest to 0 is best" in notes[1]
+    (tmp_path / "plain.csv").write_text("method,model_utility\n")
+    assert metric_notes(tmp_path / "plain.csv") == []
