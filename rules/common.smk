@@ -134,6 +134,7 @@ PATHS = {
     "speech_index": "results/{exp}/data/index.csv",
     "speech_meta": "results/{exp}/data/meta.json",
     "speech_eval": "results/{exp}/speech_eval/{model}.csv",
+    "speech_mia": "results/{exp}/speech_eval/{model}_mia.json",
     "speech_baseline": "results/{exp}/baselines/{method}/model",
     "speech_baseline_curve": "results/{exp}/baselines/{method}/loss.csv",
     "speech_pretrained": "results/{exp}/models/pretrained",

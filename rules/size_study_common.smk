@@ -90,10 +90,12 @@ def size_points(wildcards):
 
 def size_exp_inputs(wildcards):
     """One size-study experiment's sweep points, layer energies, fine-tuned model (for its parameter
-    count) and the forget / retain SVD factors at rank k (for the principal angles)."""
+    count), the forget / retain SVD factors at rank k (for the principal angles) and the eval folders
+    of the fine-tuned model and the retain reference (sequence_metrics.json: the attack AUCs)."""
     exp = wildcards.exp
     return {
         "points": size_points(wildcards),
+        "sequence": [path("eval", exp=exp, model=m) for m in ("base", "retain")],
         "energy": path("energy", exp=exp),
         "model": path("model", exp=exp, which="full"),
         "forget": path("factors", exp=exp, rank=RANK, decomp="svd", set="forget"),

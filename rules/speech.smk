@@ -160,12 +160,14 @@ rule speech_baseline:
 
 
 rule speech_evaluate:
-    # Top-k speaker accuracy of one model on D_t, D_f and D_r of one setting.
+    # Top-k speaker accuracy of one model on D_t, D_f and D_r of one setting; the LOSS attack's AUC
+    # on D_f's training clips vs the same speakers' held-out clips (qrerase.speech.privacy).
     input:
         **speech_data_inputs(),
         model=speech_checkpoint,
     output:
-        path("speech_eval"),
+        accuracy=path("speech_eval"),
+        mia=path("speech_mia"),
     log:
         log_path("speech_evaluate", "exp", "model"),
     wildcard_constraints:
@@ -218,6 +220,39 @@ rule speech_table:
         rank=SPEECH_RANK,
     script:
         "../workflow_scripts/speech_table.py"
+
+
+rule speech_mia_table:
+    # Membership inference per setting: the LOSS attack's AUC of every table model (ideal 0.5).
+    input:
+        mia=[
+            path("speech_mia", exp=speech_exp(s), model=m)
+            for s in SPEECH_SETTINGS
+            for m in speech_models()
+        ],
+    output:
+        **{
+            ext: report(
+                path("table", table="speech_mia", ext=ext),
+                caption="../report/speech_mia_table.rst",
+                category="Speech",
+                subcategory="Tables",
+                labels={"table": "speech_mia", "format": ext},
+            )
+            for ext in ("csv", "md")
+        },
+    log:
+        log_path("speech_mia_table"),
+    conda:
+        "../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        settings=SPEECH_SETTINGS,
+        models=speech_models(),
+    script:
+        "../workflow_scripts/speech_mia_table.py"
 
 
 rule speech_energy:

@@ -99,6 +99,7 @@ def speech_checkpoint(wildcards):
 def speech_targets():
     outs = [
         *expand(PATHS["table"], table="speech", ext=["csv", "md", "tex"]),
+        *expand(PATHS["table"], table="speech_mia", ext=["csv", "md"]),
         path("figure", name="speech_energy"),
         *expand(PATHS["table"], table="speech_energy", ext=["csv", "md"]),
         *[path("energy_fig", exp=speech_exp(s)) for s in SPEECH_SETTINGS],

@@ -18,7 +18,8 @@ rule tofu_metrics:
 
 
 rule tofu_table:
-    # The paper's TOFU table: Model Utility and Forget Quality (KS p-value vs the retain reference).
+    # The paper's TOFU table: Model Utility and Forget Quality (KS p-value vs the retain reference);
+    # PrivLeak and the Min-K%++ AUC from each eval folder's sequence_metrics.json (the retain reference's too).
     input:
         metrics=[
             path("metrics", exp=EXP, model=m)

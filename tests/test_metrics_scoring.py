@@ -82,7 +82,8 @@ def test_mia_table():
     assert row.loc["retain", "privleak"] == 0.0
     assert math.isnan(row.loc["ga", "mia_zlib"])  # not given: missing
     md = render_markdown(df, spec)
-    assert "MIA AUC (Min-K%) (ideal 0.5)" in md and "PrivLeak (ideal 0)" in md
+    assert "MIA AUC (Min-K%) (→ 0.5)" in md and "PrivLeak (→ 0)" in md
+    assert "| Gradient Ascent | <u>0.3000</u> |" in md  # LOSS AUC: QR-Erase 0.6 closest to 0.5, GA 0.3 next
     assert "Extraction Strength ↓" in md and "**0.0000**" in md  # GA: best (lowest) extraction strength
     no_ref, _ = mia_table({"ga": values["ga"]})
     assert math.isnan(no_ref.loc[0, "privleak"])

@@ -170,6 +170,39 @@ def test_rows_aggregate_and_trend_of_a_synthetic_study():
         read_markdown_table("| Other | Table |\n|---|---|\n| a | b |\n")
 
 
+def test_attack_aucs_per_width_are_recorded_and_averaged():
+    from qrerase.reports.size_study import PRIVACY, privacy_row
+
+    frames = []
+    for width, params, base_min_k, base_pp in ((16, 1e4, 0.9, 0.95), (32, 4e4, 0.7, 0.8)):
+        for seed in (0, 1):
+            sequence = {
+                "base": {"mia_min_k": base_min_k, "mia_min_k_plus_plus": base_pp + 0.02 * seed},
+                "retain": {"mia_min_k": 0.2, "mia_min_k_plus_plus": 0.3},
+            }
+            rows = exp_rows(_points(0.2, 1.0), width=width, seed=seed, n_params=int(params), target=0.1, max_rise=0.1)
+            mech = dict(overlap=0.5, overlap_random=0.1, min_angle_deg=10.0, effective_layers=1.5)
+            frames.append(rows.assign(**mech, **privacy_row(sequence)))
+    per_seed = pd.concat(frames, ignore_index=True)
+    row = per_seed[(per_seed["width"] == 16) & (per_seed["seed"] == 0)].iloc[0]
+    # PrivLeak = (r - a) / (1 - r) * 100 of the Min-K% AUCs: (0.2 - 0.9) / 0.8 * 100
+    assert row["base_privleak"] == pytest.approx(-87.5) and row["base_mia_min_k_plus_plus"] == 0.95
+    assert row["retain_mia_min_k_plus_plus"] == 0.3
+    agg = aggregate(per_seed)
+    cell = agg[(agg["method"] == "unlearn") & (agg["width"] == 32)].iloc[0]
+    assert cell["base_mia_min_k_plus_plus"] == pytest.approx(0.81)
+    assert cell["base_mia_min_k_plus_plus_sd"] == pytest.approx(0.02 / math.sqrt(2))
+    assert cell["base_privleak"] == pytest.approx((0.2 - 0.7) / 0.8 * 100)
+    md = render_markdown(agg, trend(per_seed), 0.1, 0.1)
+    assert "Min-K%++ AUC fine-tuned (retain) | PrivLeak fine-tuned |" in md
+    assert "| 0.810 ± 0.014 (0.300) | -62.5 ± 0.0 |" in md  # two seeds, same Min-K% AUC
+    back = read_markdown_table(md)  # the extra columns do not disturb reading the table back
+    assert list(back["width"]) == list(agg["width"])
+    assert set(PRIVACY) <= set(agg.columns)
+    with pytest.raises(ValueError, match=r"no sequence metrics of \['retain'\]"):
+        privacy_row({"base": {"mia_min_k": 0.5, "mia_min_k_plus_plus": 0.5}})
+
+
 def test_size_study_figure_draws_a_model_outside_the_ladder(tmp_path):
     """`qrerase size-study-figure`: the ladder's lines from a published table plus one real model's stars."""
     from qrerase.cli import main

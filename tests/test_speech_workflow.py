@@ -59,6 +59,27 @@ def test_table_numbers_are_the_evaluations(workdir):
     assert (index.loc[index["class_partition"] == "forget", "speaker"] == "theo").all()
 
 
+def test_attack_auc_table_is_the_loss_attack(workdir):
+    # speech_mia.csv: the LOSS attack's AUC per setting, recomputed here from the per-clip losses
+    import json
+
+    import numpy as np
+
+    table = pd.read_csv(workdir / "results/tables/speech_mia.csv").set_index("method")
+    assert list(table.index) == ROWS and table.loc["base", "reference"] == 1
+    index = pd.read_csv(workdir / "results/speech/data/index.csv")
+    for setting in ("sample", "class"):
+        record = json.loads((workdir / f"results/speech_{setting}/speech_eval/qr_erase_k2_mia.json").read_text())
+        members, held = np.array(record["member_loss"]), np.array(record["nonmember_loss"])
+        auc = ((members[:, None] < held[None, :]) + 0.5 * (members[:, None] == held[None, :])).mean()
+        assert table.loc["qr_erase", f"{setting}_mia_loss"] == pytest.approx(auc, abs=1e-12)
+        trained = (index[f"{setting}_partition"] == "forget") & (index["split"] == "train")
+        assert len(members) == trained.sum()
+        if setting == "class":  # theo's validation and test clips
+            assert len(held) == ((index["speaker"] == "theo") & index["split"].isin(["val", "test"])).sum()
+    assert table.loc["base", "class_mia_loss"] > 0.5  # the fine-tuned model was trained on theo's clips
+
+
 def test_energy_and_rank_outputs(workdir):
     for name in ("speech_energy", "speech_rank", "speech_sample_energy", "speech_class_energy"):
         png = workdir / f"results/figures/{name}.png"

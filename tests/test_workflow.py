@@ -152,6 +152,12 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
         "retain", "forget_dnll"
     ] > 1  # the reference never saw the forget set
     assert dnll.loc[[*METHODS, *CONTROLS]].notna().all().all()
+    # privacy columns: from each model's sequence_metrics.json; none for the imported log; the reference's PrivLeak is 0
+    full = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
+    assert full.loc["llama2_7b_full", ["privleak", "mia_min_k_plus_plus"]].isna().all()
+    assert full.loc["retain", "privleak"] == 0 and full["mia_min_k_plus_plus"].dropna().between(0, 1).all()
+    seq = json.loads((workdir / "results/tofu_forget10/eval/base/sequence_metrics.json").read_text())["metrics"]
+    assert full.loc["base", "mia_min_k_plus_plus"] == seq["mia_min_k_plus_plus"]
 
 
 def test_metrics_recompute_from_the_written_logs(workdir):

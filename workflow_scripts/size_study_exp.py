@@ -1,5 +1,6 @@
 """Rule size_study_exp: one size-study experiment's rows (per method: selectivity, the λ rule's pick
-and its Forget Quality / utility) and its mechanistic measures (principal angles, effective layers)."""
+and its Forget Quality / utility), its mechanistic measures (principal angles, effective layers) and
+the attack AUCs of its fine-tuned model and retain reference (input 'sequence': their eval folders)."""
 
 from pathlib import Path
 
@@ -9,7 +10,8 @@ from safetensors import safe_open
 from qrerase.io import write_csv
 from qrerase.method.formats import load_decompositions
 from qrerase.method.separability import layer_overlap
-from qrerase.reports.size_study import exp_rows, mechanistic_row
+from qrerase.reports.size_study import exp_rows, mechanistic_row, privacy_row
+from qrerase.reports.tofu_mia import load_sequence_metrics
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import size_of
 
@@ -31,7 +33,10 @@ with job(snakemake) as log:
     layers = layer_overlap(load_decompositions(inp.forget), load_decompositions(inp.retain))
     energy = pd.read_csv(inp.energy)
     mech = mechanistic_row(layers, dict(zip(energy["layer"].astype(str), energy["energy"])))
-    for key, value in mech.items():
+    sequence = {
+        m: load_sequence_metrics(Path(d) / "sequence_metrics.json") for m, d in zip(("base", "retain"), inp.sequence)
+    }
+    for key, value in {**mech, **privacy_row(sequence)}.items():
         rows[key] = value
     write_csv(out.rows, rows)
     write_csv(out.layers, pd.DataFrame(layers).assign(width=width, seed=seed))

@@ -2,20 +2,16 @@
 reference, extraction strength and exact memorisation of every evaluated TOFU model."""
 
 import dataclasses
-import json
 from pathlib import Path
 
 from qrerase.registry import method_labels
 from qrerase.reports.tables import write_table
-from qrerase.reports.tofu_mia import mia_table
+from qrerase.reports.tofu_mia import load_sequence_metrics, mia_table
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake) as log:
-    values = {
-        row: json.loads((Path(d) / "sequence_metrics.json").read_text(encoding="utf-8"))["metrics"]
-        for row, d in zip(p.rows, inp.logs)
-    }
+    values = {row: load_sequence_metrics(Path(d) / "sequence_metrics.json") for row, d in zip(p.rows, inp.logs)}
     df, spec = mia_table(values, reference="retain")
     spec = dataclasses.replace(spec, labels=method_labels(), reference_rows=(*spec.reference_rows, *p.controls))
     write_table(df, spec, out.csv, out.md, None)

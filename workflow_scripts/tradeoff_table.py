@@ -9,6 +9,7 @@ from qrerase.io import write_csv
 from qrerase.registry import method_labels
 from qrerase.reports.plots import tradeoff_plot
 from qrerase.reports.size_study import sweep_rows
+from qrerase.text.tofu import FORGET_QUALITY_THRESHOLD
 from qrerase.text.tradeoff import curves, nll_rises, select_scale, tradeoff_frame
 from qrerase.workflow.job import job
 
@@ -56,8 +57,8 @@ with job(snakemake) as log:
             xlabel="Forget Quality (KS p-value, log)",
             ylabel="Model Utility / base model",
             log_x=True,
-            xline=0.1,
-            xline_label="p = 0.1",
+            xline=FORGET_QUALITY_THRESHOLD,
+            xline_label=f"p = {FORGET_QUALITY_THRESHOLD:g}",
             title=p.title,
         )
     log.info(

@@ -35,6 +35,7 @@ __all__ = [
     "metrics_for",
     "metric_function",
     "distance_to_ideal",
+    "direction_distance",
     "best_of",
     "MIA_ATTACKS",
 ]
@@ -186,17 +187,31 @@ def distance_to_ideal(name: str | Metric, value: float) -> float:
     metric are meaningful (the ``higher`` / ``lower`` distances are not shifted to be >= 0).
     """
     m = name if isinstance(name, Metric) else metric(name)
+    return direction_distance(m.direction, value, m.target, where=f"metric {m.name!r}")
+
+
+def direction_distance(direction: str, value: float, target: float | None = None, where: str = "value") -> float:
+    """:func:`distance_to_ideal` for a bare direction (a table column that is no registered metric).
+
+    ``direction`` a key of :data:`DIRECTIONS`; ``target`` the ideal value, given exactly for
+    ``'target'``. ``higher``: ``-value``; ``lower``: ``value``; ``target``: ``|value - target|``;
+    a non-finite value is ``+inf``. :class:`MetricError` (one line naming ``where``) otherwise.
+    """
+    if direction not in DIRECTIONS:
+        raise MetricError(f"{where}: direction must be one of {list(DIRECTIONS)}, got {direction!r}")
+    if (direction == "target") != (target is not None):
+        raise MetricError(f"{where}: a target value is given exactly for direction 'target' (got {target!r})")
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise MetricError(f"metric {m.name!r}: value {value!r} is not a number") from None
+        raise MetricError(f"{where}: value {value!r} is not a number") from None
     if not math.isfinite(x):
         return math.inf
-    if m.direction == "higher":
+    if direction == "higher":
         return -x
-    if m.direction == "lower":
+    if direction == "lower":
         return x
-    return abs(x - m.target)
+    return abs(x - float(target))
 
 
 def best_of(name: str | Metric, values: Mapping[str, float], rel_tol: float = 0.0) -> list[str]:

@@ -12,6 +12,9 @@ starts with a header saying where its numbers come from:
 - the CPU model and logical core count and the threads per job recorded by the jobs;
 - the versions of python, torch, transformers, peft and snakemake the jobs ran with.
 
+Under each table, every registered metric (:mod:`qrerase.metrics.registry`) among its CSV columns is
+named with the value that is best for it (:func:`metric_notes`): higher, lower, or closest to its ideal.
+
 Where the run left no records (results copied without ``provenance/``), the header says so and gives
 ``--commit`` (default: ``git rev-parse HEAD`` of the current directory), the newest table's
 modification date (or ``--date``) and the CPU and versions of the machine generating the pages.
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io import atomic_dir, write_text
+from ..metrics.registry import DIRECTIONS, metric, metric_names
 from ..workflow.provenance import machine_info, package_versions
 from .compare import compare_csv, render_comparison
 
@@ -246,7 +250,26 @@ def _table_section(stem: str, files: dict[str, Path]) -> list[str]:
     notes = [note for suffix, note in _TABLE_NOTES.items() if stem.endswith(suffix) or stem == suffix]
     if notes:
         lines += ["", *notes]
+    metrics = metric_notes(files[".csv"]) if ".csv" in files else []
+    if metrics:
+        lines += ["", *metrics]
     return [*lines, ""]
+
+
+def metric_notes(csv_path: str | os.PathLike) -> list[str]:
+    """One line per registered metric (:mod:`qrerase.metrics.registry`, registry order) that a column
+    of the CSV holds (the metric's name, or ``<prefix>_<name>``): its label, which value is best (the
+    ideal of a closest-to-target metric) and its description."""
+    with open(csv_path, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), [])
+    out = []
+    for name in metric_names():
+        if not any(c == name or c.endswith("_" + name) for c in header):
+            continue
+        m = metric(name)
+        best = f"closest to {m.target:g} is best" if m.direction == "target" else DIRECTIONS[m.direction]
+        out.append(f"- {m.label} (`{name}`): {best}; {m.description}.")
+    return out
 
 
 def _wall_time(stem: str) -> bool:

@@ -20,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..io import atomic_path
+from ..text.tofu import FORGET_QUALITY_THRESHOLD
 
 __all__ = [
     "save_figure",
@@ -100,7 +101,7 @@ def truth_ratio_plot(
         p = float(ks_2samp(a, ref).pvalue)
         pvalues[key] = p
         xs, ys = _ecdf(a)
-        mark = " ✓" if p > 0.1 else ""
+        mark = " ✓" if p > FORGET_QUALITY_THRESHOLD else ""
         ax.step(
             xs,
             ys,
@@ -160,7 +161,7 @@ def crosslingual_scatter(
     path: str | os.PathLike,
     labels: Mapping[str, str] | None = None,
     title: str | None = None,
-    threshold: float = 0.1,
+    threshold: float = FORGET_QUALITY_THRESHOLD,
 ) -> None:
     """The paper's cross-lingual figure: relative Model Utility vs Forget Quality per language pair.
 

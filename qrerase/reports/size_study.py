@@ -1,6 +1,11 @@
 """The size study's table and figure: per width, seed and method the measures of
 :mod:`qrerase.text.size_study`, their mean and spread over seeds, the log-log trend of selectivity
-against parameter count, and its extrapolation to the paper's model sizes (labelled as such)."""
+against parameter count, and its extrapolation to the paper's model sizes (labelled as such).
+
+Per experiment (width, seed) it also records the membership-inference measures of the unedited
+models (:data:`PRIVACY`, :func:`privacy_row`): the default attack's (Min-K%++) forget-vs-holdout AUC
+of the fine-tuned model and of the retain reference, and the fine-tuned model's PrivLeak against the
+reference: how much a width leaks before any unlearning (the sweep's points are not attacked)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at_rise
+from ..text.tofu import FORGET_QUALITY_THRESHOLD
 from .plots import save_figure
 from .tables import METHOD_LABELS
 
@@ -24,7 +30,9 @@ __all__ = [
     "trend",
     "render_markdown",
     "size_study_plot",
+    "privacy_row",
     "PAPER_SIZES",
+    "PRIVACY",
 ]
 
 #: the paper's model sizes (parameters) the trend is extrapolated to.
@@ -33,6 +41,8 @@ PAPER_SIZES: dict[str, float] = {"7B": 7e9, "8B": 8e9, "70B": 70e9}
 #: per-seed columns averaged per (width, method); the mechanistic ones are per experiment.
 MEASURES = ("selectivity", "x_star", "picked", "forget_quality", "model_utility", "utility_rel")
 MECHANISTIC = ("overlap", "overlap_random", "min_angle_deg", "effective_layers")
+#: per-experiment membership-inference columns (:func:`privacy_row`), averaged like the mechanistic ones.
+PRIVACY = ("base_mia_min_k_plus_plus", "base_privleak", "retain_mia_min_k_plus_plus")
 
 
 def sweep_rows(points: pd.DataFrame, *, target: float, max_rise: float) -> pd.DataFrame:
@@ -93,10 +103,27 @@ def exp_rows(
     return rows
 
 
+def privacy_row(sequence: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """The :data:`PRIVACY` columns of one experiment from the ``sequence_metrics.json`` values of its
+    ``base`` (fine-tuned) and ``retain`` models (:func:`qrerase.reports.tofu.privacy_frame`: PrivLeak
+    of the Min-K% AUC against the retain reference's, the Min-K%++ AUC). ValueError naming a missing model."""
+    from .tofu import DEFAULT_ATTACK, privacy_frame
+
+    missing = [m for m in ("base", "retain") if m not in sequence]
+    if missing:
+        raise ValueError(f"size study privacy: no sequence metrics of {missing}")
+    frame = privacy_frame({m: sequence[m] for m in ("base", "retain")}).set_index("method")
+    return {
+        "base_mia_min_k_plus_plus": float(frame.loc["base", DEFAULT_ATTACK]),
+        "base_privleak": float(frame.loc["base", "privleak"]),
+        "retain_mia_min_k_plus_plus": float(frame.loc["retain", DEFAULT_ATTACK]),
+    }
+
+
 def aggregate(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample standard deviation (``<measure>_sd``; NaN with one seed) over seeds per
     (width, method), with the seed count and how many seeds reached the target rise (``reached``)."""
-    cols = [c for c in (*MEASURES, *MECHANISTIC) if c in per_seed]
+    cols = [c for c in (*MEASURES, *MECHANISTIC, *PRIVACY) if c in per_seed]
     order = {m: i for i, m in enumerate(dict.fromkeys(per_seed["method"]))}
     rows = []
     for (width, method), grp in per_seed.groupby(["width", "method"], sort=False):
@@ -141,19 +168,31 @@ def _pm(mean: float, sd: float, fmt: str) -> str:
 
 def render_markdown(agg: pd.DataFrame, fits: pd.DataFrame, target: float, max_rise: float) -> str:
     """The size study's Markdown table (mean ± sd over seeds) and the trend table."""
+    privacy = all(c in agg for c in PRIVACY)
     head = (
         "| Method | Width | Params | Seeds | Selectivity | Forget Quality | Utility / base | Pick | "
-        "Overlap (random) | N_eff layers |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "Overlap (random) | N_eff layers |"
+        + (" Min-K%++ AUC fine-tuned (retain) | PrivLeak fine-tuned |" if privacy else "")
+        + "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        + ("---:|---:|" if privacy else "")
+        + "\n"
     )
     lines = []
     for _, r in agg.iterrows():
+        extra = ""
+        if privacy:
+            extra = (
+                f" {_pm(r['base_mia_min_k_plus_plus'], r['base_mia_min_k_plus_plus_sd'], '.3f')} "
+                f"({_pm(r['retain_mia_min_k_plus_plus'], math.nan, '.3f')}) | "
+                f"{_pm(r['base_privleak'], r['base_privleak_sd'], '.1f')} |"
+            )
         lines.append(
             f"| {METHOD_LABELS.get(r['method'], r['method'])} | {r['width']} | {r['params']:,} | {r['seeds']} "
             f"({r['reached']} reached) | {_pm(r['selectivity'], r['selectivity_sd'], '.2f')} | "
             f"{_pm(r['forget_quality'], r['forget_quality_sd'], '.2e')} | "
             f"{_pm(r['utility_rel'], r['utility_rel_sd'], '.3f')} | {_pm(r['picked'], r['picked_sd'], 'g')} | "
             f"{_pm(r['overlap'], r['overlap_sd'], '.3f')} ({r['overlap_random']:.3f}) | "
-            f"{_pm(r['effective_layers'], r['effective_layers_sd'], '.2f')} |"
+            f"{_pm(r['effective_layers'], r['effective_layers_sd'], '.2f')} |" + extra
         )
     notes = (
         f"\nSelectivity: forget-set answer-NLL rise ÷ held-out retain NLL rise at the λ (epochs for a "
@@ -161,7 +200,15 @@ def render_markdown(agg: pd.DataFrame, fits: pd.DataFrame, target: float, max_ri
         f"seeds whose sweep got there). Forget Quality and Utility at the λ rule's pick (largest grid "
         f"value with held-out rise ≤ {max_rise:g} nats). Overlap: mean cos² of the principal angles "
         f"between the forget and retain SVD subspaces (random: k / d_out). N_eff: exp(entropy) of the "
-        f"layer energies.\n"
+        f"layer energies."
+        + (
+            " Min-K%++ AUC: forget-set vs holdout answers of the unedited fine-tuned model (mean ± sd over "
+            "seeds; in parentheses the retain-only reference's; ideal 0.5). PrivLeak: the fine-tuned model's "
+            "Min-K% AUC against the reference's (MUSE; ideal 0)."
+            if privacy
+            else ""
+        )
+        + "\n"
     )
     trend_lines = [
         "\n| Method | Slope (log-log) | Note | " + " | ".join(f"at {k} (95 % CI)" for k in PAPER_SIZES) + " |"
@@ -220,7 +267,7 @@ def size_study_plot(
                 if np.isfinite(y):
                     ax.plot([float(r["params"])], [max(y, 1e-12)], color=colours.get(r["method"], "0.2"), **star)
         ax_q.plot([], [], color="0.6", label=extra_label, **star)  # one legend entry for the stars
-    ax_q.axhline(0.1, color="0.3", ls="--", lw=1, label="p = 0.1")
+    ax_q.axhline(FORGET_QUALITY_THRESHOLD, color="0.3", ls="--", lw=1, label=f"p = {FORGET_QUALITY_THRESHOLD:g}")
     for ax, ylabel in (
         (ax_s, "selectivity (forget ÷ held-out retain NLL rise)"),
         (ax_q, "Forget Quality at the λ rule"),

@@ -2,6 +2,9 @@
 
 * :func:`speech_table` — method rows; D_t ↑, D_f ↓, D_r ↑ (top-k accuracy, %) under one column group
   per setting ("Sample", "Class"), the fine-tuned model as the unranked reference row.
+* :func:`speech_mia_table` — method rows; the LOSS attack's AUC (registered metric ``mia_loss``,
+  :mod:`qrerase.speech.privacy`) per setting, ranked by distance to 0.5, the fine-tuned model as the
+  unranked reference row.
 * :func:`localisation` — how concentrated a setting's task energy E_ℓ (eq. 14) is: the largest E_ℓ, the
   number of layers with E_ℓ ≥ 1/|L| (eq. 15), the share of energy in them, and the effective number of
   layers exp(H), H = −Σ E_ℓ log E_ℓ (|L| for uniform energy, 1 when one layer holds everything).
@@ -24,7 +27,15 @@ from ..registry import RANK_PAIRS, method_labels
 from ..workflow.naming import format_model
 from .tables import Column, TableSpec
 
-__all__ = ["SETTING_LABELS", "speech_table", "localisation", "energy_compare_plot", "rank_curve", "rank_plot"]
+__all__ = [
+    "SETTING_LABELS",
+    "speech_table",
+    "speech_mia_table",
+    "localisation",
+    "energy_compare_plot",
+    "rank_curve",
+    "rank_plot",
+]
 
 SETTING_LABELS = {"sample": "Sample", "class": "Class"}
 _SET_HEADERS = {"D_t": ("$D_t$", True), "D_f": ("$D_f$", False), "D_r": ("$D_r$", True)}
@@ -59,6 +70,29 @@ def speech_table(
         columns=tuple(columns), reference_rows=("base",), labels={**method_labels(), "base": "Fine-Tuned Model"}
     )
     return pd.DataFrame(rows), spec
+
+
+def speech_mia_table(
+    values: Mapping[tuple[str, str], float], settings: Sequence[str], models: Sequence[str], row_key=lambda m: m
+) -> tuple[pd.DataFrame, TableSpec]:
+    """``values``: (setting, model) -> LOSS attack AUC. One row per model of ``models`` (labelled
+    ``row_key(model)``), one column ``<setting>_mia_loss`` per setting (group: the setting's label),
+    closest to 0.5 best. Reference row: ``base``. A missing (setting, model) raises ValueError naming it.
+    """
+    rows = []
+    for m in models:
+        row: dict[str, float | str] = {"method": row_key(m)}
+        for s in settings:
+            if (s, m) not in values:
+                raise ValueError(f"speech_mia_table: no LOSS attack AUC of model {m!r} in setting {s!r}")
+            row[f"{s}_mia_loss"] = float(values[(s, m)])
+        rows.append(row)
+    columns = tuple(
+        Column.for_metric("mia_loss", f"{s}_mia_loss", header="LOSS AUC", group=SETTING_LABELS.get(s, s))
+        for s in settings
+    )
+    spec = TableSpec(columns=columns, reference_rows=("base",), labels={**method_labels(), "base": "Fine-Tuned Model"})
+    return pd.DataFrame(rows, columns=["method", *(c.name for c in columns)]), spec
 
 
 def localisation(energy: Mapping[str, float]) -> dict[str, float]:

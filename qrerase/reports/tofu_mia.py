@@ -6,14 +6,17 @@ forget-set extraction strength and exact memorisation), and PrivLeak (:func:`qre
 of the metric it is relative to (Min-K%), against the retain reference's row. The values come from
 each model's ``sequence_metrics.json`` (rule evaluate).
 
-Ranking: ``higher`` / ``lower`` metrics are ranked by the table writer; ``target`` metrics (AUC
-closest to 0.5, PrivLeak closest to 0) are not (:class:`qrerase.reports.tables.Column` ranks in one
-direction only); their header names the ideal value.
+Ranking: every column in its registered direction (:meth:`qrerase.reports.tables.Column.for_metric`):
+``higher`` / ``lower``, or closest to the target for the ``target`` metrics (AUC closest to 0.5,
+PrivLeak closest to 0; the header shows ``(→ target)``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,14 +25,40 @@ from ..metrics.privleak import privleak
 from ..metrics.registry import metric, metrics_for
 from .tables import Column, TableSpec
 
-__all__ = ["mia_table"]
+__all__ = ["mia_table", "metric_rows", "load_sequence_metrics"]
 
 
-def _header(name: str) -> tuple[str, bool | None]:
-    m = metric(name)
-    if m.direction == "target":
-        return f"{m.label} (ideal {m.target:g})", None
-    return m.label, m.direction == "higher"
+def load_sequence_metrics(path: str | os.PathLike) -> dict[str, float]:
+    """The ``metrics`` mapping (metric name -> value) of one ``sequence_metrics.json`` (rule evaluate).
+    ValueError (one line naming the file) when it is not such a file."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))["metrics"]
+        return {str(k): float(v) for k, v in values.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a sequence_metrics.json with a 'metrics' mapping ({exc})") from None
+
+
+def metric_rows(
+    values: Mapping[str, Mapping[str, float]], names: Sequence[str], reference: str = "retain"
+) -> list[dict[str, float | str]]:
+    """One row per model of ``values`` (model -> metric name -> value, in row order): ``method`` and
+    each metric of ``names`` (registered; NaN when the model lacks it). A ``relative`` metric
+    (PrivLeak) is computed from the model's and the ``reference`` row's values of the metric it is
+    relative to (NaN without a reference row, either value, or with a reference AUC of 1); the
+    reference row's own PrivLeak is therefore 0."""
+    rows = []
+    for model, vals in values.items():
+        row: dict[str, float | str] = {"method": model}
+        for n in names:
+            m = metric(n)
+            if m.aggregate != "relative":
+                row[n] = float(vals.get(n, np.nan))
+                continue
+            ref, own = values.get(reference, {}).get(m.of), vals.get(m.of)
+            ok = ref is not None and own is not None and 0.0 <= ref < 1.0 and 0.0 <= own <= 1.0
+            row[n] = privleak(own, ref) if ok else np.nan
+        rows.append(row)
+    return rows
 
 
 def mia_table(values: Mapping[str, Mapping[str, float]], reference: str = "retain") -> tuple[pd.DataFrame, TableSpec]:
@@ -40,19 +69,8 @@ def mia_table(values: Mapping[str, Mapping[str, float]], reference: str = "retai
     """
     if not values:
         raise ValueError("mia_table: no models")
-    aucs, means = metrics_for("tofu", "auc"), metrics_for("tofu", "mean")
     relative = metrics_for("tofu", "relative")
-    rows = []
-    for model, vals in values.items():
-        row = {"method": model, **{n: float(vals.get(n, np.nan)) for n in aucs + means}}
-        for n in relative:
-            of = metric(n).of
-            ref, own = values.get(reference, {}).get(of), vals.get(of)
-            row[n] = np.nan if ref is None or own is None or not 0.0 <= ref < 1.0 else privleak(own, ref)
-        rows.append(row)
-    columns = []
-    for n in aucs + relative + means:
-        header, hib = _header(n)
-        columns.append(Column(n, header, hib, "{:.2f}" if n in relative else "{:.4f}"))
-    df = pd.DataFrame(rows, columns=["method", *(c.name for c in columns)])
+    names = metrics_for("tofu", "auc") + relative + metrics_for("tofu", "mean")
+    columns = [Column.for_metric(n, fmt="{:.2f}" if n in relative else "{:.4f}") for n in names]
+    df = pd.DataFrame(metric_rows(values, names, reference), columns=["method", *names])
     return df, TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", reference))

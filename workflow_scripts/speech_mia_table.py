@@ -1,0 +1,23 @@
+"""Rule speech_mia_table: the LOSS attack's AUC (D_f's training clips vs the same speakers' held-out
+clips) of every speech-table model per setting, from the 'mia' outputs of rule speech_evaluate."""
+
+import json
+from pathlib import Path
+
+from qrerase.reports.speech import speech_mia_table
+from qrerase.reports.tables import write_table
+from qrerase.workflow.job import job
+from qrerase.workflow.naming import method_of
+
+p, out = snakemake.params, snakemake.output
+with job(snakemake) as log:
+    values = {}
+    for f in snakemake.input.mia:
+        try:
+            record = json.loads(Path(f).read_text(encoding="utf-8"))
+            values[(record["setting"], record["model"])] = float(record["metrics"]["mia_loss"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{f}: not a speech attack record ({exc})") from None
+    df, spec = speech_mia_table(values, p.settings, list(p.models), row_key=method_of)
+    write_table(df, spec, out.csv, out.md, None)
+    log.info("speech LOSS attack AUCs:\n%s", df.round(4).to_string(index=False))
