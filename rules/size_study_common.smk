@@ -91,7 +91,8 @@ def size_points(wildcards):
 def size_exp_inputs(wildcards):
     """One size-study experiment's sweep points, layer energies, fine-tuned model (for its parameter
     count), the forget / retain SVD factors at rank k (for the principal angles) and the eval folders
-    of the fine-tuned model and the retain reference (sequence_metrics.json: the attack AUCs)."""
+    of the fine-tuned model and the retain reference (sequence_metrics.json: the attack AUCs).
+    """
     exp = wildcards.exp
     return {
         "points": size_points(wildcards),
