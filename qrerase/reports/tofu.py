@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..text.tofu import FORGET_QUALITY_THRESHOLD
+from ..text.tofu_log import SET_LABELS
 from .tables import Column, TableSpec, degenerate_utility
 from .tofu_mia import metric_rows
 
@@ -24,12 +25,7 @@ DEFAULT_ATTACK = "mia_min_k_plus_plus"
 #: The privacy columns of the TOFU tables, in order (registered metrics).
 PRIVACY_METRICS = ("privleak", DEFAULT_ATTACK)
 
-_TOFU_SET_GROUPS = (
-    ("retain", "Retain"),
-    ("real_authors", "Real Authors"),
-    ("world_facts", "World Facts"),
-    ("forget", "Forget"),
-)
+_TOFU_SET_GROUPS = tuple(SET_LABELS.items())  # (set, label) in component order
 
 
 def degenerate_rows(wide_df: pd.DataFrame) -> tuple[str, ...]:

@@ -54,6 +54,7 @@ __all__ = [
     "REQUIRED_FIELDS",
     "AGGREGATED_NAME",
     "EVAL_SETS",
+    "SET_LABELS",
     "log_set_name",
     "load_log",
     "validate_log",
@@ -68,10 +69,18 @@ FILES: dict[str, str] = {
     "real_authors": "eval_real_author_wo_options.json",
     "world_facts": "eval_real_world_wo_options.json",
 }
-#: the three sets that enter Model Utility (the one list of TOFU's evaluation sets, with ``forget``).
-UTILITY_SETS: tuple[str, ...] = ("retain", "real_authors", "world_facts")
+#: TOFU's evaluation sets with their table labels, in the order of the component metrics: the one
+#: list of the sets (the tuples below, :data:`FILES` and the tables derive from it).
+SET_LABELS: dict[str, str] = {
+    "retain": "Retain",
+    "real_authors": "Real Authors",
+    "world_facts": "World Facts",
+    "forget": "Forget",
+}
 #: set names in the order used for component metrics.
-TOFU_SETS: tuple[str, ...] = (*UTILITY_SETS, "forget")
+TOFU_SETS: tuple[str, ...] = tuple(SET_LABELS)
+#: the three sets that enter Model Utility.
+UTILITY_SETS: tuple[str, ...] = tuple(s for s in TOFU_SETS if s != "forget")
 #: the evaluation sets in the order the workflow's data paths list them (rules/common.smk ``EVAL_SETS``).
 EVAL_SETS: tuple[str, ...] = ("forget", *UTILITY_SETS)
 #: fields every log set must have.
