@@ -212,3 +212,29 @@ def test_pages_compare_with_another_run(run, tmp_path):
     assert "| model_utility | 0 | base |" in section
     assert "**Against machine B:**" not in tofu.split("## `tofu_cost`")[1].split("## ")[0]  # wall time
     assert "`tables/speech.csv` is not in that run." in Path("out/speech.md").read_text()
+
+
+def test_reference_snippets_hold_the_reference_rows_of_the_metric_columns(tmp_path):
+    from qrerase.metrics.registry import metric
+    from qrerase.reports.snippets import reference_snippet, write_snippets
+
+    frame = pd.DataFrame(
+        {
+            "method": ["base", "retain", "qr_erase"],
+            "model_utility": [0.5, 0.49, 0.48],
+            "privleak": [-41.25, 0.0, -3.0],
+            "mia_min_k_plus_plus": [0.8125, 0.5, 0.6],
+            "privleak_mark": ["", "best", ""],
+        }
+    )
+    csv = tmp_path / "tofu.csv"
+    frame.to_csv(csv, index=False)
+    text = reference_snippet(csv)
+    lines = text.splitlines()
+    assert lines[2] == f"| model | {metric('privleak').label} | {metric('mia_min_k_plus_plus').label} |"
+    assert lines[4] == "| *ideal* | 0 | 0.5 |"
+    assert lines[5:] == ["| Base Model | -41.250 | 0.812 |", "| Retain reference | 0.000 | 0.500 |"]
+    frame[["method", "model_utility"]].to_csv(tmp_path / "plain.csv", index=False)
+    assert reference_snippet(tmp_path / "plain.csv") is None  # no registered metric: no snippet
+    written = write_snippets({"tofu": {".csv": csv}, "plain": {".csv": tmp_path / "plain.csv"}}, tmp_path / "out")
+    assert [p.name for p in written] == ["tofu.txt"] and written[0].read_text() == text

@@ -47,6 +47,7 @@ from ..io import atomic_dir, write_text
 from ..metrics.registry import DIRECTIONS, metric, metric_names
 from ..workflow.provenance import machine_info, package_versions
 from .compare import compare_csv, render_comparison
+from .snippets import write_snippets
 
 __all__ = ["PAGES", "MARKER", "MAX_CSV_ROWS", "Page", "RunInfo", "page_of", "collect", "run_info", "write_pages"]
 
@@ -380,7 +381,8 @@ def write_pages(
 
     ``commit`` / ``date`` override the recorded commit and date; ``note`` is shown under each header
     (e.g. which config ran); ``compare`` is another run's ``results/`` to compare every table with.
-    Raises FileNotFoundError when ``results`` (or ``compare``) has no tables or figures.
+    Raises FileNotFoundError when ``results`` (or ``compare``) has no tables or figures. The reference
+    models' metric values go to ``out/snippets/`` (:func:`qrerase.reports.snippets.write_snippets`).
     """
     results, out = Path(results), Path(out)
     pages, other = collect(results)
@@ -405,5 +407,6 @@ def write_pages(
         target = out / f"{page.name}.md"
         write_text(target, render_page(page, info, note, versus))
         written.append(target)
+    write_snippets({stem: files for page in pages for stem, files in page.tables.items()}, out)
     write_text(out / "index.md", render_index(pages, infos, other, note, _docs_root(out)))
     return [*written, out / "index.md"]
