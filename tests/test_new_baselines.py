@@ -120,6 +120,7 @@ def test_settings_defaults_validation_and_fallback():
         hparams = None
 
     assert hparams_of(Cfg(), UNDIALSettings) == UNDIALSettings()  # no hparams: the dataclass's defaults
+    assert hparams_of(UNDIALSettings(beta=2.0), UNDIALSettings).beta == 2.0  # a config that is the settings
     Cfg.hparams = {"beta": 3.0}
     assert hparams_of(Cfg(), UNDIALSettings).beta == 3.0
     Cfg.hparams = SimNPOSettings()

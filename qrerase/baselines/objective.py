@@ -32,10 +32,12 @@ __all__ = [
 
 def hparams_of(cfg, cls):
     """A text baseline's own settings (an object of its settings dataclass ``cls``) from its run config
-    ``cfg``: ``cfg.hparams`` when that is a ``cls``; a mapping there is built with ``cls.from_dict``
-    (strict); a ``cfg`` without ``hparams`` (or with ``None``) gets ``cls()``, the dataclass's defaults
-    (never values of same-named keys of ``cfg``, which may mean another method's settings). Anything
-    else is a ``TypeError`` naming the key."""
+    ``cfg``: ``cfg`` itself when it is a ``cls``; ``cfg.hparams`` when that is a ``cls``; a mapping
+    there is built with ``cls.from_dict`` (strict); a ``cfg`` without ``hparams`` (or with ``None``)
+    gets ``cls()``, the dataclass's defaults (never values of same-named keys of ``cfg``, which may
+    mean another method's settings). Anything else is a ``TypeError`` naming the key."""
+    if isinstance(cfg, cls):
+        return cfg
     hp = getattr(cfg, "hparams", None)
     if hp is None:
         return cls()
