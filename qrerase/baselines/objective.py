@@ -8,6 +8,8 @@ gradient accumulation and data parallelism). The loss functions are those of :mo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from ..text.lm import answer_token_logits, answer_token_nll, collate, per_sequence, sequence_nll
@@ -15,6 +17,7 @@ from ..text.losses import answer_tokens
 from .losses import dpo_loss, flat_loss, ga_loss, graddiff_loss, kl_divergence, kl_loss, npo_loss, token_mean_nll
 
 __all__ = [
+    "hparams_of",
     "TextObjective",
     "ForgetAscent",
     "GradientAscent",
@@ -25,6 +28,24 @@ __all__ = [
     "DPO",
     "FLAT",
 ]
+
+
+def hparams_of(cfg, cls):
+    """A text baseline's own settings (an object of its settings dataclass ``cls``) from its run config
+    ``cfg``: ``cfg`` itself when it is a ``cls``; ``cfg.hparams`` when that is a ``cls``; a mapping
+    there is built with ``cls.from_dict`` (strict); a ``cfg`` without ``hparams`` (or with ``None``)
+    gets ``cls()``, the dataclass's defaults (never values of same-named keys of ``cfg``, which may
+    mean another method's settings). Anything else is a ``TypeError`` naming the key."""
+    if isinstance(cfg, cls):
+        return cfg
+    hp = getattr(cfg, "hparams", None)
+    if hp is None:
+        return cls()
+    if isinstance(hp, cls):
+        return hp
+    if isinstance(hp, Mapping):
+        return cls.from_dict(hp)
+    raise TypeError(f"baseline config: 'hparams' must be a {cls.__name__} or a mapping, got {type(hp).__name__}")
 
 
 class TextObjective:
@@ -82,10 +103,12 @@ class TextObjective:
         idx, ridx = payload
         fpieces = engine.chunk(idx, parts)
         rpieces = engine.chunk(ridx, parts) if ridx is not None else [(None, False)] * parts
+        # the whole step's counts: forget examples n, forget / retain answer tokens nf / nr, retain examples n_r
         whole = {
             "n": len(idx),
             "nf": max(1, sum(self.fcount[i] for i in idx)),
             "nr": max(1, sum(self.rcount[i] for i in ridx)) if ridx is not None else 1,
+            "n_r": len(ridx) if ridx is not None else 1,
             "parts": parts,
             "pieces": fpieces,
         }
