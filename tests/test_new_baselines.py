@@ -1,6 +1,7 @@
 """SimNPO, RMU and UNDIAL (qrerase.baselines.simnpo / rmu / undial): each loss against its paper's formula
-computed here in plain Python, RMU's control vector and parameter subset, the micro-batch split, and a
-short real training run of each on a tiny Llama fine-tuned on TOFU QA (no mocks)."""
+computed here in plain Python, their registration and hyperparameters, RMU's control vector and
+parameter subset, the micro-batch split, and a short real training run of each on a tiny Llama
+fine-tuned on TOFU QA (no mocks)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ import torch
 from tiny_text import TINY, TPL, tofu_qa
 
 from qrerase import registry
-from qrerase.baselines.objective import hparams_of
-from qrerase.baselines.rmu import RMU, RMUSettings, activation_mse, control_vector, layer_output
-from qrerase.baselines.simnpo import SimNPO, SimNPOSettings, simnpo_loss
-from qrerase.baselines.text import AdapterDisabled, TextBaselineConfig, train_baseline
-from qrerase.baselines.undial import UNDIAL, UNDIALSettings, undial_teacher, undial_token_loss
+from qrerase.baselines.rmu import RMU, activation_mse, control_vector, layer_output
+from qrerase.baselines.settings import RmuHparams, SimNpoHparams, UndialHparams
+from qrerase.baselines.simnpo import SimNPO, simnpo_loss
+from qrerase.baselines.text import AdapterDisabled, TextBaselineConfig, objective_of, train_baseline
+from qrerase.baselines.undial import UNDIAL, undial_teacher, undial_token_loss
 from qrerase.text.lm import answer_token_logits, collate, encode_qa_many, pad_token_id, qa_pair, sequence_nll
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, add_lora, train_causal_lm
 
-NEW = {"simnpo": (SimNPO, SimNPOSettings), "rmu": (RMU, RMUSettings), "undial": (UNDIAL, UNDIALSettings)}
+NEW = {"simnpo": (SimNPO, SimNpoHparams), "rmu": (RMU, RmuHparams), "undial": (UNDIAL, UndialHparams)}
 
 # ------------------------------------------------------------------------------------------------
 # Losses against the papers' formulas, by hand
@@ -91,41 +92,42 @@ def test_rmu_control_vector_and_activation_mse():
         activation_mse(h, ref, torch.zeros(2, 4, dtype=torch.bool))
 
 
-def test_settings_defaults_validation_and_fallback():
-    assert (SimNPOSettings().beta, SimNPOSettings().forget_weight, SimNPOSettings().retain_weight) == (4.5, 0.125, 1.0)
-    assert (UNDIALSettings().beta, UNDIALSettings().retain_weight) == (10.0, 0.0)
-    rmu = RMUSettings()
+def test_registered_with_their_hparams_and_reference_defaults():
+    for name, (objective, hp_cls) in NEW.items():
+        m = registry.method(name)
+        assert m.tracks == ("tofu", "crosslingual") and m.decomp is None
+        assert objective_of(name) is objective and registry.hparams_of(name, "text") is hp_cls
+    assert [registry.method(n).plan_shape for n in NEW] == [(2, 0), (2, 1), (2, 1)]
+    assert (SimNpoHparams().beta, SimNpoHparams().forget_weight, SimNpoHparams().retain_weight) == (4.5, 0.125, 1.0)
+    assert (UndialHparams().beta, UndialHparams().retain_weight) == (10.0, 0.0)
+    rmu = RmuHparams()
     assert (rmu.layer, rmu.layers_updated(), rmu.steering_coeff, rmu.alpha) == (7, (5, 6, 7), 20.0, 100.0)
     assert rmu.trains("model.layers.6.mlp.down_proj.weight")
     assert rmu.trains("base_model.model.model.layers.5.mlp.down_proj.lora_B.default.weight")
     assert not rmu.trains("model.layers.4.mlp.down_proj.weight") and not rmu.trains("model.layers.7.mlp.up_proj.weight")
-    assert RMUSettings(layer=1, update_modules=["*"]).trains("model.layers.0.self_attn.q_proj.weight")
+    assert RmuHparams(layer=1, update_modules=["*"]).trains("model.layers.0.self_attn.q_proj.weight")
+    assert RmuHparams(layer=1, update_layers=[1, 0]).update_layers == (1, 0)  # a list becomes a tuple
     for cls, key, bad in (
-        (SimNPOSettings, "beta", 0.0),
-        (SimNPOSettings, "gamma", -1.0),
-        (SimNPOSettings, "retain_weight", float("nan")),
-        (UNDIALSettings, "beta", -2),
-        (RMUSettings, "layer", -1),
-        (RMUSettings, "update_layers", [8]),
-        (RMUSettings, "update_modules", []),
-        (RMUSettings, "steering_coeff", 0),
-        (RMUSettings, "control_seed", 1.5),
+        (SimNpoHparams, "beta", 0.0),
+        (SimNpoHparams, "gamma", -1.0),
+        (SimNpoHparams, "retain_weight", float("nan")),
+        (UndialHparams, "beta", -2),
+        (RmuHparams, "layer", -1),
+        (RmuHparams, "update_layers", [8]),
+        (RmuHparams, "update_layers", [-1]),
+        (RmuHparams, "update_modules", []),
+        (RmuHparams, "steering_coeff", 0),
+        (RmuHparams, "control_seed", 1.5),
     ):
         with pytest.raises(ValueError, match=f"'{key}' must be"):
             cls(**{key: bad})
-    with pytest.raises(ValueError, match="unknown key"):
-        SimNPOSettings.from_dict({"delta": 0.0})
-
-    class Cfg:
-        hparams = None
-
-    assert hparams_of(Cfg(), UNDIALSettings) == UNDIALSettings()  # no hparams: the dataclass's defaults
-    assert hparams_of(UNDIALSettings(beta=2.0), UNDIALSettings).beta == 2.0  # a config that is the settings
-    Cfg.hparams = {"beta": 3.0}
-    assert hparams_of(Cfg(), UNDIALSettings).beta == 3.0
-    Cfg.hparams = SimNPOSettings()
-    with pytest.raises(TypeError, match="'hparams'"):
-        hparams_of(Cfg(), UNDIALSettings)
+    # a job config: the shared training keys plus the method's own, strictly
+    job = TextBaselineConfig.of(method="undial", epochs=1, lr=1e-3, batch_size=4, beta=3.0)
+    assert job.hparams == UndialHparams(beta=3.0, retain_weight=0.0) and job.lr == 1e-3
+    with pytest.raises(ValueError, match=r"baseline config \(simnpo\): unknown key\(s\) \['delta'\]"):
+        TextBaselineConfig.of(method="simnpo", epochs=1, lr=1e-3, batch_size=4, delta=0.0)
+    with pytest.raises(ValueError, match="'update_layers' must be"):
+        TextBaselineConfig.of(method="rmu", epochs=1, lr=1e-3, batch_size=4, layer=1, update_layers=[2])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -160,20 +162,9 @@ def _examples(tok, records):
 
 
 def _cfg(method, hp, **kw):
-    """The run config of a new baseline with its settings (the registry wiring is the lead's: until
-    then the test registers the three methods itself, see ``registered``)."""
-    cfg = TextBaselineConfig(**{"method": method, "epochs": 2, "batch_size": 4, "max_length": 64, "threads": 1, **kw})
-    cfg.hparams = hp
-    return cfg
-
-
-@pytest.fixture
-def registered(monkeypatch):
-    """The three methods in the registry for this test (restored afterwards) unless already there."""
-    for name, (cls, _) in NEW.items():
-        if name not in registry.names():
-            method = registry.Method(name, None, False, name, None, ("tofu", "crosslingual"), {"text": cls})
-            monkeypatch.setitem(registry._METHODS, name, method)
+    """The job config of a new baseline with its hyperparameters ``hp``."""
+    train = {"epochs": 2, "lr": 1e-5, "batch_size": 4, "max_length": 64, "threads": 1, **kw}
+    return TextBaselineConfig(method=method, train=train, hparams=hp)
 
 
 def _objective(name, model, ref, tok, sets, hp):
@@ -187,12 +178,12 @@ def _objective(name, model, ref, tok, sets, hp):
 @pytest.mark.parametrize(
     "name, hp",
     [
-        ("simnpo", SimNPOSettings(beta=2.0, gamma=0.3)),
-        ("undial", UNDIALSettings(beta=5.0, retain_weight=0.5)),
-        ("rmu", RMUSettings(layer=1, steering_coeff=4.0, alpha=2.0)),
+        ("simnpo", SimNpoHparams(beta=2.0, gamma=0.3)),
+        ("undial", UndialHparams(beta=5.0, retain_weight=0.5)),
+        ("rmu", RmuHparams(layer=1, steering_coeff=4.0, alpha=2.0)),
     ],
 )
-def test_micro_batch_pieces_sum_to_the_step_loss(registered, finetuned, tok, sets, name, hp):
+def test_micro_batch_pieces_sum_to_the_step_loss(finetuned, tok, sets, name, hp):
     model, ref = copy.deepcopy(finetuned), copy.deepcopy(finetuned).eval()
     obj = _objective(name, model, ref, tok, sets, hp)
     if name == "rmu":  # start away from π_ref, so that the retain term is not 0
@@ -206,9 +197,9 @@ def test_micro_batch_pieces_sum_to_the_step_loss(registered, finetuned, tok, set
         assert pieces == pytest.approx(float(full), rel=1e-5)
 
 
-def test_rmu_trains_only_the_chosen_parameters(registered, finetuned, tok, sets):
+def test_rmu_trains_only_the_chosen_parameters(finetuned, tok, sets):
     model, ref = copy.deepcopy(finetuned), copy.deepcopy(finetuned).eval()
-    obj = _objective("rmu", model, ref, tok, sets, RMUSettings(layer=1, steering_coeff=4.0))
+    obj = _objective("rmu", model, ref, tok, sets, RmuHparams(layer=1, steering_coeff=4.0))
     chosen = {"model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"}
     assert set(obj.trained) == chosen
     assert {n for n, p in model.named_parameters() if p.requires_grad} == chosen
@@ -224,18 +215,18 @@ def test_rmu_trains_only_the_chosen_parameters(registered, finetuned, tok, sets)
         out = model.model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
         torch.testing.assert_close(layer_output(model, batch, 0), out.hidden_states[1])
     with pytest.raises(ValueError, match="'layer' 2 is out of range"):
-        _objective("rmu", copy.deepcopy(finetuned), ref, tok, sets, RMUSettings(layer=2))
+        _objective("rmu", copy.deepcopy(finetuned), ref, tok, sets, RmuHparams(layer=2))
     with pytest.raises(ValueError, match="no trainable parameter"):
-        _objective("rmu", copy.deepcopy(finetuned), ref, tok, sets, RMUSettings(layer=1, update_modules=["mlp.w9"]))
+        _objective("rmu", copy.deepcopy(finetuned), ref, tok, sets, RmuHparams(layer=1, update_modules=["mlp.w9"]))
 
 
-def test_rmu_lora_reference_is_the_adapter_disabled_model(registered, finetuned, tok, sets):
+def test_rmu_lora_reference_is_the_adapter_disabled_model(finetuned, tok, sets):
     peft = add_lora(copy.deepcopy(finetuned), LoraTrainConfig(r=4, train=TrainConfig(epochs=1, lr=1e-3, batch_size=4)))
     with torch.no_grad():  # a non-zero adapter: the model is no longer its adapter-disabled self
         for n, p in peft.named_parameters():
             if "lora_B" in n:
                 p.fill_(0.05)
-    obj = _objective("rmu", peft, AdapterDisabled(peft), tok, sets, RMUSettings(layer=1, steering_coeff=4.0))
+    obj = _objective("rmu", peft, AdapterDisabled(peft), tok, sets, RmuHparams(layer=1, steering_coeff=4.0))
     assert obj.trained and all("lora_" in n and "down_proj" in n for n in obj.trained)
     _, terms = obj.full(([0, 1], [0, 1, 2]))
     assert terms["retain_mse"] > 1e-6  # h_θ (adapter on) against h_ref (adapter off)
@@ -260,12 +251,12 @@ def _forget_objective(name, model, ref, tok, records, hp) -> tuple[float, float]
 @pytest.mark.parametrize(
     "name, hp, lr",
     [
-        ("simnpo", SimNPOSettings(), 3e-3),
-        ("undial", UNDIALSettings(), 3e-3),
-        ("rmu", RMUSettings(layer=1, steering_coeff=4.0, alpha=1.0), 1e-2),
+        ("simnpo", SimNpoHparams(), 3e-3),
+        ("undial", UndialHparams(), 3e-3),
+        ("rmu", RmuHparams(layer=1, steering_coeff=4.0, alpha=1.0), 1e-2),
     ],
 )
-def test_training_moves_the_forget_loss_the_intended_way(registered, finetuned, tok, sets, name, hp, lr):
+def test_training_moves_the_forget_loss_the_intended_way(finetuned, tok, sets, name, hp, lr):
     forget, retain = sets
     model, ref = copy.deepcopy(finetuned), copy.deepcopy(finetuned)
     term, nll = _forget_objective(name, model, finetuned, tok, forget, hp)

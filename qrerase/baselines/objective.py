@@ -8,8 +8,6 @@ gradient accumulation and data parallelism). The loss functions are those of :mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 
 from ..text.lm import answer_token_logits, answer_token_nll, collate, per_sequence, sequence_nll
@@ -17,7 +15,6 @@ from ..text.losses import answer_tokens
 from .losses import dpo_loss, flat_loss, ga_loss, graddiff_loss, kl_divergence, kl_loss, npo_loss, token_mean_nll
 
 __all__ = [
-    "hparams_of",
     "TextObjective",
     "ForgetAscent",
     "GradientAscent",
@@ -28,24 +25,6 @@ __all__ = [
     "DPO",
     "FLAT",
 ]
-
-
-def hparams_of(cfg, cls):
-    """A text baseline's own settings (an object of its settings dataclass ``cls``) from its run config
-    ``cfg``: ``cfg`` itself when it is a ``cls``; ``cfg.hparams`` when that is a ``cls``; a mapping
-    there is built with ``cls.from_dict`` (strict); a ``cfg`` without ``hparams`` (or with ``None``)
-    gets ``cls()``, the dataclass's defaults (never values of same-named keys of ``cfg``, which may
-    mean another method's settings). Anything else is a ``TypeError`` naming the key."""
-    if isinstance(cfg, cls):
-        return cfg
-    hp = getattr(cfg, "hparams", None)
-    if hp is None:
-        return cls()
-    if isinstance(hp, cls):
-        return hp
-    if isinstance(hp, Mapping):
-        return cls.from_dict(hp)
-    raise TypeError(f"baseline config: 'hparams' must be a {cls.__name__} or a mapping, got {type(hp).__name__}")
 
 
 class TextObjective:

@@ -31,97 +31,15 @@ hidden states.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ..checkpoints import model_device
-from ..config import from_mapping
 from ..text.lm import collate
-from .objective import TextObjective, hparams_of
+from .objective import TextObjective
 
-__all__ = ["RMUSettings", "control_vector", "activation_mse", "decoder_layers", "layer_output", "RMU"]
-
-_LAYER_PARAM = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")  # a decoder layer's parameter: index, rest of the name
-
-
-@dataclass
-class RMUSettings:
-    """RMU's own settings (source of the defaults: the module docstring).
-
-    ``layer``: ``ℓ``, the 0-based decoder layer whose output is steered (reference 7).
-    ``update_layers``: the decoder layers whose parameters are trained, each ``<= layer`` (parameters
-    above ``ℓ`` get no gradient); ``None``: ``max(0, ℓ−2) … ℓ`` (reference 5, 6, 7).
-    ``update_modules``: module paths inside a decoder layer whose parameters are trained (a parameter
-    is trained when its name within the layer is the path or starts with ``path.``; LoRA adapters of
-    that module included); ``"*"``: every parameter of the layer. Reference: ``mlp.down_proj``.
-    ``steering_coeff``: ``c`` (> 0; reference 20). ``alpha``: ``α``, the retain weight (>= 0;
-    reference 100). ``control_seed``: the seed of ``u`` (an integer >= 0); ``None``: the run's ``seed``.
-    """
-
-    layer: int = 7
-    update_layers: tuple[int, ...] | None = None
-    update_modules: tuple[str, ...] = ("mlp.down_proj",)
-    steering_coeff: float = 20.0
-    alpha: float = 100.0
-    control_seed: int | None = None
-
-    def __post_init__(self):
-        def integer(v):
-            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-        def number(v):
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-        if self.update_layers is not None and not isinstance(self.update_layers, (str, bytes)):
-            self.update_layers = tuple(self.update_layers)
-        if not isinstance(self.update_modules, (str, bytes)):
-            self.update_modules = tuple(self.update_modules)
-        layers_ok = self.update_layers is None or (
-            isinstance(self.update_layers, tuple)
-            and len(self.update_layers) > 0
-            and all(integer(i) and integer(self.layer) and i <= self.layer for i in self.update_layers)
-        )
-        checks = [
-            (integer(self.layer), "layer", "an integer >= 0"),
-            (layers_ok, "update_layers", "null or a non-empty list of integers in [0, layer]"),
-            (
-                isinstance(self.update_modules, tuple)
-                and len(self.update_modules) > 0
-                and all(isinstance(m, str) and m.strip(".") for m in self.update_modules),
-                "update_modules",
-                "a non-empty list of module paths within a decoder layer (or '*')",
-            ),
-            (number(self.steering_coeff) and self.steering_coeff > 0, "steering_coeff", "a finite number > 0"),
-            (number(self.alpha) and self.alpha >= 0, "alpha", "a finite number >= 0"),
-            (self.control_seed is None or integer(self.control_seed), "control_seed", "null or an integer >= 0"),
-        ]
-        for ok, key, expected in checks:
-            if not ok:
-                raise ValueError(f"rmu settings: '{key}' must be {expected}, got {getattr(self, key)!r}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RMUSettings:
-        """Strict construction: unknown keys are a ``ValueError`` naming them."""
-        return from_mapping(cls, d, "rmu settings")
-
-    def layers_updated(self) -> tuple[int, ...]:
-        """The decoder layers whose parameters are trained (``update_layers`` or ``ℓ−2 … ℓ``)."""
-        if self.update_layers is not None:
-            return tuple(sorted(set(self.update_layers)))
-        return tuple(range(max(0, self.layer - 2), self.layer + 1))
-
-    def trains(self, name: str) -> bool:
-        """Whether parameter ``name`` (as ``model.named_parameters()`` gives it) is one RMU trains."""
-        m = _LAYER_PARAM.search(name)
-        if m is None or int(m.group(1)) not in self.layers_updated():
-            return False
-        rest = m.group(2)
-        return any(p == "*" or rest == p.strip(".") or rest.startswith(p.strip(".") + ".") for p in self.update_modules)
+__all__ = ["control_vector", "activation_mse", "decoder_layers", "layer_output", "RMU"]
 
 
 def control_vector(dim: int, seed: int) -> torch.Tensor:
@@ -206,40 +124,39 @@ def layer_output(model, batch: Mapping[str, torch.Tensor], layer: int) -> torch.
 
 
 class RMU(TextObjective):
-    """rmu: ``L = L_f + α · L_r`` (settings :class:`RMUSettings` from ``cfg.hparams``,
-    :func:`~qrerase.baselines.objective.hparams_of`).
+    """rmu: ``L = L_f + α · L_r`` (``self.hparams``: an
+    :class:`~qrerase.baselines.settings.RmuHparams`).
 
-    Building it freezes every parameter of ``model`` but those :meth:`RMUSettings.trains` selects (a
-    ``ValueError`` when none is selected, or when ``layer`` is not a decoder layer of the model) and
-    draws ``u`` (:func:`control_vector`, seeded by ``control_seed`` or ``cfg.seed``). π_ref is kept
-    frozen during training (in LoRA mode: the adapter-disabled model). Both terms are example means:
-    a micro-batch piece contributes its own terms times ``|piece| / |batch|``. Logged terms:
-    ``forget_mse`` (``L_f``) and ``retain_mse`` (``L_r``); no ``forget_nll`` (the LM head is not run).
-    """
+    Building it freezes every parameter of ``model`` but those
+    :meth:`~qrerase.baselines.settings.RmuHparams.trains` selects (a ``ValueError`` when none is selected, or
+    when ``layer`` is not a decoder layer of the model) and draws ``u`` (:func:`control_vector`, seeded by
+    ``control_seed`` or the run's ``seed``). π_ref is kept frozen during training (in LoRA mode: the
+    adapter-disabled model). Both terms are example means: a micro-batch piece contributes its own terms times
+    ``|piece| / |batch|``. Logged terms: ``forget_mse`` (``L_f``) and ``retain_mse`` (``L_r``); no
+    ``forget_nll`` (the LM head is not run)."""
 
     needs_retain = True
     needs_reference = True
 
     def __init__(self, cfg, model, *args, **kwargs):
         super().__init__(cfg, model, *args, **kwargs)
-        self.hp = hparams_of(cfg, RMUSettings)
         layers = decoder_layers(model)
-        if self.hp.layer >= len(layers):
+        if self.hparams.layer >= len(layers):
             raise ValueError(
-                f"rmu settings: 'layer' {self.hp.layer} is out of range for a model with {len(layers)} decoder layers"
+                f"rmu: 'layer' {self.hparams.layer} is out of range for a model with {len(layers)} decoder layers"
             )
         self.trained = []
         for name, p in model.named_parameters():
-            if p.requires_grad and self.hp.trains(name):
+            if p.requires_grad and self.hparams.trains(name):
                 self.trained.append(name)
             else:
                 p.requires_grad_(False)
         if not self.trained:
             raise ValueError(
-                f"rmu settings: no trainable parameter in layers {list(self.hp.layers_updated())} matches "
-                f"'update_modules' {list(self.hp.update_modules)}"
+                f"rmu: no trainable parameter in layers {list(self.hparams.layers_updated())} matches "
+                f"'update_modules' {list(self.hparams.update_modules)}"
             )
-        seed = self.hp.control_seed if self.hp.control_seed is not None else int(getattr(cfg, "seed", 0))
+        seed = self.hparams.control_seed if self.hparams.control_seed is not None else int(cfg.seed)
         width = getattr(getattr(_base(model), "config", None), "hidden_size", None)
         if not isinstance(width, int):
             raise ValueError(f"rmu: the model's config has no integer 'hidden_size' (got {width!r})")
@@ -247,11 +164,11 @@ class RMU(TextObjective):
 
     def _hidden(self, model, examples, idx):
         batch = collate([examples[i] for i in idx], self.pad_id)
-        return layer_output(model, batch, self.hp.layer), batch["labels"] != -100
+        return layer_output(model, batch, self.hparams.layer), batch["labels"] != -100
 
     def _forget(self, idx):
         h, mask = self._hidden(self.model, self.forget_ex, idx)
-        return activation_mse(h, self.hp.steering_coeff * self.u, mask).mean()
+        return activation_mse(h, self.hparams.steering_coeff * self.u, mask).mean()
 
     def _retain(self, ridx):
         from .text import reference
@@ -265,35 +182,11 @@ class RMU(TextObjective):
         idx, ridx = payload
         lf, lr = self._forget(idx), self._retain(ridx)
         terms = {"forget_mse": float(lf.detach()), "retain_mse": float(lr.detach())}
-        return lf + self.hp.alpha * lr, terms
+        return lf + self.hparams.alpha * lr, terms
 
     def _piece(self, f, f_live, r, r_live, whole):
         wf, wr = (1.0 if f_live else 0.0), (1.0 if r_live else 0.0)
         lf, lr = self._forget(f), self._retain(r)
         terms = {"forget_mse": float(lf.detach()), "retain_mse": float(lr.detach())}
-        loss = lf * (wf * len(f) / whole["n"]) + self.hp.alpha * lr * (wr * len(r) / whole["n_r"])
+        loss = lf * (wf * len(f) / whole["n"]) + self.hparams.alpha * lr * (wr * len(r) / whole["n_r"])
         return loss, terms
-
-
-# --------------------------------------------------------------------------------------------------
-# Registration and config (for the lead, once the registry takes each method's settings dataclass):
-#
-# in qrerase/registry.py, after the other text baselines:
-#
-#     register_method(
-#         "rmu",
-#         label="RMU",
-#         tracks=_TEXT,
-#         run={"text": "qrerase.baselines.rmu:RMU"},
-#         hparams="qrerase.baselines.rmu:RMUSettings",   # or the class, as the registry takes it
-#         settings={"baselines": _ref("baseline_rmu", "RMU (Li et al. 2024)")},
-#         plan_shape=(2, 1),   # forget + retain sequences, one frozen copy (the retain term's π_ref)
-#     )
-#
-# config.yaml, baselines section. The tiny default model has 3 decoder layers, so the reference's
-# layer 7 does not exist: steer the middle layer's output and train layers 0-1's MLP down-projections;
-# c and α are not tuned here (c should be of the order of the layer's hidden-state norm):
-#
-#     rmu: {epochs: 5, lr: 3.0e-4, batch_size: 16, layer: 1, update_layers: [0, 1], update_modules: [mlp.down_proj],
-#           steering_coeff: 20.0, alpha: 100.0}
-# --------------------------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ logits ``z_ref,t``, the teacher distribution and the loss are::
     L_f = mean_{t ∈ answer tokens of B_f} H(q_t, π_θ(·|t)) = −mean_t Σ_v q_t(v) log π_θ(v|t)
     L   = L_f + w_r · ℓ_tok(B_r)
 
-``H(q, p)`` is the cross-entropy against the soft labels, as in the reference code; it equals
-``KL(q ‖ π_θ) + H(q)`` with ``H(q)`` fixed (π_ref is frozen), so it has the KL's gradient.
-Defaults (:class:`UNDIALSettings`): open-unlearning's configs/trainer/UNDIAL.yaml (``beta: 10.0``,
-``alpha: 0.0``, ``gamma: 1.0``; its community/methods/UNDIAL/README.md: the paper does not use the
-retain set, β typically in {3, 10, 30}, lr 1e-4 with LoRA r 8 / alpha 16 on Llama-2 7B).
+``H(q, p)`` is the cross-entropy against the soft labels, as in the reference code; it equals ``KL(q ‖ π_θ) +
+H(q)`` with ``H(q)`` fixed (π_ref is frozen), so it has the KL's gradient. Defaults
+(:class:`~qrerase.baselines.settings.UndialHparams`, registered with the method): open-unlearning's
+configs/trainer/UNDIAL.yaml (``beta: 10.0``, ``alpha: 0.0``, ``gamma: 1.0``; its
+community/methods/UNDIAL/README.md: the paper does not use the retain set, β typically in {3, 10, 30}, lr 1e-4
+with LoRA r 8 / alpha 16 on Llama-2 7B).
 
 Difference from the reference code (open-unlearning src/trainer/utils.py ``compute_undial_loss``):
 there the loss is averaged over every position of the padded batch, prompt and padding included
@@ -24,44 +25,15 @@ tokens (EOS included) are scored, as every other text baseline's forget term.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ..config import from_mapping
 from ..text.lm import answer_token_logits, collate
 from .losses import token_mean_nll
-from .objective import TextObjective, hparams_of
+from .objective import TextObjective
 
-__all__ = ["UNDIALSettings", "undial_teacher", "undial_token_loss", "UNDIAL"]
-
-
-@dataclass
-class UNDIALSettings:
-    """UNDIAL's own settings (source of the defaults: the module docstring).
-
-    ``beta``: β, how much the target token's teacher logit is lowered (finite, >= 0; reference 10;
-    0 distils π_ref unchanged). ``retain_weight``: ``w_r``, the weight of the retain answer NLL
-    (finite, >= 0; reference 0, the paper's setting: no retain forward pass at all).
-    """
-
-    beta: float = 10.0
-    retain_weight: float = 0.0
-
-    def __post_init__(self):
-        for key in ("beta", "retain_weight"):
-            value = getattr(self, key)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            if not number or value < 0:
-                raise ValueError(f"undial settings: '{key}' must be a finite number >= 0, got {value!r}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> UNDIALSettings:
-        """Strict construction: unknown keys are a ``ValueError`` naming them."""
-        return from_mapping(cls, d, "undial settings")
+__all__ = ["undial_teacher", "undial_token_loss", "UNDIAL"]
 
 
 def _check(ref_logits: torch.Tensor, targets: torch.Tensor, beta: float, what: str) -> None:
@@ -107,8 +79,8 @@ def undial_token_loss(
 
 
 class UNDIAL(TextObjective):
-    """undial: ``L = mean_t H(q_t, π_θ) + w_r · ℓ_tok(B_r)`` (settings :class:`UNDIALSettings` from
-    ``cfg.hparams``, :func:`~qrerase.baselines.objective.hparams_of`).
+    """undial: ``L = mean_t H(q_t, π_θ) + w_r · ℓ_tok(B_r)`` (``self.hparams``: an
+    :class:`~qrerase.baselines.settings.UndialHparams`).
 
     π_ref is kept frozen during training (``needs_reference`` without ``reference_nll``; in LoRA mode
     the adapter-disabled model). Both terms are token means: a micro-batch piece contributes its
@@ -119,10 +91,6 @@ class UNDIAL(TextObjective):
     needs_retain = True
     needs_reference = True
 
-    def __init__(self, cfg, *args, **kwargs):
-        super().__init__(cfg, *args, **kwargs)
-        self.hp = hparams_of(cfg, UNDIALSettings)
-
     def _forget(self, idx):
         """``(Σ_t H(q_t, π_θ), terms)`` over the answer tokens of forget examples ``idx``."""
         from .text import reference
@@ -131,17 +99,17 @@ class UNDIAL(TextObjective):
         with torch.no_grad(), reference(self.ref_model) as ref:
             ref_logits, _, _ = answer_token_logits(ref, batch)
         logits, targets, _ = answer_token_logits(self.model, batch)
-        ce = undial_token_loss(logits, ref_logits.to(logits.device), targets, self.hp.beta)
+        ce = undial_token_loss(logits, ref_logits.to(logits.device), targets, self.hparams.beta)
         nll = F.cross_entropy(logits.detach().float(), targets, reduction="mean")
         return ce.sum(), {"forget_nll": float(nll), "undial_ce": float(ce.detach().mean())}
 
     def _retain(self, ridx, denominator, terms):
         """``w_r · Σ_{B} nll / denominator`` (0 without a retain forward when ``w_r = 0``)."""
-        if self.hp.retain_weight == 0:
+        if self.hparams.retain_weight == 0:
             return 0.0
         r_nll, r_n = self._nll(self.retain_ex, ridx)
         terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-        return self.hp.retain_weight * r_nll.sum() / denominator
+        return self.hparams.retain_weight * r_nll.sum() / denominator
 
     def full(self, payload):
         idx, ridx = payload
@@ -154,25 +122,3 @@ class UNDIAL(TextObjective):
         wf, wr = (1.0 if f_live else 0.0), (1.0 if r_live else 0.0)
         ce_sum, terms = self._forget(f)
         return ce_sum * (wf / whole["nf"]) + wr * self._retain(r, whole["nr"], terms), terms
-
-
-# --------------------------------------------------------------------------------------------------
-# Registration and config (for the lead, once the registry takes each method's settings dataclass):
-#
-# in qrerase/registry.py, after the other text baselines:
-#
-#     register_method(
-#         "undial",
-#         label="UNDIAL",
-#         tracks=_TEXT,
-#         run={"text": "qrerase.baselines.undial:UNDIAL"},
-#         hparams="qrerase.baselines.undial:UNDIALSettings",   # or the class, as the registry takes it
-#         settings={"baselines": _ref("baseline_undial", "UNDIAL (Dong et al. 2024)")},
-#         plan_shape=(2, 1),   # forget (+ retain when retain_weight > 0) sequences, one frozen copy
-#     )
-#
-# config.yaml, baselines section (lr / epochs as the other tiny-default baselines; method keys as the
-# reference config):
-#
-#     undial: {epochs: 5, lr: 3.0e-4, batch_size: 16, beta: 10.0, retain_weight: 0.0}
-# --------------------------------------------------------------------------------------------------
