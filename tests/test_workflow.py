@@ -568,7 +568,7 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     from qrerase.text.tradeoff import select_scale
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
-    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # every baseline: 2
+    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # all: 2
     cfg = run_config(
         workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[epochs], tradeoff__ranks=[2]
     )
