@@ -187,7 +187,9 @@ def key_schema(cls, name: str, default: Any = MISSING) -> dict[str, Any]:
     else:
         node = {"type": _SCALARS[kind]}
         node.update({_BOUNDS[k][1]: b for k, b in meta.items() if k in _BOUNDS})
-    if nullable:
+    if nullable and node.get("type") == "array":  # one node: a bad element is named by its index (key.0)
+        node["type"] = ["array", "null"]
+    elif nullable:
         node = {"oneOf": [{"type": "null"}, node]}
     node["description"] = meta["description"]
     default = f.default if default is MISSING else default
