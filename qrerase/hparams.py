@@ -71,16 +71,22 @@ def hparam(
 
 
 def _kind(f: dataclasses.Field) -> tuple[str, bool]:
-    """``(scalar kind, nullable)`` of a field from its annotation: int, float, bool, str or strs (a
-    tuple of strings), ``| None`` for a nullable one."""
+    """``(scalar kind, nullable)`` of a field from its annotation: int, float, bool, str, strs (a
+    tuple of strings) or ints (a tuple of integers, each within the key's bounds), ``| None`` for a
+    nullable one."""
     text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     parts = [p.strip() for p in text.split("|")]
     nullable = "None" in parts
     (base,) = [p for p in parts if p != "None"] or ["None"]
     if base.startswith("tuple[str"):
         return "strs", nullable
+    if base.startswith("tuple[int"):
+        return "ints", nullable
     if base not in _SCALARS:
-        raise TypeError(f"hparam {f.name!r}: unsupported annotation {text!r} (int, float, bool, str, tuple[str, ...])")
+        raise TypeError(
+            f"hparam {f.name!r}: unsupported annotation {text!r} "
+            "(int, float, bool, str, tuple[str, ...], tuple[int, ...])"
+        )
     return base, nullable
 
 
@@ -94,9 +100,13 @@ def _expected(f: dataclasses.Field) -> str:
     if meta.get("choices"):
         text = f"one of {list(meta['choices'])}"
     else:
-        text = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string"}.get(
-            kind, "a non-empty list of strings"
-        )
+        text = {
+            "int": "an integer",
+            "float": "a finite number",
+            "bool": "true or false",
+            "str": "a string",
+            "ints": "a non-empty list of integers, each",
+        }.get(kind, "a non-empty list of strings")
         lo = next(((k, meta[k]) for k in ("ge", "gt") if k in meta), None)
         hi = next(((k, meta[k]) for k in ("le", "lt") if k in meta), None)
         if lo and hi:
@@ -121,10 +131,14 @@ def _valid(f: dataclasses.Field, value: Any) -> bool:
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
         "strs": isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, str) for v in value),
+        "ints": isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
     }[kind]
-    if ok and kind in ("int", "float"):
+    if ok and kind in ("int", "float", "ints"):  # a list's bounds hold for each element
         ok = all(
-            {"ge": value >= b, "gt": value > b, "le": value <= b, "lt": value < b}[k]
+            {"ge": v >= b, "gt": v > b, "le": v <= b, "lt": v < b}[k]
+            for v in (value if kind == "ints" else (value,))
             for k, b in meta.items()
             if k in _BOUNDS
         )
@@ -132,13 +146,13 @@ def _valid(f: dataclasses.Field, value: Any) -> bool:
 
 
 def check(obj: Any, what: str) -> None:
-    """Validate every declared key of dataclass instance ``obj`` (lists of strings become tuples);
+    """Validate every declared key of dataclass instance ``obj`` (lists of strings / integers become tuples);
     the first bad one is a ``ValueError`` ``"<what>: '<key>' must be <expected>, got <value>"``."""
     for f in _declared(type(obj)):
         value = getattr(obj, f.name)
         if not _valid(f, value):
             raise ValueError(f"{what}: '{f.name}' must be {_expected(f)}, got {value!r}")
-        if _kind(f)[0] == "strs" and isinstance(value, list):
+        if _kind(f)[0] in ("strs", "ints") and isinstance(value, list):
             setattr(obj, f.name, tuple(value))
 
 
@@ -167,10 +181,15 @@ def key_schema(cls, name: str, default: Any = MISSING) -> dict[str, Any]:
         node: dict[str, Any] = {"enum": list(meta["choices"])}
     elif kind == "strs":
         node = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+    elif kind == "ints":
+        item = {"type": "integer", **{_BOUNDS[k][1]: b for k, b in meta.items() if k in _BOUNDS}}
+        node = {"type": "array", "items": item, "minItems": 1}
     else:
         node = {"type": _SCALARS[kind]}
         node.update({_BOUNDS[k][1]: b for k, b in meta.items() if k in _BOUNDS})
-    if nullable:
+    if nullable and node.get("type") == "array":  # one node: a bad element is named by its index (key.0)
+        node["type"] = ["array", "null"]
+    elif nullable:
         node = {"oneOf": [{"type": "null"}, node]}
     node["description"] = meta["description"]
     default = f.default if default is MISSING else default

@@ -97,6 +97,15 @@ def test_key_schema_from_the_declaration():
     ku = registry.hparams_of("ku", "task_level")
     assert key_schema(ku, "ma_threshold")["oneOf"][1] == {"type": "number", "minimum": 0, "maximum": 1}
     assert key_schema(registry.hparams_of("flat", "text"), "divergence")["enum"] == ["tv", "kl", "js", "pearson"]
+    rmu = registry.hparams_of("rmu", "text")  # a list of integers, its bounds on each element
+    node = {k: v for k, v in key_schema(rmu, "update_layers").items() if k not in ("description", "default")}
+    assert node == {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+    assert rmu(layer=2, update_layers=[0, 2]).update_layers == (0, 2)
+    for bad in ([], [0, -1], [1.0], [True]):
+        with pytest.raises(
+            ValueError, match=r"RmuHparams: 'update_layers' must be a non-empty list of integers, each >= 0"
+        ):
+            rmu(layer=2, update_layers=bad)
 
 
 def test_flat_divergences_are_the_losses():

@@ -128,6 +128,7 @@ def test_registry_derived_values():
         assert listed == [m.name for m in registry.METHODS if track in m.tracks]
         assert listed[: len(paper)] == paper, track  # the paper's rows first, in table order
         assert all(not registry.method(m).subspace for m in listed[len(paper) :]), track  # then baselines only
+    assert registry.methods_for("tofu")[-3:] == ["simnpo", "rmu", "undial"]  # issue 36: after the paper's rows
     assert [m for m in registry.DECOMP if registry.is_localised(m)] == ["unlearn_ll", "qr_erase_ll"]
     assert registry.is_localised("qr_erase_ll_control") and not registry.is_localised("unlearn_control")
     assert registry.RANK_PAIRS == (("cpqr", "qr_erase"), ("svd", "unlearn"))
@@ -168,6 +169,9 @@ def test_labels_are_the_paper_labels():
             "npo": "NPO",
             "dpo": "DPO",
             "flat": "FLAT",
+            "simnpo": "SimNPO",
+            "rmu": "RMU",
+            "undial": "UNDIAL",
             "scrub": "SCRUB",
             "bad_teaching": "Bad Teaching",
             "unlearn_control": "UNLEARN, retain-adapter control",

@@ -100,7 +100,7 @@ def test_unknown_names_are_errors_not_defaults():
 
 
 def test_every_builtin_implementation_resolves_to_its_runner():
-    from qrerase.baselines import objective, task_level_runners
+    from qrerase.baselines import objective, rmu, simnpo, task_level_runners, undial
     from qrerase.method.discriminate import forget_updates
     from qrerase.speech import baselines as speech
 
@@ -111,6 +111,9 @@ def test_every_builtin_implementation_resolves_to_its_runner():
         ("npo", "text"): objective.NPO,
         ("dpo", "text"): objective.DPO,
         ("flat", "text"): objective.FLAT,
+        ("simnpo", "text"): simnpo.SimNPO,
+        ("rmu", "text"): rmu.RMU,
+        ("undial", "text"): undial.UNDIAL,
         ("ga", "task_level"): task_level_runners.run_text_objective,
         ("kga", "task_level"): task_level_runners.run_kga,
         ("ku", "task_level"): task_level_runners.run_ku,
@@ -123,7 +126,7 @@ def test_every_builtin_implementation_resolves_to_its_runner():
     for name in registry.SUBSPACE_METHODS:
         assert registry.implementation(name, "text") is forget_updates
     registered = {(m.name, k) for m in registry.METHODS if m.decomp is None for k in m.run}
-    assert set(expected) <= registered  # the paper's baselines; a newer built-in one resolves too
+    assert set(expected) <= registered  # the built-in baselines; a newer one resolves too
     for name, kind in registered - set(expected):
         assert callable(registry.implementation(name, kind)), (name, kind)
     # what the plan and the input functions read

@@ -44,7 +44,8 @@ def test_method_labels():
     assert METHOD_LABELS["bad_teaching"] == "Bad Teaching"
     assert METHOD_LABELS["qr_erase_ll_control"] == "QR-Erase (LL), retain-adapter control"
     assert METHOD_LABELS["kga"] == "KGA" and METHOD_LABELS["ku"] == "KU"
-    assert len(METHOD_LABELS) == 20  # 16 methods and reference rows + a control row per subspace method
+    assert METHOD_LABELS["simnpo"] == "SimNPO" and METHOD_LABELS["rmu"] == "RMU" and METHOD_LABELS["undial"] == "UNDIAL"
+    assert len(METHOD_LABELS) == 23  # 19 methods and reference rows + a control row per subspace method
 
 
 @pytest.mark.parametrize(

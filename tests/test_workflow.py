@@ -20,7 +20,10 @@ pytestmark = pytest.mark.workflow
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ["unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
-BASELINES = ["ga", "npo"]  # tests/configs/test.yaml
+#: tests/configs/test.yaml's baselines, in table order: ga, npo, simnpo, rmu, undial
+BASELINES = [
+    m for m in yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["methods"]["tofu"] if m not in METHODS
+]
 CONTROLS = ["qr_erase_ll_control"]  # config.yaml unlearn.control: the same edit built from the retain adapter
 
 
@@ -140,7 +143,7 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
     assert fq.drop("retain").between(0, 1).all()
     md = (workdir / "results/tables/tofu.md").read_text()
     tex = (workdir / "results/tables/tofu.tex").read_text()
-    for label in ("Base Model", "UNLEARN (LL)", "QR-Erase (LL)", "Gradient Ascent", "NPO"):
+    for label in ("Base Model", "UNLEARN (LL)", "QR-Erase (LL)", "Gradient Ascent", "NPO", "SimNPO", "RMU", "UNDIAL"):
         assert label in md
     assert "\\begin{tabular}" in tex and "Forget Quality" in tex
     assert "Llama-2-7B full (TOFU log)" in md
@@ -197,7 +200,15 @@ def test_baselines_unlearn_with_curves_and_costs(workdir):
     for method in BASELINES:
         curve = pd.read_csv(exp / f"baselines/{method}_loss.csv")
         assert len(curve) == 2 * 3 and curve["step"].tolist() == list(range(1, 7))  # 2 epochs x ceil(20 / 8)
-        assert curve["forget_nll"].iloc[-1] > curve["forget_nll"].iloc[0]
+        by_epoch = curve.groupby("epoch").mean()  # each epoch covers the whole forget set (a step: one batch)
+        if method == "rmu":  # its loss runs no LM head: it logs the forget activations' distance to c u
+            assert by_epoch["forget_mse"].iloc[-1] < by_epoch["forget_mse"].iloc[0]
+        elif method == "simnpo":  # the under-fit test model's forget NLL (~3 nats / token) saturates SimNPO's
+            # term at the reference beta 4.5: (2 / beta) softplus(-beta x 3) ~ 1e-6 (active on a model that
+            # memorised its answers: tests/test_new_baselines.py); the eval below still checks the forget NLL
+            assert curve["simnpo"].max() < 1e-3
+        else:
+            assert by_epoch["forget_nll"].iloc[-1] > by_epoch["forget_nll"].iloc[0]
         files = {p.name for p in (exp / f"baselines/{method}/model").iterdir()}
         assert "model.safetensors" in files and "config.json" in files and not any(f.endswith(".bin") for f in files)
         # evaluated on the model the rule wrote: the forget answers got less likely than in the base model
@@ -568,7 +579,7 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     from qrerase.text.tradeoff import select_scale
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
-    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # ga, npo: 2
+    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # all: 2
     cfg = run_config(
         workdir, "tradeoff.yaml", tradeoff__scales=[0, scale], tradeoff__epochs=[epochs], tradeoff__ranks=[2]
     )

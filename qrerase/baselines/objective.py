@@ -82,10 +82,12 @@ class TextObjective:
         idx, ridx = payload
         fpieces = engine.chunk(idx, parts)
         rpieces = engine.chunk(ridx, parts) if ridx is not None else [(None, False)] * parts
+        # the whole step's counts: forget examples n, forget / retain answer tokens nf / nr, retain examples n_r
         whole = {
             "n": len(idx),
             "nf": max(1, sum(self.fcount[i] for i in idx)),
             "nr": max(1, sum(self.rcount[i] for i in ridx)) if ridx is not None else 1,
+            "n_r": len(ridx) if ridx is not None else 1,
             "parts": parts,
             "pieces": fpieces,
         }
