@@ -440,7 +440,7 @@ def _sha256(path: Path) -> str:
 
 
 def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # noqa: F811 - skips before the run
-    """The test config with one method (QR-Erase (LL) and its control row: 32 jobs, tables included) run
+    """The test config with one method (QR-Erase (LL) and its control row: 33 jobs, tables included) run
     again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
     ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and
     the local cluster's account: every job an sbatch job in its own process, asking Slurm for the memory,
@@ -476,7 +476,7 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
-    assert jobs["total"] == 32 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
+    assert jobs["total"] == 33 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
     # Slurm's accounting (slurmdbd) has every job, completed under the account, with the memory, time
     # limit and CPUs of the resources Snakemake printed in that job's log
     logs = {p.stem: p.read_text() for p in (wd / ".snakemake/slurm_logs").rglob("*.log")}
