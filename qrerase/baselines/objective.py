@@ -68,6 +68,16 @@ class TextObjective:
     def _nll(self, examples, idx):
         return sequence_nll(self.model, collate([examples[i] for i in idx], self.pad_id))
 
+    def _retain(self, ridx, denominator, terms):
+        """The retain term of a method with a ``retain_weight`` hyperparameter (SimNPO, UNDIAL):
+        ``w_r · Σ_{B} nll / denominator`` over retain batch ``ridx``, its token-mean NLL logged in
+        ``terms``; 0 without a retain forward when ``w_r = 0``."""
+        if self.hparams.retain_weight == 0:
+            return 0.0
+        r_nll, r_n = self._nll(self.retain_ex, ridx)
+        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
+        return self.hparams.retain_weight * r_nll.sum() / denominator
+
     def _pairs(self, idx):
         both = [self.refusal_ex[i] for i in idx] + [self.forget_ex[i] for i in idx]
         return collate(both, self.pad_id)

@@ -77,14 +77,6 @@ class SimNPO(TextObjective):
         lf = simnpo_loss(nll, n, self.hparams.beta, self.hparams.gamma)
         return lf, {"forget_nll": float(token_mean_nll(nll, n).detach()), "simnpo": float(lf.detach())}
 
-    def _retain(self, ridx, denominator, terms):
-        """``w_r · Σ_{B} nll / denominator`` (0 without a retain forward when ``w_r = 0``)."""
-        if self.hparams.retain_weight == 0:
-            return 0.0
-        r_nll, r_n = self._nll(self.retain_ex, ridx)
-        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-        return self.hparams.retain_weight * r_nll.sum() / denominator
-
     def full(self, payload):
         idx, ridx = payload
         lf, terms = self._forget(idx)

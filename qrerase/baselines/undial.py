@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 
 from ..text.lm import answer_token_logits, collate
-from .losses import token_mean_nll
 from .objective import TextObjective
 
 __all__ = ["undial_teacher", "undial_token_loss", "UNDIAL"]
@@ -102,14 +101,6 @@ class UNDIAL(TextObjective):
         ce = undial_token_loss(logits, ref_logits.to(logits.device), targets, self.hparams.beta)
         nll = F.cross_entropy(logits.detach().float(), targets, reduction="mean")
         return ce.sum(), {"forget_nll": float(nll), "undial_ce": float(ce.detach().mean())}
-
-    def _retain(self, ridx, denominator, terms):
-        """``w_r · Σ_{B} nll / denominator`` (0 without a retain forward when ``w_r = 0``)."""
-        if self.hparams.retain_weight == 0:
-            return 0.0
-        r_nll, r_n = self._nll(self.retain_ex, ridx)
-        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
-        return self.hparams.retain_weight * r_nll.sum() / denominator
 
     def full(self, payload):
         idx, ridx = payload
