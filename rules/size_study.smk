@@ -27,6 +27,7 @@ rule size_study_exp:
     params:
         target=SIZE.get("selectivity_rise", 0.1),
         max_rise=TRADEOFF.get("max_retain_nll_rise", 0.1),
+        sweeps=subspace_sweeps(SIZE_METHODS, [RANK]),
     script:
         "../workflow_scripts/size_study_exp.py"
 

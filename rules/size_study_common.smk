@@ -72,12 +72,12 @@ def size_points(wildcards):
             "size_study: tradeoff.scales must contain 0 (the unedited model the rises are measured from)"
         )
     exp = wildcards.exp
+    sweeps = subspace_sweeps(SIZE_METHODS, [RANK])
     return [
         *[
-            path("tradeoff_erase", exp=exp, rank=RANK, method=m, scale=s)
-            for m in SIZE_METHODS
-            if m in DECOMP
-            for s in TRADEOFF_SCALES
+            path("tradeoff_erase", exp=exp, rank=k, method=m, scale=s)
+            for m, k in sweeps
+            for s in sweep_scales((m, k), sweeps)
         ],
         *[
             path("tradeoff_baseline", exp=exp, method=m, epochs=n)

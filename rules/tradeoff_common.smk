@@ -58,20 +58,36 @@ def tradeoff_baseline_inputs(wildcards):
     return {**baseline_inputs(wildcards), **tradeoff_eval_inputs(wildcards)}
 
 
+def subspace_sweeps(methods, ranks):
+    """The (method, k) sweeps of the subspace methods among ``methods``; the first one's lambda = 0
+    point is the unedited model that every sweep starts from (qrerase.text.tradeoff.share_unedited),
+    so only that sweep plans it."""
+    return [(m, k) for m in methods if m in DECOMP for k in ranks]
+
+
+def sweep_scales(sweep, sweeps):
+    """The lambdas a (method, k) sweep plans: tradeoff.scales, without 0 after the first sweep."""
+    return [s for s in TRADEOFF_SCALES if s != "0" or sweep == sweeps[0]]
+
+
+def track_methods(track):
+    return TOFU_METHODS if track == "tofu" else XLING_METHODS
+
+
 def tradeoff_points(track):
     """Every sweep point of a text track (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
     if track == "tofu":
-        exps, methods = [EXP], TOFU_METHODS
+        exps = [EXP]
     else:
-        exps, methods = [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
+        exps = [xling_exp(x) for x in XLING_UNLEARN]
+    methods = track_methods(track)
+    sweeps = subspace_sweeps(methods, TRADEOFF_RANKS)
     return [
         *[
             path("tradeoff_erase", exp=e, rank=k, method=m, scale=s)
             for e in exps
-            for m in methods
-            if m in DECOMP
-            for k in TRADEOFF_RANKS
-            for s in TRADEOFF_SCALES
+            for m, k in sweeps
+            for s in sweep_scales((m, k), sweeps)
         ],
         *[
             path("tradeoff_baseline", exp=e, method=m, epochs=n)

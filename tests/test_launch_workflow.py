@@ -106,9 +106,14 @@ def text_runs(tmp_path_factory):
     return run_pair(tmp_path_factory, "text", text_config, TEXT, finetune__backend="fsdp")
 
 
+#: shorter training than the test config's (12 fine-tuning epochs): the comparison needs a few steps of
+#: each job, not a model that learned its data
+SHORT = {"pretrain__epochs": 1, "finetune__epochs": 3, "lora__epochs": 2}
+
+
 def text_config(workdir: Path, **overrides) -> Path:
     """The test config with a KL baseline section (KL is not in its methods: built as a target only)."""
-    return tofu_config(workdir, baselines__kl=KL, **overrides)
+    return tofu_config(workdir, baselines__kl=KL, **{**SHORT, **overrides})
 
 
 def speech_config_without_dropout(workdir: Path, **overrides) -> Path:

@@ -32,6 +32,16 @@ def test_target_column_ranks_by_distance_with_ties_nan_and_reference():
     assert marks([-100.0, 5.0, -5.0, 20.0], privleak) == {"m0": "", "m1": "best", "m2": "best", "m3": "second"}
 
 
+def test_a_column_where_every_ranked_row_ties_has_no_mark():
+    # the default run's PrivLeak: every unlearned model at -100, the retain reference at 0
+    privleak = Column.for_metric("privleak", fmt="{:.2f}")
+    got = marks([-100.0, -100.0, -100.0, 0.0], privleak, reference=("m3",))
+    assert got == {"m0": "", "m1": "", "m2": "", "m3": ""}
+    # one ranked row alone is still its column's best; two distinct values still rank
+    assert marks([-100.0, 0.0], privleak, reference=("m1",)) == {"m0": "best", "m1": ""}
+    assert marks([-100.0, -100.0, -50.0], privleak) == {"m0": "second", "m1": "second", "m2": "best"}
+
+
 def test_higher_and_lower_columns_rank_as_before():
     assert marks([0.2, 0.1, 0.1, 0.3], Column.for_metric("extraction_strength")) == {
         "m0": "second",

@@ -4,7 +4,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qrerase.text.tradeoff import curves, mean_answer_nll, scale_name, scaled_updates, select_scale, tradeoff_frame
+from qrerase.text.tradeoff import (
+    curves,
+    mean_answer_nll,
+    scale_name,
+    scaled_updates,
+    select_scale,
+    share_unedited,
+    tradeoff_frame,
+)
 
 
 def test_scale_name_is_the_path_form():
@@ -188,3 +196,26 @@ def test_select_scale_never_picks_a_degenerate_point(nll, utility):
     # at utility just above the fraction of the unedited model's (0.8), λ = 8 is a fair pick
     fair = select_scale(_with_point("qr_erase_ll", 8, 0.5, 0.8 * 0.3), max_rise=0.1)
     assert fair.set_index("method").loc["qr_erase_ll", "selected_scale"] == 8.0
+
+
+def test_one_unedited_point_serves_every_sweep_of_its_group():
+    full = _points()
+    # the workflow evaluates λ = 0 once per group, for the first sweep (qr_erase_ll at k = 4)
+    planned = pd.concat([full, full.assign(group="hi")], ignore_index=True)
+    planned = planned[~((planned["method"] == "unlearn") & (planned["scale"] == 0))]
+    shared = share_unedited(planned, [("qr_erase_ll", 4), ("unlearn", 4), ("unlearn", 8)])
+    for group in ("tofu", "hi"):
+        zero = shared[(shared["group"] == group) & (shared["scale"] == 0)].set_index(["method", "rank"])
+        assert sorted(zero.index) == [("qr_erase_ll", 4), ("unlearn", 4), ("unlearn", 8)]
+        assert (zero["model_utility"] == 0.8).all() and (zero["tune_retain_nll"] == 0.5).all()
+    # the shared rows give the same frame and the same λ rule as evaluating λ = 0 for every sweep
+    pd.testing.assert_frame_equal(
+        tradeoff_frame(share_unedited(planned, [("qr_erase_ll", 4), ("unlearn", 4)])),
+        tradeoff_frame(pd.concat([full, full.assign(group="hi")], ignore_index=True)),
+        check_dtype=False,
+    )
+    # nothing to copy: the points unchanged; a group without λ = 0 is left for tradeoff_frame to name
+    pd.testing.assert_frame_equal(share_unedited(full, [("qr_erase_ll", 4), ("unlearn", 4)]), full)
+    assert len(share_unedited(full.query("scale != 0"), [("unlearn", 4)])) == len(full) - 2
+    with pytest.raises(ValueError, match="points need columns"):
+        share_unedited(full.drop(columns="rank"), [])

@@ -12,6 +12,7 @@ from qrerase.method.formats import load_decompositions
 from qrerase.method.separability import layer_overlap
 from qrerase.reports.size_study import exp_rows, mechanistic_row, privacy_row
 from qrerase.reports.tofu_mia import load_sequence_metrics
+from qrerase.text.tradeoff import share_unedited
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import size_of
 
@@ -29,6 +30,7 @@ with job(snakemake) as log:
     if n_params == 0:
         raise ValueError(f"{inp.model}: no safetensors weights to count")
     points = pd.concat([pd.read_csv(f) for f in inp.points], ignore_index=True)
+    points = share_unedited(points, p.sweeps)  # the λ = 0 point, evaluated once
     rows = exp_rows(points, width=width, seed=seed, n_params=n_params, target=p.target, max_rise=p.max_rise)
     layers = layer_overlap(load_decompositions(inp.forget), load_decompositions(inp.retain))
     energy = pd.read_csv(inp.energy)

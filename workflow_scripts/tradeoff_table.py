@@ -10,13 +10,13 @@ from qrerase.registry import method_labels
 from qrerase.reports.plots import tradeoff_plot
 from qrerase.reports.size_study import sweep_rows
 from qrerase.text.tofu import FORGET_QUALITY_THRESHOLD
-from qrerase.text.tradeoff import curves, nll_rises, select_scale, tradeoff_frame
+from qrerase.text.tradeoff import curves, nll_rises, select_scale, share_unedited, tradeoff_frame
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 with job(snakemake) as log:
     points = pd.concat([pd.read_csv(f) for f in inp.points], ignore_index=True)
-    frame = tradeoff_frame(points)
+    frame = tradeoff_frame(share_unedited(points, p.sweeps))  # the λ = 0 point, evaluated once
     selection = select_scale(frame, p.max_rise)
     frame["selected"] = False
     for _, s in selection.iterrows():

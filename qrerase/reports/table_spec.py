@@ -260,7 +260,8 @@ def rank_marks(rows: pd.DataFrame, spec: TableSpec) -> dict[str, list[str]]:
     lowest or closest to the target). Ties = identical printed values (target columns: identical
     printed distances to the target); the second mark goes to the next distinct one. A degenerate
     cell (``spec.degenerate``) is not ranked and marked ``'degenerate'``; reference rows and missing
-    or non-finite values are not ranked.
+    or non-finite values are not ranked. A column whose ranked rows all tie (one printed value, two or
+    more rows) is left unmarked: a mark there would call every method best.
     """
     marks: dict[str, list[str]] = {}
     for col in spec.columns:
@@ -279,6 +280,8 @@ def rank_marks(rows: pd.DataFrame, spec: TableSpec) -> dict[str, list[str]]:
             groups.setdefault(key, []).append(i)
             gdist[key] = min(gdist.get(key, math.inf), col.distance(x))
         ranked = sorted(groups, key=lambda k: (gdist[k], k))
+        if len(ranked) == 1 and len(groups[ranked[0]]) > 1:
+            ranked = []
         for tag, key in zip(("best", "second"), ranked):
             for i in groups[key]:
                 m[i] = tag

@@ -24,6 +24,7 @@ __all__ = [
     "mean_answer_nll",
     "select_scale",
     "tradeoff_frame",
+    "share_unedited",
     "curves",
     "nll_rises",
     "point_reference",
@@ -173,6 +174,26 @@ def evaluate_text_point(
     else:
         row["tune_retain_nll"] = float("nan")
     return pd.DataFrame([row])
+
+
+def share_unedited(points: pd.DataFrame, sweeps: Sequence[tuple[str, int]]) -> pd.DataFrame:
+    """``points`` plus, per group, a copy of its λ = 0 point for every subspace sweep in ``sweeps``
+    (``(method, rank)`` pairs) that has none.
+
+    W − 0·T̃_f is the unedited model whatever the method and k, so the workflow evaluates it once per
+    group (for the track's first subspace method at the first swept k) and every sweep starts from
+    that row. A group without a λ = 0 point is returned as it is (:func:`tradeoff_frame` names it).
+    """
+    if not {"group", "method", "family", "rank", "scale"} <= set(points.columns):
+        raise ValueError("share_unedited: points need columns group, method, family, rank, scale")
+    zero = points[(points["family"] == "subspace") & (points["scale"] == 0)]
+    copies = []
+    for _, rows in zero.groupby("group", sort=False):
+        have = {(str(m), int(k)) for m, k in zip(rows["method"], rows["rank"])}
+        for method, rank in sweeps:
+            if (str(method), int(rank)) not in have:
+                copies.append(rows.iloc[[0]].assign(method=method, rank=int(rank)))
+    return pd.concat([points, *copies], ignore_index=True) if copies else points.copy()
 
 
 def tradeoff_frame(points: pd.DataFrame) -> pd.DataFrame:
