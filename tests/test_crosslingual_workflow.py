@@ -52,7 +52,11 @@ def test_pairs_table(xling_workdir):
         u, f = table[f"{p}:utility"], table[f"{p}:forget"]
         assert ((u >= 0) & (u <= 1)).all() and table[f"{p}:utility"].notna().all()
         assert ((f[table["method"] != "retain"] >= 0) & (f[table["method"] != "retain"] <= 1)).all()
-        assert sorted(table[f"{p}:utility_mark"].fillna("")[2:])[-2:] in (["best", "second"], ["best", "best"])
+        # two ranked rows: best and second, or no mark when their printed values tie (an LL selection
+        # of every layer is the all-layer edit)
+        printed = {f"{v:.4f}" for v in u[2:]}
+        marks = sorted(table[f"{p}:utility_mark"].fillna("")[2:])
+        assert marks == (["", ""] if len(printed) == 1 else ["best", "second"]), (printed, marks)
     md = (xling_workdir / "results/tables/crosslingual.md").read_text()
     assert "**en→hi_R**" in md and "QR-Erase (LL)" in md
     tex = (xling_workdir / "results/tables/crosslingual.tex").read_text()
