@@ -12,6 +12,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and its waited-for descendants (snakemake and its jobs)."""
+    import resource
+
+    return sum(
+        u.ru_utime + u.ru_stime
+        for u in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item._cpu_start = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Record each test's CPU seconds (setup, call and teardown, subprocesses included) as the
+    ``cpu_s`` property: ``pytest --junitxml=F`` writes it per test case. On 2 cores the suite is bound by
+    CPU, not by waiting, so this, not wall time, says which test to make cheaper."""
+    if call.when == "teardown" and hasattr(item, "_cpu_start"):
+        item.user_properties.append(("cpu_s", round(_cpu_seconds() - item._cpu_start, 2)))
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest files first: pytest-xdist (``--dist loadfile --no-loadscope-reorder``, pyproject.toml)
     hands whole files to its two workers in this order, and a slow file started last is the run's tail.

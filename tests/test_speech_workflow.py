@@ -150,7 +150,8 @@ def tradeoff(workdir) -> pd.DataFrame:
 
 def test_tradeoff_sweep_covers_every_method_and_point(workdir, tradeoff):
     assert (workdir / "results/figures/speech_tradeoff.png").read_bytes()[:4] == b"\x89PNG"
-    for setting in ("sample", "class"):
+    assert set(tradeoff["setting"]) == {"class"}  # speech.tradeoff.settings of the test config
+    for setting in ("class",):
         d = tradeoff[tradeoff["setting"] == setting]
         assert (d["method"] == "base").sum() == 1
         for m in ("unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"):
@@ -167,7 +168,7 @@ def test_tradeoff_sweep_covers_every_method_and_point(workdir, tradeoff):
 def test_tradeoff_points_equal_the_workflow_evaluations(workdir, tradeoff):
     # (k = speech.rank, λ = speech.scale) in-process equals the merged erase the table evaluates; the
     # configured baseline knob re-uses the trained baseline
-    for setting in ("sample", "class"):
+    for setting in ("class",):
         d = tradeoff[tradeoff["setting"] == setting]
         for method, model, where in (
             ("qr_erase_ll", "qr_erase_ll_k2", (d["rank"] == 2) & (d["value"] == SCALE)),
@@ -182,7 +183,7 @@ def test_tradeoff_points_equal_the_workflow_evaluations(workdir, tradeoff):
 def test_changing_the_sweep_grid_reruns_no_training(workdir, tradeoff):
     cfg = write_speech_config(workdir, "grid.yaml", speech__tradeoff__scales=[1.0, 2.0], speech__scale=2.0)
     rules = planned_rules(snakemake(workdir, "speech_tradeoff_all", "-n", "--cores", "2", "--configfile", str(cfg)))
-    assert rules.get("speech_tradeoff_subspace") == 8 and rules.get("speech_tradeoff") == 1
+    assert rules.get("speech_tradeoff_subspace") == 4 and rules.get("speech_tradeoff") == 1  # 4 methods x class
     assert not {
         "speech_pretrain",
         "speech_finetune",
@@ -192,11 +193,16 @@ def test_changing_the_sweep_grid_reruns_no_training(workdir, tradeoff):
         "task_matrices",
         "factors",
     } & set(rules)
+    # both settings swept: the sample setting's points are planned (4 methods; ga at 2 lrs, scrub, bad_teaching)
+    cfg = write_speech_config(workdir, "both.yaml", speech__tradeoff__settings=["sample", "class"])
+    rules = planned_rules(snakemake(workdir, "speech_tradeoff_all", "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("speech_tradeoff_subspace") == 4 and rules.get("speech_tradeoff_baseline") == 4
     # the sweep covers only the settings the track runs
     cfg = write_speech_config(
         workdir,
         "class.yaml",
         speech__tradeoff__scales=[1.0, 2.0],
+        speech__tradeoff__settings=["sample", "class"],
         speech__scale=2.0,
         speech__settings=["class"],
         speech__rank_settings=["class"],
