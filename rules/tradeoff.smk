@@ -97,7 +97,7 @@ rule track_tradeoff:
         target=config.get("size_study", {}).get("selectivity_rise", 0.1),
         protocol=TRADEOFF_PROTOCOL,
         rank=RANK,
-        sweeps=lambda wc: subspace_sweeps(track_methods(wc.track), TRADEOFF_RANKS),
+        sweeps=lambda wc: subspace_sweeps(text_track_sweep(wc.track)[1], TRADEOFF_RANKS),
         title=lambda wc: f"{wc.track}: utility vs forgetting, every method's sweep",
     script:
         "../workflow_scripts/tradeoff_table.py"

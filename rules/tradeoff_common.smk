@@ -70,17 +70,16 @@ def sweep_scales(sweep, sweeps):
     return [s for s in TRADEOFF_SCALES if s != "0" or sweep == sweeps[0]]
 
 
-def track_methods(track):
-    return TOFU_METHODS if track == "tofu" else XLING_METHODS
+def text_track_sweep(track):
+    """(experiments, methods) of a text track's sweep (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
+    if track == "tofu":
+        return [EXP], TOFU_METHODS
+    return [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
 
 
 def tradeoff_points(track):
-    """Every sweep point of a text track (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
-    if track == "tofu":
-        exps = [EXP]
-    else:
-        exps = [xling_exp(x) for x in XLING_UNLEARN]
-    methods = track_methods(track)
+    """Every sweep point of a text track."""
+    exps, methods = text_track_sweep(track)
     sweeps = subspace_sweeps(methods, TRADEOFF_RANKS)
     return [
         *[
