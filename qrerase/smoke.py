@@ -15,9 +15,12 @@ reading the weights under FSDP2), :func:`qrerase.text.training.train_causal_lm` 
 data are random token sequences of the job's ``max_length`` (a quarter prompt, the rest answer), enough
 for ``steps`` optimiser steps.
 
-Measured peak, per rank, the largest over ranks: on a GPU ``torch.cuda.max_memory_allocated`` (what
-the plan estimates: tensors, not the allocator's cache); on the CPU the rise of the process's peak
-resident set (``VmHWM``) over its size before the model was loaded. The plan's estimate is
+Measured peak, per rank, the largest over ranks: the bytes of live tensors, which is what the plan
+estimates (not the allocator's cache). On a GPU it is ``torch.cuda.max_memory_allocated``; on the CPU
+the same quantity for the CPU allocator (:class:`TensorPeak`: the allocation events that
+:mod:`torch.profiler` records while the job loads and trains). On the CPU the CSV also holds
+``rss_gib``, the rise of the process's peak resident set (``VmHWM``) over its size before the model was
+loaded: what the operating system saw, allocator cache, gloo and libraries included. The plan's estimate is
 :func:`qrerase.workflow.plan.device_bytes` of the job's plan row, for a CPU job too (the plan then
 computes it for a CPU "device"). The text tracks' jobs are covered (fine-tune, LoRA, each planned text
 baseline); the speech track's are not.
@@ -26,6 +29,7 @@ baseline); the speech track's are not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -35,7 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,7 @@ COLUMNS = (
     "plan_gib",
     "measured_gib",
     "measured_over_plan",
+    "rss_gib",
     "device",
     "seconds",
 )
@@ -181,6 +186,41 @@ def _records(n: int, length: int, vocab: int, seed: int) -> list[dict[str, str]]
     return [{"question": " ".join(f"t{i}" for i in r[:q]), "answer": " ".join(f"t{i}" for i in r[q:])} for r in ids]
 
 
+class TensorPeak:
+    """The peak of the bytes held by live CPU tensors while the block runs (the CPU analogue of
+    ``torch.cuda.max_memory_allocated``): :mod:`torch.profiler` with ``profile_memory=True`` records
+    every allocation and free of the CPU allocator as a ``[memory]`` event of ``+n`` / ``-n`` bytes,
+    and the peak is the largest running sum of those events in time order (tensors that exist before
+    the block are not counted). ``peak`` is set on exit, in bytes (int)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._prof = None
+
+    def __enter__(self) -> TensorPeak:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._prof.__exit__(*exc)
+        events = [e for e in self._prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+        events = [e for e in events if str(e.device_type()).endswith("CPU")]
+        self.peak = running_peak((e.start_ns(), e.nbytes()) for e in events)
+
+
+def running_peak(events: Iterable[tuple[int, int]]) -> int:
+    """``max_t sum_{t_i <= t} n_i`` (>= 0) of ``(t_i, n_i)`` allocation events (``n_i`` bytes, a free
+    negative), taken in time order (ties: in the given order); 0 for no events."""
+    current = peak = 0
+    for _, n in sorted(events, key=lambda e: e[0]):
+        current += int(n)
+        peak = max(peak, current)
+    return peak
+
+
 def _peak_rss() -> tuple[int, int]:
     """(peak, current) resident set size of this process, bytes."""
     with open("/proc/self/status", encoding="ascii") as f:
@@ -192,27 +232,46 @@ def _peak_rss() -> tuple[int, int]:
 
 def worker(job: Mapping[str, Any], checkpoint: str, out: str) -> None:
     """One job's process (one rank of it): load, train ``job['steps']`` steps, write the rank's peak."""
+    import importlib
+
     import torch
 
-    from .baselines.text import TextBaselineConfig, loads_sharded, objective_of, train_baseline
-    from .engine import sharded
-    from .method.architectures import resolve_target_modules
-    from .text.lm import PromptTemplate
-    from .text.models import load_model, load_tokenizer
-    from .text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
     from .workflow.launch import rank
 
     dtype, device, stage, s = job["dtype"], job["device"], job["stage"], dict(job["settings"])
-    # the libraries a job imports on first use, imported before the baseline is taken
-    import accelerate  # noqa: F401
-    import peft  # noqa: F401
-    import transformers.models.llama.modeling_llama  # noqa: F401
+    # the modules a job imports on first use, imported before the baseline is taken
+    for name in ("accelerate", "peft", "transformers.models.llama.modeling_llama", "qrerase.baselines.text"):
+        importlib.import_module(name)
+    for name in ("qrerase.engine", "qrerase.method.architectures", "qrerase.text.models", "qrerase.text.training"):
+        importlib.import_module(name)
 
     _, rss0 = _peak_rss()  # the process before any model: what the plan does not count
     cuda = torch.cuda.is_available() and device != "cpu"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
+    with TensorPeak() if not cuda else contextlib.nullcontext() as tensors:
+        _train(job, checkpoint, dtype, device, stage, s)
+    peak_rss, _ = _peak_rss()
+    record = {
+        "rank": rank(),
+        "peak_bytes": int(torch.cuda.max_memory_allocated() if cuda else tensors.peak),
+        "rss_bytes": None if cuda else int(peak_rss - rss0),
+        "device": "cuda" if cuda else "cpu",
+        "seconds": time.perf_counter() - t0,
+    }
+    Path(f"{out}.rank{rank()}.json").write_text(json.dumps(record))
+
+
+def _train(job: Mapping[str, Any], checkpoint: str, dtype: str, device: str, stage: str, s: dict) -> None:
+    """Load the random checkpoint and train ``job['steps']`` steps of ``stage``, as its workflow job."""
+    from .baselines.text import TextBaselineConfig, loads_sharded, objective_of, train_baseline
+    from .engine import sharded
+    from .method.architectures import resolve_target_modules
+    from .text.lm import PromptTemplate
+    from .text.models import load_model, load_tokenizer
+    from .text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
+
     tok = load_tokenizer(checkpoint)
     template = PromptTemplate(question_start="", question_end="", answer_start="")
     steps, batch = int(job["steps"]), int(s["batch_size"])
@@ -239,15 +298,6 @@ def worker(job: Mapping[str, Any], checkpoint: str, out: str) -> None:
         retain = _records(steps * batch, int(job["max_length"]), len(tok), seed=2)
         refusals = [" ".join(f"t{i}" for i in range(3, 3 + max(1, int(job["max_length"]) // 2)))]
         train_baseline(model, ref, tok, records, retain, template, cfg, refusals=refusals, desc=f"smoke-{stage}")
-    peak_rss, _ = _peak_rss()
-    peak = torch.cuda.max_memory_allocated() if cuda else peak_rss - rss0
-    record = {
-        "rank": rank(),
-        "peak_bytes": int(peak),
-        "device": "cuda" if cuda else "cpu",
-        "seconds": time.perf_counter() - t0,
-    }
-    Path(f"{out}.rank{rank()}.json").write_text(json.dumps(record))
 
 
 def run_smoke(
@@ -297,6 +347,7 @@ def run_smoke(
             raise RuntimeError(f"smoke: job {j.spec.name}: {len(ranks)} of {j.plan.processes} ranks reported")
         plan_bytes = device_bytes(shape, j.spec, dtype, max(1, j.plan.micro_batch), j.plan.processes, j.plan.backend)
         peak = max(r["peak_bytes"] for r in ranks)
+        cuda = ranks[0]["device"] == "cuda"
         rows.append(
             {
                 "job": j.spec.name,
@@ -310,6 +361,7 @@ def run_smoke(
                 "plan_gib": round(plan_bytes / GIB, 4),
                 "measured_gib": round(peak / GIB, 4),
                 "measured_over_plan": round(peak / plan_bytes, 3) if plan_bytes else math.nan,
+                "rss_gib": math.nan if cuda else round(max(r["rss_bytes"] for r in ranks) / GIB, 4),
                 "device": ranks[0]["device"],
                 "seconds": round(time.perf_counter() - t0, 1),
             }
