@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from tiny_text import DATA, TINY, TPL
+from support.tiny_text import DATA, TINY, TPL
 
 from qrerase.baselines.text import (
     TEXT_BASELINES,

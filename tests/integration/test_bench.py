@@ -6,7 +6,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,6 @@ from qrerase.bench import whole_model_erase as erase_bench
 from qrerase.bench.whole_model_erase import ModelShape
 from qrerase.reports import runtime as runtime_report
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ModelShape("tiny", n_blocks=3, hidden=48, intermediate=96, kv_dim=16)
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
 from qrerase.workflow.validation import ConfigError, check_schema, load_schema, validate
 
-REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema()
 NUMERIC = ("integer", "number")
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO, TESTS
 
 
 def _run(code: str, *args: str, hashseed: int) -> None:
@@ -46,7 +46,7 @@ def test_save_adapter_config_is_byte_identical_across_processes(tmp_path):
     code = (
         "import sys, torch\n"
         "sys.path.insert(0, sys.argv[2])\n"
-        "from conftest import build_tiny_llama\n"
+        "from support.tiny_llama import build_tiny_llama\n"
         "from peft import LoraConfig, get_peft_model\n"
         "from qrerase.text.training import save_adapter\n"
         "model = get_peft_model(build_tiny_llama(0), LoraConfig(r=2, lora_alpha=4, init_lora_weights=False,\n"
@@ -54,7 +54,7 @@ def test_save_adapter_config_is_byte_identical_across_processes(tmp_path):
         "save_adapter(model, sys.argv[1])\n"
     )
     for seed in (1, 2):
-        _run(code, str(tmp_path / f"a{seed}"), str(REPO / "tests"), hashseed=seed)
+        _run(code, str(tmp_path / f"a{seed}"), str(TESTS), hashseed=seed)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         assert _sha(tmp_path / "a1" / name) == _sha(tmp_path / "a2" / name), name
     import json

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 MATH_HOOK = REPO / "docs" / "hooks" / "mathml.py"
 

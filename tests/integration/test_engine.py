@@ -10,7 +10,7 @@ import logging
 
 import pytest
 import torch
-from tiny_text import TINY, TPL, tofu_qa
+from support.tiny_text import TINY, TPL, tofu_qa
 
 from qrerase import engine
 from qrerase.text.lm import answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair

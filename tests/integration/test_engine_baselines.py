@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_text import DATA, TINY, TPL, tofu_qa
+from support.tiny_text import DATA, TINY, TPL, tofu_qa
 
 from qrerase import engine
 from qrerase.baselines.task_level import TaskLevelBaselineConfig, train_kga, train_ku

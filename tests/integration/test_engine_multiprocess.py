@@ -1,6 +1,6 @@
 """Two gloo worker processes (torchrun, the engine's launcher) against one process, on a tiny real model.
 
-The same script (tests/dist_worker.py) trains with the same global batch (8) and micro-batch (2):
+The same script (tests/support/dist_worker.py) trains with the same global batch (8) and micro-batch (2):
 one process accumulates 4 micro-batches, two processes 2 each and average their gradients through
 the engine (Accelerate DDP, or FSDP2 with sharded parameters and optimiser states). The trained
 weights must agree within float rounding (relative difference of the update < 1e-2), and every
@@ -19,12 +19,13 @@ import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_text import TINY
+from support import PYTHONPATH
+from support import REPO as ROOT
+from support.tiny_text import TINY
 
 from qrerase.text.models import build_tiny_llama
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "dist_worker.py"
+WORKER = ROOT / "tests" / "support" / "dist_worker.py"
 
 pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)
 #: The files of one torch.distributed.checkpoint folder written by 2 ranks: one shard per rank, the index.
@@ -32,7 +33,7 @@ SHARD_FILES = ("__0_0.distcp", "__1_0.distcp", ".metadata")
 
 
 def _launch(kind, backend, tok_dir, out, processes, extra_env=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "QRERASE_TEST_RESUME_DIR"):
         env.pop(key, None)
     env.update(extra_env or {})
@@ -115,7 +116,7 @@ def test_two_machines_equal_one_process(tok_dir, tmp_path, one_process):
         port = s.getsockname()[1]
     out = tmp_path / "machines.safetensors"
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
-    base = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    base = {**os.environ, "PYTHONPATH": PYTHONPATH, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_NNODES"):
         base.pop(key, None)
     base.update(QRERASE_MAIN_ADDR="127.0.0.1", QRERASE_MAIN_PORT=str(port))

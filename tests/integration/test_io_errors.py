@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import save_random_lora
+from support import REPO
+from support.tiny_llama import save_random_lora
 
 from qrerase import io
 from qrerase.method.adapters import checkpoint_shapes, task_matrices
 from qrerase.method.decompose import decompose
 from qrerase.method.formats import load_decompositions, save_decompositions
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 

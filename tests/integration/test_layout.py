@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "qrerase"
 MAX_LINES = 450
 TORCH_SIDE = ("torch", "transformers", "peft", "tokenizers", "accelerate")

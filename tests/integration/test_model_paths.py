@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
 from qrerase.workflow.validation import ConfigError, validate
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())
 
 
@@ -229,7 +229,7 @@ def test_a_speech_checkpoint_that_disagrees_with_its_config_is_refused(tmp_path)
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
-    from tests.conftest import save_random_lora
+    from support.tiny_llama import save_random_lora
 
     out, _ = save_random_lora(tmp_path_factory.mktemp("adapter") / "forget", seed=1)
     return out

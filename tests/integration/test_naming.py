@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from support import REPO
 
 from qrerase import registry
 from qrerase.workflow.naming import (
@@ -225,7 +226,7 @@ def test_format_and_parse_model_names():
 def test_model_names_are_built_and_parsed_only_by_naming():
     """``<method>_k<rank>`` is built by naming.format_model and parsed by naming.parse_model /
     method_of: no f-string ``{m}_k{k}`` and no ``rpartition("_k")`` elsewhere in the code or the rules."""
-    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    root = REPO
     files = [*root.joinpath("qrerase").rglob("*.py"), *root.joinpath("workflow_scripts").glob("*.py")]
     files += [*root.joinpath("rules").glob("*.smk"), root / "Snakefile"]
     built = re.compile(r"\{[^{}]*\}_k\{")  # f"{m}_k{k}" (not f"forget_k{k}", an input key)

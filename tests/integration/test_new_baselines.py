@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from tiny_text import TINY, TPL, tofu_qa
+from support.tiny_text import TINY, TPL, tofu_qa
 
 from qrerase import registry
 from qrerase.baselines.rmu import RMU, activation_mse, control_vector, layer_output

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = {"config.schema.yaml": ROOT / "schemas" / "config.schema.yaml", "config.yaml": ROOT / "config.yaml"}
 
 

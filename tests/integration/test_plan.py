@@ -1,11 +1,10 @@
 """The memory plan (qrerase.workflow.plan) against measured tiny models, and `qrerase plan` on every
 shipped config."""
 
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import shipped_config
+from support import REPO as ROOT
+from support.shipped import shipped_config
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from qrerase.cli import main
@@ -13,7 +12,6 @@ from qrerase.workflow.plan import GIB, JobSpec, Node, nodes_of, plan_job, saved_
 from qrerase.workflow.plan_config import RESOURCE_KINDS, load_config, plan_config, rule_resources
 from qrerase.workflow.shapes import KNOWN_SHAPES, ModelShape, resolve_shape, shape_from_hf_config
 
-ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 0.15  # relative; the enumeration matches transformers' Llama to the byte today
 
 
@@ -227,12 +225,9 @@ def test_plan_of_an_unknown_model_names_the_key(tmp_path, capsys):
 def test_parameter_count_from_config_json_of_each_architecture():
     """The shape read from a config.json counts the parameters of the real model within 2 % (biases,
     Cohere's / Phi's norms and GPT-2's position embeddings are outside the shape)."""
-    import sys
 
     import transformers
-
-    sys.path.insert(0, str(ROOT / "tests"))
-    from architectures import CAUSAL
+    from support.architectures import CAUSAL
 
     for arch, (model_cls, config_cls, kwargs) in CAUSAL.items():
         config = getattr(transformers, config_cls)(**kwargs)

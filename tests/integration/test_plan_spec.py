@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import shipped_config
-from test_workflow import snakemake, write_yaml_config
+from support import REPO as ROOT
+from support.shipped import shipped_config
+from support.snakemake_cli import snakemake, write_yaml_config
 
 from qrerase import engine
 from qrerase.baselines.task_level import TaskLevelBaselineConfig
@@ -25,7 +26,6 @@ from qrerase.workflow.plan_config import load_config, plan_config, refusal
 from qrerase.workflow.shapes import KNOWN_SHAPES, ModelShape
 from qrerase.workflow.stages import engine_settings, job_settings, stage_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [
     "config.yaml",
     *(shipped_config(str(p.relative_to(ROOT)), ROOT) for p in sorted((ROOT / "config").glob("*.yaml"))),

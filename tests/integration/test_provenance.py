@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from qrerase.cli import main
 from qrerase.workflow import manifest as mf
@@ -279,7 +280,7 @@ def _snakemake_object(config):
         config,
         "demo",
         None,
-        str(Path(__file__).resolve().parents[1] / "workflow_scripts"),
+        str(REPO / "workflow_scripts"),
     )
 
 

@@ -12,17 +12,14 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from support import PLUGINS, REPO
 
 from qrerase import registry
 from qrerase.registry import RegistryError, register_method
-
-REPO = Path(__file__).resolve().parents[1]
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 
 @pytest.fixture
@@ -137,7 +134,7 @@ def test_every_builtin_implementation_resolves_to_its_runner():
 def test_a_registered_text_baseline_is_what_train_baseline_runs(scratch_registry, monkeypatch, tmp_path):
     """The toy objective (half a GA step) registered by name: train_baseline dispatches to it, so its first
     loss is half of Gradient Ascent's from the same model (the loss of step 1 precedes any update)."""
-    from tiny_text import TINY, TPL, tofu_qa
+    from support.tiny_text import TINY, TPL, tofu_qa
 
     from qrerase.baselines.text import TextBaselineConfig, train_baseline
     from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer

@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from qrerase.cli import main
 from qrerase.workflow import manifest as mf
-
-REPO = Path(__file__).resolve().parents[1]
 
 SNAKEFILE = """
 rule all:

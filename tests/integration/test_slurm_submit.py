@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
 slurm = pytest.importorskip("snakemake_executor_plugin_slurm", reason="the `cluster` extra is not installed")
 from snakemake.iocontainers import ResourceList  # noqa: E402
@@ -26,7 +26,6 @@ from snakemake_executor_plugin_slurm.validation import validate_slurm_extra  # n
 
 from qrerase.workflow.plan_config import load_config, rule_resources  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
 PRESETS = sorted(p.name for p in (REPO / "config").glob("*.yaml"))
 

@@ -3,11 +3,10 @@ the plan's engine settings; the CSV holds the measured peak next to the plan's e
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 import torch
+from support import REPO as ROOT
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from qrerase.cli import main
@@ -16,7 +15,6 @@ from qrerase.workflow.plan_config import load_config
 from qrerase.workflow.shapes import ModelShape
 from qrerase.workflow.stages import job_settings
 
-ROOT = Path(__file__).resolve().parents[1]
 TEST_CONFIG = ROOT / "tests/configs/test.yaml"
 
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support import REPO
 
 from qrerase.speech import data as sd
 from qrerase.speech import model as sm
 from qrerase.speech import train as strain
 
-REPO = Path(__file__).resolve().parents[1]
 FSDD = REPO / "data" / "fsdd"
 TINY = dict(
     hidden_size=16,

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
 
 
 def _tool(module: str):

@@ -4,11 +4,11 @@ qrerase.baselines.task_level (KGA, KU) on small real data."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support import REPO
 
 from qrerase.baselines.task_level import (
     TaskLevelBaselineConfig,
@@ -33,7 +33,7 @@ from qrerase.text.task_level import (
 from qrerase.text.task_level_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_level_frame
 from qrerase.text.training import TrainConfig, train_causal_lm
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
+DATA = REPO / "data" / "tofu"
 SIZES = {
     "arithmetic": {"train": 300, "eval": 50, "new": 20},
     "word_math": {"train": 200, "eval": 40, "new": 20},

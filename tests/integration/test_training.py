@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_text import TINY, TPL, tofu_qa
+from support.tiny_text import TINY, TPL, tofu_qa
 
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, save_adapter, train_causal_lm, train_lora

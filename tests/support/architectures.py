@@ -1,6 +1,6 @@
 """Tiny random-weight checkpoints of real transformers classes, saved offline with a tokenizer built here.
 
-Used by tests/test_architectures.py (library) and tests/test_architectures_workflow.py (snakemake CLI).
+Used by tests/unit/test_architectures.py (library) and tests/workflow/test_architectures_workflow.py (snakemake CLI).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
 
 # Llama-3-instruct's chat template (as published in Meta-Llama-3-8B-Instruct's tokenizer_config.json,
 # with this tokenizer's <s> as bos_token) and Llama-2-chat's single-turn form ([INST] ... [/INST]).

@@ -1,4 +1,4 @@
-"""A training job for tests/test_engine_multiprocess.py and tests/test_engine_placement.py: run by
+"""A training job for tests/integration/test_engine_multiprocess.py and test_engine_placement.py: run by
 ``accelerate launch`` / ``torchrun`` with several gloo workers on the CPU, or by plain ``python`` as the
 one-process reference.
 
@@ -29,12 +29,12 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from tiny_text import TINY, tofu_qa
 
 from qrerase import engine
 from qrerase.text.lm import PromptTemplate
 from qrerase.text.models import build_tiny_llama, load_model, load_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
+from support.tiny_text import TINY, tofu_qa
 
 RANK = int(os.environ.get("RANK", "0"))
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from qrerase.io import read_jsonl
 from qrerase.text.lm import PromptTemplate
 from qrerase.text.models import TinyLlamaConfig
+from support import REPO
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
+DATA = REPO / "data" / "tofu"
 TINY = TinyLlamaConfig(
     hidden_size=48,
     intermediate_size=96,

@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import build_tiny_llama, save_random_lora
+from support.tiny_llama import build_tiny_llama, save_random_lora
 
 import qrerase
 from qrerase.method.adapters import load_factors, lora_scale, pattern_key, save_factors, task_matrices

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from architectures import (
+from support.architectures import (
     CAUSAL,
     LLAMA2_CHAT,
     LLAMA3_CHAT,

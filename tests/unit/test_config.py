@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import shipped_config
+from support import REPO
+from support.shipped import shipped_config
 
 from qrerase import registry
 from qrerase.workflow.validation import SCHEMA_PATH, ConfigError, load_schema, validate
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def merged(*overrides: dict) -> dict:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # import name -> distribution name where they differ
 DIST = {"yaml": "pyyaml", "rouge_score": "rouge-score", "sklearn": "scikit-learn"}
 # provided by the job runner itself (Snakemake's script preamble), not by the rule's environment

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny_llama
+from support.tiny_llama import build_tiny_llama
 
 from qrerase.io import load_arrays
 from qrerase.method.adapters import task_matrices

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from support import PLUGINS, REPO
 
 from qrerase import registry
 from qrerase.baselines.settings import TaskLevelBaselineConfig, TextBaselineConfig
 from qrerase.hparams import TrainConfig, key_schema
 from qrerase.speech.settings import SpeechBaselineConfig
-
-REPO = Path(__file__).resolve().parents[1]
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 
 @pytest.fixture
@@ -189,7 +186,7 @@ def test_plugin_hyperparameter_reaches_its_objective(toy):
     here from the model's logits with cross-entropy (not through the library's sequence_nll)."""
     import torch
     import torch.nn.functional as F
-    from conftest import build_tiny_llama
+    from support.tiny_llama import build_tiny_llama
 
     model = build_tiny_llama(seed=0)
     forget = [([1, 5, 9, 12, 7, 2], [-100, -100, -100, 12, 7, 2]), ([1, 4, 8, 30, 2], [-100, -100, 8, 30, 2])]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import REPO
 
 from qrerase.checkpoints import save_model
 from qrerase.io import read_jsonl
@@ -23,7 +24,7 @@ from qrerase.text.lm import (
 )
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer, train_bpe_tokenizer
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
+DATA = REPO / "data" / "tofu"
 TINY = TinyLlamaConfig(
     hidden_size=32,
     intermediate_size=64,

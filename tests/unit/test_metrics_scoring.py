@@ -5,10 +5,10 @@ table (qrerase/reports/tofu_mia.py)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from support import REPO
 
 from qrerase.io import read_jsonl
 from qrerase.metrics.mia import auc
@@ -20,7 +20,7 @@ from qrerase.text.evaluation import EvalConfig
 from qrerase.text.lm import PromptTemplate, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tofu"
+DATA = REPO / "data" / "tofu"
 TPL = PromptTemplate()
 NAMES = metrics_for("tofu", "auc") + metrics_for("tofu", "mean")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import unicodedata
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support import REPO
 
 from qrerase.io import read_jsonl
 from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
@@ -27,7 +27,6 @@ from qrerase.text.crosslingual import (
 from qrerase.text.evaluation import UnicodeWords
 from qrerase.text.romanise import romanise_record, romanise_text
 
-REPO = Path(__file__).resolve().parents[1]
 EN = REPO / "data" / "tofu"
 MTOFU = REPO / "data" / "mtofu"
 

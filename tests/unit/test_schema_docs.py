@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO as ROOT
 
 from qrerase import registry
 from qrerase.cli import main
 from qrerase.workflow.config_docs import DOCS_PATH, config_keys, generate, render, undocumented
 from qrerase.workflow.validation import load_schema
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [
     ROOT / "config.yaml",
     *sorted((ROOT / "config").glob("*.yaml")),

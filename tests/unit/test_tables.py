@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import REPO
 
 from qrerase.reports.tables import (
     METHOD_LABELS,
@@ -25,7 +24,7 @@ from qrerase.reports.tables import (
 from qrerase.reports.tofu import tofu_table
 from qrerase.text import tofu, tofu_log
 
-LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
+LOGS = REPO / "data" / "tofu_reference_logs"
 
 # the paper's TOFU table (tab:tofu_results)
 PAPER_TOFU = pd.DataFrame(

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tiny_text import DATA, TINY
+from support.tiny_text import DATA, TINY
 
 from qrerase.method.decompose import decompose_dense
 from qrerase.method.discriminate import discriminate

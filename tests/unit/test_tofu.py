@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
+from support import REPO
 
 from qrerase.io import write_json
 from qrerase.text import tofu, tofu_log
 from qrerase.text.evaluation import rouge_recalls
 
-LOGS = Path(__file__).resolve().parents[1] / "data" / "tofu_reference_logs"
+LOGS = REPO / "data" / "tofu_reference_logs"
 FULL = LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json"
 RETAIN90 = LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json"
 

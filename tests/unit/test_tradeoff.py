@@ -149,7 +149,7 @@ def test_nll_rises_are_measured_from_each_groups_unedited_model():
 
 def test_the_nll_protocol_point_measures_the_same_nlls_as_the_tofu_protocol(tmp_path):
     """protocol nll skips generation and the perturbed answers; its three NLLs equal the full protocol's."""
-    from tiny_text import DATA, TINY, TPL
+    from support.tiny_text import DATA, TINY, TPL
 
     from qrerase.io import read_jsonl
     from qrerase.text.data import normalise

@@ -10,13 +10,12 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from architectures import CAUSAL, LLAMA3_CHAT, as_old_peft, build_tokenizer, save_causal, save_hubert, save_lora
-from test_speech_workflow import write_speech_config
-from test_workflow import planned_rules, snakemake, write_config, write_yaml_config
+from support import REPO
+from support.architectures import CAUSAL, LLAMA3_CHAT, as_old_peft, build_tokenizer, save_causal, save_hubert, save_lora
+from support.snakemake_cli import planned_rules, snakemake, write_config, write_speech_config, write_yaml_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
-REPO = Path(__file__).resolve().parents[1]
 EXP = "results/tofu_forget10"
 ERASE = f"{EXP}/erase/k2/qr_erase_ll"
 SMALL = dict(  # a few optimiser steps and questions: the run checks plumbing, not numbers

@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_workflow import REPO, assert_config_error, planned_rules, snakemake, write_yaml_config
+from support import REPO
+from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 

@@ -18,12 +18,11 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from test_speech_workflow import write_speech_config
-from test_workflow import snakemake, write_config
+from support import REPO
+from support.snakemake_cli import snakemake, write_config, write_speech_config
 
 pytestmark = pytest.mark.workflow
 
-REPO = Path(__file__).resolve().parents[1]
 EXP = "tofu_forget10"
 TEXT = {  # rule -> (trained output, the checkpoint its update is measured from)
     "finetune": (f"results/{EXP}/models/full", f"results/{EXP}/models/pretrained"),

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from test_workflow import REPO, snakemake, write_config
+from support import REPO
+from support.snakemake_cli import snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 

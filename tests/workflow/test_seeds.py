@@ -9,11 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_size_study import snakemake  # the same `snakemake -s Snakefile --directory` runner
+from support import REPO
+from support.snakemake_cli import snakemake
 
 from qrerase.reports.seeds import measures_of, render_spread, seed_spread
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _table(utility: float, fq: float | None) -> pd.DataFrame:

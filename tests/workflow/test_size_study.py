@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from support import REPO
+from support.snakemake_cli import snakemake
 
 from qrerase.method.separability import effective_layers, layer_overlap, principal_angles
 from qrerase.reports.size_study import aggregate, exp_rows, read_markdown_table, render_markdown, trend
 from qrerase.text.size_study import extrapolate, loglog_fit, rule_pick, scaled_lr, selectivity_at_rise, size_model
 from qrerase.workflow.naming import exp_pattern, model_exp, parse_exp, size_exp, size_of, tofu_exp
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +210,7 @@ def test_size_study_figure_draws_a_model_outside_the_ladder(tmp_path):
         sel, index=False
     )
     out = tmp_path / "fig.png"
-    table = str(Path(__file__).resolve().parents[1] / "docs" / "size-study.md")
+    table = str(REPO / "docs" / "size-study.md")
     assert (
         main(["size-study-figure", "--table", table, "--point", "a real LM", "134515008", str(sel), "--out", str(out)])
         == 0
@@ -223,14 +221,6 @@ def test_size_study_figure_draws_a_model_outside_the_ladder(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Workflow: planning and a tiny end-to-end run
 # ---------------------------------------------------------------------------------------------
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc
-
-
 def size_config(workdir: Path, **size) -> Path:
     cfg = yaml.safe_load((REPO / "tests" / "configs" / "test_size.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")

@@ -7,20 +7,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_workflow import assert_config_error, planned_rules, snakemake, write_yaml_config
+from support import REPO
+from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_speech_config
 
 pytestmark = pytest.mark.workflow
 
-REPO = Path(__file__).resolve().parents[1]
 SCALE = yaml.safe_load((REPO / "tests/configs/test_speech.yaml").read_text())["speech"]["scale"]  # the table's λ
 ROWS = ["base", "ga", "scrub", "bad_teaching", "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
-
-
-def write_speech_config(workdir: Path, name: str = "test_speech.yaml", **overrides) -> Path:
-    cfg = yaml.safe_load((REPO / "tests" / "configs" / "test_speech.yaml").read_text())
-    cfg["speech"]["data"]["root"] = str(REPO / "data" / "fsdd")
-    cfg.setdefault("tofu", {})["data"] = {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}
-    return write_yaml_config(workdir, name, cfg, overrides)
 
 
 @pytest.fixture(scope="module")

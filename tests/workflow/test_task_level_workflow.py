@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_workflow import assert_config_error, planned_rules, snakemake, write_yaml_config
+from support import REPO
+from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = ["base", "ga", "kga", "ku", "unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"]
 
 
