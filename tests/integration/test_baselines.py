@@ -180,7 +180,7 @@ def _run(finetuned, tok, sets, **kw):
     return train_baseline(model, ref, tok, forget, retain, TPL, cfg, refusals=read_refusals(DATA / "idontknow.txt"))
 
 
-#: Trained on their own fixtures in tests/test_new_baselines.py: SimNPO needs a model that memorised its
+#: Trained on their own fixtures in tests/integration/test_new_baselines.py: SimNPO needs a model that memorised its
 #: answers (here the forget NLL is ~4.8 nats / token: sigma(-beta x 4.8) ~ 0 at the reference beta 4.5),
 #: RMU a layer of this 2-layer model (its reference layer is 7).
 OWN_FIXTURE = ("simnpo", "rmu")

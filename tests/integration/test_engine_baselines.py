@@ -1,6 +1,6 @@
 """The unlearning baselines on the engine: micro-batched steps equal full-batch steps; resumed runs are bit-identical.
 
-Real tiny Llama fine-tuned on two real TOFU authors (as tests/test_baselines.py); nothing is mocked.
+Real tiny Llama fine-tuned on two real TOFU authors (as tests/integration/test_baselines.py); nothing is mocked.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def _start(tok_dir):
 
 @pytest.mark.parametrize(
     # a reference-model objective under FSDP2 (kl); NPO's reference path under FSDP2 runs through the
-    # CLI in tests/test_launch_workflow.py
+    # CLI in tests/workflow/test_launch_workflow.py
     "kind,backend",
     [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("kl", "fsdp")],
 )

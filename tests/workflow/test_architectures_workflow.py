@@ -56,7 +56,7 @@ def _logits_equal(model_cls, base: Path, adapter: Path, merged: Path, inputs: di
 
 #: one end-to-end run per module layout: Llama (chat template, full table), Mixtral (experts), Phi (dense,
 #: fc1/fc2, partial rotary), GPT-2 (Conv1D). Cohere and Qwen2 have Llama's layout (`_LLAMA_LIKE` in
-#: qrerase.method.architectures; their module kinds: tests/test_architectures.py), and Qwen2 runs end to
+#: qrerase.method.architectures; their module kinds: tests/unit/test_architectures.py), and Qwen2 runs end to
 #: end with adapters trained elsewhere below.
 LAYOUTS = ["gpt2", "llama", "mixtral", "phi"]
 

@@ -153,7 +153,7 @@ def test_baselines_unlearn_with_curves_and_costs(workdir):
             assert by_epoch["forget_mse"].iloc[-1] < by_epoch["forget_mse"].iloc[0]
         elif method == "simnpo":  # the under-fit test model's forget NLL (~3 nats / token) saturates SimNPO's
             # term at the reference beta 4.5: (2 / beta) softplus(-beta x 3) ~ 1e-6 (active on a model that
-            # memorised its answers: tests/test_new_baselines.py); the eval below still checks the forget NLL
+            # memorised its answers: test_new_baselines.py); the eval below still checks the forget NLL
             assert curve["simnpo"].max() < 1e-3
         else:
             assert by_epoch["forget_nll"].iloc[-1] > by_epoch["forget_nll"].iloc[0]
@@ -389,7 +389,7 @@ def _sha256(path: Path) -> str:
 
 def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # noqa: F811 - skips before the run
     """The test config with one method (QR-Erase (LL), no control row: 29 jobs, tables included) run
-    again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/localslurm.py) through
+    again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/support/localslurm.py) through
     ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and
     the local cluster's account: every job an sbatch job in its own process, asking Slurm for the memory,
     time and CPUs its rule declares; the table rows, evaluations, erased weights and the provenance graph
@@ -466,7 +466,7 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
 def test_a_planned_gpu_job_is_one_task_that_sees_all_its_gpus(slurm, tmp_path, monkeypatch):  # noqa: F811
     """A training job the plan gives 2 GPUs (model.device cuda, 2 processes), submitted through the
     slurm executor plugin with the plan's resources (rule_resources, as rules/common.smk passes them) to
-    the local Slurm, whose node has 2 stand-in GPUs (GRES, tests/localslurm.py): Slurm grants the job
+    the local Slurm, whose node has 2 stand-in GPUs (GRES, tests/support/localslurm.py): Slurm grants the job
     both GPUs in one task with the planned CPUs, and the task sees both (CUDA_VISIBLE_DEVICES)."""
     from qrerase.workflow.plan_config import load_config, rule_resources
 
