@@ -3,7 +3,7 @@ the full state tensor by tensor to rank 0's CPU and turn the model back into a p
 (the save path of :func:`qrerase.text.training.train_steps`; re-exported by :mod:`qrerase.engine`).
 
 Memory: no rank holds more than its shards plus one gathered tensor at a time
-(tests/test_engine_placement.py measures each rank's peak against its training peak).
+(tests/integration/test_engine_placement.py measures each rank's peak against its training peak).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ objects (path ``a[].b``) or in an ``additionalProperties`` object (path ``a.<nam
 one table per top-level section (key path, type with its bounds or allowed values, the value in
 ``config.yaml``, description) and one per shared object definition. The output depends only on the
 schema (as :func:`qrerase.workflow.validation.load_schema` returns it, registry enums injected) and the
-defaults given, so the committed page can be compared with a fresh render (tests/test_schema_docs.py).
+defaults given, so the committed page can be compared with a fresh render (tests/unit/test_schema_docs.py).
 """
 
 from __future__ import annotations

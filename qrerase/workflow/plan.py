@@ -2,7 +2,7 @@
 
 Pure arithmetic: nothing is downloaded or loaded (the model's shape: :mod:`qrerase.workflow.shapes`).
 Bytes throughout; ``GiB = 2**30``. Assumptions (documented in docs/paper-scale.md, checked against measured
-tiny models in tests/test_plan.py):
+tiny models in tests/integration/test_plan.py):
 
 - Static training state: a bf16 / fp16 model trains with fp32 master weights (the engine upcasts it),
   so fp32 weights 4 B + fp32 gradients 4 B + AdamW's two fp32 moments 8 B = 16 B per trainable
@@ -46,7 +46,7 @@ SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size of a safetensors
 # ---------------------------------------------------------------------------------------------
 def layer_activation_bytes(shape: ModelShape, compute_bytes: int) -> int:
     """Bytes one decoder layer saves for backward, per token (a = compute dtype bytes, h, kv, i),
-    as enumerated on transformers' Llama layer with SDPA (tests/test_plan.py measures it):
+    as enumerated on transformers' Llama layer with SDPA (tests/integration/test_plan.py measures it):
 
     - 2 RMSNorms: the fp32 input (4h), the fp32 rsqrt (4) and the normalised input to the weight
       product (a·h), each, and their outputs, the inputs of q/k/v and of gate/up (a·h each);

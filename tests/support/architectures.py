@@ -1,0 +1,152 @@
+"""Tiny random-weight checkpoints of real transformers classes, saved offline with a tokenizer built here.
+
+Used by tests/unit/test_architectures.py (library) and tests/workflow/test_architectures_workflow.py (snakemake CLI).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support import REPO
+
+# Llama-3-instruct's chat template (as published in Meta-Llama-3-8B-Instruct's tokenizer_config.json,
+# with this tokenizer's <s> as bos_token) and Llama-2-chat's single-turn form ([INST] ... [/INST]).
+LLAMA3_CHAT = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+LLAMA2_CHAT = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + message['content'].strip() + ' [/INST]' }}"
+    "{% else %}{{ ' ' + message['content'].strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+
+# Causal LMs: (class name, config class name, config kwargs); dims cut down to a few thousand weights.
+_SMALL = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256
+)
+CAUSAL = {
+    "llama": ("LlamaForCausalLM", "LlamaConfig", dict(_SMALL, num_key_value_heads=2)),
+    "mixtral": (
+        "MixtralForCausalLM",
+        "MixtralConfig",
+        dict(_SMALL, num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1),
+    ),
+    "cohere": ("CohereForCausalLM", "CohereConfig", dict(_SMALL, num_key_value_heads=2)),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(_SMALL, num_key_value_heads=2)),
+    "phi": ("PhiForCausalLM", "PhiConfig", dict(_SMALL, partial_rotary_factor=0.5)),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(n_embd=32, n_layer=2, n_head=4, n_positions=256)),
+}
+
+
+def build_tokenizer(out_dir: Path, vocab_size: int = 400):
+    """A byte-level BPE tokenizer (``tokenizer.json``) trained here on TOFU questions and answers."""
+    from qrerase.io import read_jsonl
+    from qrerase.text.lm import qa_pair
+    from qrerase.text.models import train_bpe_tokenizer
+
+    texts = [t for r in read_jsonl(REPO / "data/tofu/forget10.jsonl") for t in qa_pair(r)]
+    return train_bpe_tokenizer(texts, vocab_size, out_dir)
+
+
+def build_causal(arch: str, tokenizer, seed: int = 0, dtype=None):
+    """A randomly initialised model of architecture ``arch`` (a key of :data:`CAUSAL`), eval mode."""
+    import torch
+    import transformers
+
+    cls_name, cfg_name, kwargs = CAUSAL[arch]
+    ids = dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    config = getattr(transformers, cfg_name)(vocab_size=len(tokenizer), **kwargs, **ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = getattr(transformers, cls_name)(config)
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.eval()
+
+
+def save_causal(arch: str, tokenizer, out_dir: Path, chat_template: str | None = None) -> Path:
+    """Save a tiny ``arch`` checkpoint (safetensors) with the tokenizer (and a chat template) to ``out_dir``."""
+    model = build_causal(arch, tokenizer)
+    model.save_pretrained(str(out_dir))
+    tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(str(out_dir))
+    tokenizer.chat_template = None
+    return out_dir
+
+
+def save_hubert(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny random ``HubertForSequenceClassification`` checkpoint (2 labels; the workflow re-heads it)."""
+    import torch
+    from transformers import HubertConfig, HubertForSequenceClassification
+
+    config = HubertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=[16, 32, 32, 32],
+        conv_stride=[5, 4, 4, 4],
+        conv_kernel=[10, 8, 4, 4],
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=16,
+        num_labels=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        HubertForSequenceClassification(config).save_pretrained(str(out_dir))
+    return out_dir
+
+
+def save_lora(model, out_dir: Path, seed: int, **lora_kwargs) -> Path:
+    """Save a PEFT LoRA adapter on ``model`` with random non-zero A and B (``model`` is left unwrapped)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(model, LoraConfig(**lora_kwargs))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_A" in name or "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.1)
+    peft_model.save_pretrained(str(out_dir))
+    peft_model.unload()
+    return out_dir
+
+
+def as_old_peft(adapter_dir: Path) -> Path:
+    """Rewrite an adapter's config as PEFT 0.6 saved it (no rsLoRA/DoRA/... keys), plus a key from a
+    later version this reader does not know, the way adapters from other PEFT versions arrive."""
+    path = adapter_dir / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    old_keys = (
+        "alpha_pattern",
+        "auto_mapping",
+        "base_model_name_or_path",
+        "bias",
+        "fan_in_fan_out",
+        "inference_mode",
+        "init_lora_weights",
+        "layers_pattern",
+        "layers_to_transform",
+        "lora_alpha",
+        "lora_dropout",
+        "modules_to_save",
+        "peft_type",
+        "r",
+        "rank_pattern",
+        "revision",
+        "target_modules",
+        "task_type",
+    )
+    old = {k: cfg.get(k) for k in old_keys}
+    if cfg.get("use_rslora"):
+        old["use_rslora"] = True  # rsLoRA adapters come from PEFT >= 0.7, which writes the flag
+    old["some_future_option"] = None
+    path.write_text(json.dumps(old, indent=2))
+    return adapter_dir
