@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", help="a sentence shown under each page's header (e.g. which config ran)")
     p.add_argument("--compare", help="another run's results/ (another machine or seed): show how far each table moves")
     p.add_argument("--compare-label", default="the other run", help="how the pages name the --compare run")
-    p.add_argument("--plugins", nargs="*", default=[], help="the run's config key `plugins` (modules registering metrics)")
+    p.add_argument("--plugins", nargs="*", default=[], help="the config key `plugins` (modules registering metrics)")
     p.set_defaults(func=_results_pages)
 
     p = sub.add_parser(

@@ -14,6 +14,7 @@ from qrerase.metrics.scoring import track_sequence_metrics
 from qrerase.text.evaluation import EvalConfig, evaluate_tofu
 from qrerase.text.tofu_log import EVAL_SETS, write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
+
 p = snakemake.params
 inp = snakemake.input
 with job(snakemake, seed=p.seed) as log:
