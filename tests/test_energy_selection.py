@@ -111,3 +111,20 @@ def test_bad_selection_files_name_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"selected layer\(s\) \['7'\] have no energy"):
         localisation({"0": 0.6, "1": 0.4}, ["7"])
     assert not math.isnan(localisation({"0": 0.6, "1": 0.4}, ["0"])["selected_share"])
+
+
+def test_the_factor_report_shows_the_selection_read(tmp_path):
+    from qrerase.method.diagnostics import factor_report
+
+    factors = _factors([3.0, 1.0, 1.0, 1.0])
+    _write_like_rule_energy(tmp_path, factors)
+    computed = factor_report(factors, factors, 1)
+    read = factor_report(factors, factors, 1, forget_selection=read_selection(tmp_path / "selected_layers.json"))
+    assert read.equals(computed)  # the rule's selection is eq. 15's: the same report
+    assert list(read.loc[read["set"] == "forget", "selected"]) == [True, False, False, False]
+    # a selection other than eq. 15's is shown as read (the retain rows keep their own eq. 15)
+    other = factor_report(factors, factors, 1, forget_selection=LayerSelection(("2",)))
+    assert list(other.loc[other["set"] == "forget", "selected"]) == [False, False, True, False]
+    assert list(other.loc[other["set"] == "retain", "selected"]) == [True, False, False, False]
+    with pytest.raises(ValueError, match=r"selected layer\(s\) \['9'\] are no block of the forget adapter"):
+        factor_report(factors, factors, 1, forget_selection=LayerSelection(("9",)))
