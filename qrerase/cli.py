@@ -24,7 +24,7 @@
   generated from the schema (:mod:`qrerase.workflow.config_docs`); ``--check`` writes nothing and
   exits 1 when the file differs from a fresh render.
 - ``qrerase results-pages [RESULTS] [--out docs/results] [--commit C] [--date D] [--note TEXT]
-  [--compare OTHER_RESULTS --compare-label TEXT]``: the
+  [--compare OTHER_RESULTS --compare-label TEXT] [--plugins MODULE ...]``: the
   docs site's results pages from a finished ``results/`` (:mod:`qrerase.reports.pages`): one page per
   track with its tables, figures and a header (commit, date, CPU, versions) read from the run's
   provenance records; with ``--compare``, how far each table's numbers move against another run.
@@ -189,7 +189,10 @@ def _config_docs(args: argparse.Namespace) -> int:
 
 
 def _results_pages(args: argparse.Namespace) -> int:
+    from .registry import load_plugins
     from .reports.pages import write_pages
+
+    load_plugins(args.plugins)  # their metrics: the notes under the tables that have their columns
 
     for path in write_pages(
         args.results,
@@ -308,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", help="a sentence shown under each page's header (e.g. which config ran)")
     p.add_argument("--compare", help="another run's results/ (another machine or seed): show how far each table moves")
     p.add_argument("--compare-label", default="the other run", help="how the pages name the --compare run")
+    p.add_argument("--plugins", nargs="*", default=[], help="the config key `plugins` (modules registering metrics)")
     p.set_defaults(func=_results_pages)
 
     p = sub.add_parser(

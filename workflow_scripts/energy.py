@@ -4,7 +4,7 @@ import pandas as pd
 
 from qrerase.io import write_csv, write_json
 from qrerase.method.adapters import load_factors
-from qrerase.method.energy import layer_energy, modules_for_layers, select_layers
+from qrerase.method.energy import layer_energy, modules_for_layers, select_layers, threshold
 from qrerase.reports.plots import energy_plot
 from qrerase.workflow.job import job
 
@@ -17,7 +17,7 @@ with job(snakemake) as log:
         {
             "layer": list(energy),
             "energy": list(energy.values()),
-            "threshold": 1.0 / len(energy),
+            "threshold": threshold(len(energy)),
             "selected": [layer in selected for layer in energy],
         }
     )
@@ -27,5 +27,5 @@ with job(snakemake) as log:
         snakemake.output.selected,
         {"granularity": granularity, "layers": selected, "modules": modules},
     )
-    energy_plot(energy, snakemake.output.figure, title=f"Task energy ({snakemake.wildcards.exp})")
+    energy_plot(energy, snakemake.output.figure, title=f"Task energy ({snakemake.wildcards.exp})", selected=selected)
     log.info("selected %d of %d layers: %s", len(selected), len(energy), selected)

@@ -2,20 +2,19 @@
 loaded once: one log in the output folder (evaluate), or one per configured language in
 <output>/<lang>/ (xling_evaluate: params.languages, inputs '<lang>:<set>').
 
-Rule evaluate (input 'holdout') also writes sequence_metrics.json: the TOFU track's per-sequence
-metrics (qrerase.metrics.registry, aggregates 'auc' and 'mean') of the forget-set and holdout answers
-and their values (qrerase.metrics.scoring)."""
+Rule evaluate (input 'holdout') also writes sequence_metrics.json: every registered TOFU metric with a
+per-sequence statistic (qrerase.metrics.registry, aggregates 'auc' and 'mean'; those of the config's
+`plugins` too, imported by job()) of the forget-set and holdout answers and their values
+(qrerase.metrics.scoring.track_sequence_metrics)."""
 
 from pathlib import Path
 
 from qrerase.io import atomic_dir, read_jsonl, write_json
-from qrerase.metrics.registry import metrics_for
-from qrerase.metrics.scoring import SEQUENCE_AGGREGATES, aggregate, sequence_statistics
+from qrerase.metrics.scoring import track_sequence_metrics
 from qrerase.text.evaluation import EvalConfig, evaluate_tofu
-from qrerase.text.tofu_log import write_aggregated, write_log
+from qrerase.text.tofu_log import EVAL_SETS, write_aggregated, write_log
 from qrerase.workflow.job import job, load_for_eval, template_from
 
-SETS = ("forget", "retain", "real_authors", "world_facts")
 p = snakemake.params
 inp = snakemake.input
 with job(snakemake, seed=p.seed) as log:
@@ -25,7 +24,7 @@ with job(snakemake, seed=p.seed) as log:
     languages = p.get("languages")
     with atomic_dir(snakemake.output[0]) as tmp:
         for lang in languages or [None]:
-            eval_sets = {s: read_jsonl(inp[s if lang is None else f"{lang}:{s}"]) for s in SETS}
+            eval_sets = {s: read_jsonl(inp[s if lang is None else f"{lang}:{s}"]) for s in EVAL_SETS}
             template = template_from(p.model, tokenizer)
             result = evaluate_tofu(model, tokenizer, template, eval_sets, cfg)
             folder = Path(tmp) if lang is None else Path(tmp) / lang
@@ -36,11 +35,8 @@ with job(snakemake, seed=p.seed) as log:
                 "evaluated %s%s on %s", snakemake.wildcards.model, where, {k: len(v) for k, v in eval_sets.items()}
             )
         if "holdout" in inp.keys():
-            names = [n for a in SEQUENCE_AGGREGATES for n in metrics_for("tofu", a)]
-            stats = {
-                s: sequence_statistics(model, tokenizer, template, recs, names, cfg)
-                for s, recs in (("forget", eval_sets["forget"]), ("holdout", read_jsonl(inp.holdout)))
-            }
-            values = aggregate(stats["forget"], stats["holdout"], names)
-            write_json(Path(tmp) / "sequence_metrics.json", {"metrics": values, **stats})
+            holdout = read_jsonl(inp.holdout)
+            result = track_sequence_metrics(model, tokenizer, template, eval_sets["forget"], holdout, cfg, "tofu")
+            write_json(Path(tmp) / "sequence_metrics.json", result)
+            values = result["metrics"]
             log.info("sequence metrics (forget vs holdout): %s", {k: round(v, 4) for k, v in values.items()})

@@ -8,6 +8,7 @@ import pandas as pd
 from safetensors import safe_open
 
 from qrerase.io import write_csv
+from qrerase.method.energy import read_selection
 from qrerase.method.formats import load_decompositions
 from qrerase.method.separability import layer_overlap
 from qrerase.reports.size_study import exp_rows, mechanistic_row, privacy_row
@@ -33,8 +34,7 @@ with job(snakemake) as log:
     points = share_unedited(points, p.sweeps)  # the λ = 0 point, evaluated once
     rows = exp_rows(points, width=width, seed=seed, n_params=n_params, target=p.target, max_rise=p.max_rise)
     layers = layer_overlap(load_decompositions(inp.forget), load_decompositions(inp.retain))
-    energy = pd.read_csv(inp.energy)
-    mech = mechanistic_row(layers, dict(zip(energy["layer"].astype(str), energy["energy"])))
+    mech = mechanistic_row(layers, read_selection(inp.energy).energy)
     sequence = {
         m: load_sequence_metrics(Path(d) / "sequence_metrics.json") for m, d in zip(("base", "retain"), inp.sequence)
     }

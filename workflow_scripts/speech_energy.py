@@ -1,8 +1,10 @@
-"""Rule speech_energy: E_l of the sample and class settings side by side, with their localisation statistics."""
+"""Rule speech_energy: E_l of the sample and class settings side by side, with their localisation statistics
+(each setting's energies and layer selection as rule energy wrote them, qrerase.method.energy.read_selection)."""
 
 import pandas as pd
 
 from qrerase.io import write_csv
+from qrerase.method.energy import read_selection
 from qrerase.reports.speech import SETTING_LABELS, energy_compare_plot, localisation
 from qrerase.reports.tables import Column, TableSpec, write_table
 from qrerase.workflow.job import job
@@ -11,10 +13,10 @@ p, out = snakemake.params, snakemake.output
 with job(snakemake) as log:
     energies, rows = {}, []
     for setting, csv in zip(p.settings, snakemake.input.energy):
-        frame = pd.read_csv(csv, dtype={"layer": str})
-        energy = dict(zip(frame["layer"], frame["energy"]))
+        selection = read_selection(csv)
+        energy = selection.energy
         energies[SETTING_LABELS[setting]] = energy
-        stats = localisation(energy)
+        stats = localisation(energy, selection.layers)
         rows.append({"setting": setting, **stats, **{f"E_{k}": v for k, v in energy.items()}})
         log.info("%s: %s", setting, stats)
     table = pd.DataFrame(rows)

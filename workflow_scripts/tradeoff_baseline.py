@@ -7,6 +7,7 @@ from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.models import load_model, load_tokenizer
+from qrerase.text.tofu_log import EVAL_SETS
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
 from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
@@ -40,9 +41,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     )
     if is_main_process():  # rank 0 evaluates and writes; it holds the full trained weights (on its CPU after FSDP2)
         tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
-        eval_sets = {
-            name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")
-        }
+        eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in EVAL_SETS}
         ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
         meta = {
             "group": p.lang or "tofu",

@@ -7,6 +7,7 @@ from qrerase.method.energy import selected_updates
 from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
 from qrerase.text.evaluation import EvalConfig
+from qrerase.text.tofu_log import EVAL_SETS
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow.job import job, load_checkpoint, template_from
 
@@ -21,7 +22,7 @@ with job(snakemake, seed=p.seed) as log:
         updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
         apply_updates(model, scaled_updates(updates, scale / p.stored_scale))
     tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
-    eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in ("forget", "retain", "real_authors", "world_facts")}
+    eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in EVAL_SETS}
     cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
     meta = {
         "group": p.lang or "tofu",

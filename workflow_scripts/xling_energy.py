@@ -3,6 +3,7 @@
 import pandas as pd
 
 from qrerase.io import write_csv
+from qrerase.method.energy import read_selection
 from qrerase.reports.plots import energy_overlay_plot
 from qrerase.text.crosslingual import language_label
 from qrerase.workflow.job import job
@@ -16,11 +17,6 @@ with job(snakemake) as log:
         frames.append(frame)
     energy = pd.concat(frames, ignore_index=True)
     write_csv(out.csv, energy)
-    series = {
-        language_label(code): dict(zip(f["layer"].astype(str), f["energy"])) for code, f in zip(p.unlearn, frames)
-    }
-    energy_overlay_plot(series, out.figure)
-    log.info(
-        "selected layers per unlearning language: %s",
-        {c: list(f.loc[f["selected"], "layer"]) for c, f in zip(p.unlearn, frames)},
-    )
+    selections = {code: read_selection(csv) for code, csv in zip(p.unlearn, inp)}
+    energy_overlay_plot({language_label(c): s.energy for c, s in selections.items()}, out.figure)
+    log.info("selected layers per unlearning language: %s", {c: list(s.layers) for c, s in selections.items()})

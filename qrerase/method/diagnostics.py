@@ -19,7 +19,7 @@ import scipy.linalg as sla
 
 from .decompose import Decomposition, decompose
 from .discriminate import check_module_pairs
-from .energy import layer_energy, select_layers
+from .energy import LayerSelection, layer_energy, select_layers
 from .lowrank import as_lowrank, format_shape
 from .module_names import block_of, layer_of, module_sort_key
 
@@ -71,6 +71,7 @@ def factor_report(
     retain_rank: int | None = None,
     energy_granularity: str = "block",
     names: tuple[str, str] | None = None,
+    forget_selection: LayerSelection | None = None,
 ):
     """Per-module diagnostics of a forget/retain adapter pair as a pandas DataFrame.
 
@@ -78,7 +79,9 @@ def factor_report(
     ``set, module, block, d_out, d_in, lora_rank, rank, fro_norm, energy, selected, sigma_k, sigma_k1,
     recon_err_cpqr, recon_err_svd, max_sin_theta_qr_vs_svd, bound_sigma_k1_r11inv``:
 
-    - ``energy`` / ``selected``: E_ℓ of the module's layer within its set (eq. 14) and the eq. 15 rule;
+    - ``energy`` / ``selected``: E_ℓ of the module's layer within its set (eq. 14) and the eq. 15 rule
+      (the forget set's: ``forget_selection``'s layers when given, rule energy's selection read by
+      :func:`qrerase.method.energy.read_selection`; a layer of it that the forget set lacks is a ValueError);
     - ``recon_err_*``: ‖T − T_k‖_F / ‖T‖_F, computed from the small factored matrices;
     - ``max_sin_theta_qr_vs_svd``: largest principal-angle sine between the CPQR Q_k and SVD U_k (eq. 11);
     - ``bound_sigma_k1_r11inv``: σ_{k+1} ‖R_11⁻¹‖₂ (eq. 10; 0 when k ≥ rank, inf for singular R_11).
@@ -96,7 +99,14 @@ def factor_report(
     ):
         lrs = {m: as_lowrank(f, m) for m, f in factors.items()}
         energy = layer_energy(lrs, granularity=energy_granularity)
-        selected = set(select_layers(energy))
+        if set_name == "forget" and forget_selection is not None:
+            selected = set(forget_selection.layers)
+            if unknown := sorted(selected - set(energy)):
+                raise ValueError(
+                    f"factor_report: selected layer(s) {unknown[:3]} are no {energy_granularity} of the forget adapter"
+                )
+        else:
+            selected = set(select_layers(energy))
         for m in sorted(lrs, key=module_sort_key):
             lr = lrs[m]
             dq = decompose(lr, None, k, "cpqr", name=m)

@@ -8,6 +8,10 @@ Unlearning with Layer Localization", AAAI-27 (CITATION.cff):
 - eq. 16: W' = W − T̃_f only for ℓ ∈ L_forget
   (see :func:`modules_for_layers` and :func:`qrerase.method.discriminate.forget_updates`).
 
+Rule energy writes the selection twice, ``energy.csv`` (``layer, energy, threshold, selected``) and
+``selected_layers.json`` (``granularity, layers, modules``); :func:`read_selection` is the one reader
+of both (every consumer reads the rule's selection, none recomputes it from rounded CSV energies).
+
 A "layer" is either a transformer block (``granularity="block"``; the block's norm is the
 root-sum-square of its modules' norms, i.e. the Frobenius norm of all its task matrices together) or a
 single adapted module (``granularity="module"``); module names map to blocks as described in
@@ -16,10 +20,12 @@ single adapted module (``granularity="module"``); module names map to blocks as 
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,9 @@ from .module_names import check_granularity, layer_of, module_sort_key
 
 __all__ = [
     "SELECT_RTOL",
+    "LayerSelection",
+    "threshold",
+    "read_selection",
     "module_norms",
     "energy_from_norms",
     "layer_energy",
@@ -44,6 +53,72 @@ __all__ = [
 #: dropped by a one-ulp rounding of the normalisation. 1e-9 is far above rounding (~|L|·1e-16) and far
 #: below any meaningful energy difference.
 SELECT_RTOL = 1e-9
+
+
+def threshold(n_layers: int) -> float:
+    """Eq. 15's selection threshold 1/|L| for ``n_layers`` = |L| >= 1 layers (the dashed line of the
+    energy figures, the ``threshold`` column of rule energy's CSV). :func:`select_layers` compares
+    with it up to :data:`SELECT_RTOL`."""
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"threshold: the number of layers must be a positive int, got {n_layers!r}")
+    return 1.0 / n_layers
+
+
+@dataclass(frozen=True)
+class LayerSelection:
+    """Rule energy's layer selection as read back by :func:`read_selection`.
+
+    layers: L_forget (eq. 15), in layer order. energy: layer -> E_ℓ (eq. 14) of every layer (from
+    ``energy.csv``; ``None`` from the JSON). modules: the module names of L_forget (eq. 16; from
+    ``selected_layers.json``; ``None`` from the CSV). granularity: ``"block"`` / ``"module"`` (JSON) or
+    ``None`` (CSV).
+    """
+
+    layers: tuple[str, ...]
+    energy: dict[str, float] | None = None
+    modules: tuple[str, ...] | None = None
+    granularity: str | None = None
+
+
+def read_selection(path: str | os.PathLike) -> LayerSelection:
+    """The layer selection (eqs. 14–16) that rule energy wrote: the one reader of its two files.
+
+    ``*.csv`` (``energy.csv``: columns ``layer``, ``energy``, ``selected`` with ``True`` / ``False``):
+    every layer's E_ℓ and the selected layers, read from the ``selected`` column (never recomputed from
+    the rounded energies). ``*.json`` (``selected_layers.json``: ``granularity``, ``layers``,
+    ``modules`` lists): the selected layers and their modules. Anything else, a missing column or key, a
+    bad value: ``ValueError`` (one line naming the file).
+    """
+    path = Path(path)
+    try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            modules, layers, granularity = data.get("modules"), data.get("layers"), data.get("granularity")
+            if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+                raise ValueError(f'expected a "modules" list (rule energy\'s selection), got {modules!r}')
+            if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
+                raise ValueError(f'expected a "layers" list of layer labels, got {layers!r}')
+            check_granularity(granularity)
+            return LayerSelection(tuple(layers), None, tuple(modules), granularity)
+        if path.suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as fh:
+                rows = list(csv.DictReader(fh))
+            if not rows or not {"layer", "energy", "selected"} <= set(rows[0]):
+                raise ValueError("expected rule energy's columns layer, energy, selected and one row per layer")
+            energy, layers = {}, []
+            for r in rows:
+                flag = {"True": True, "False": False}.get(r["selected"])
+                if flag is None:
+                    raise ValueError(f"layer {r['layer']!r}: selected must be True or False, got {r['selected']!r}")
+                energy[r["layer"]] = float(r["energy"])
+                if flag:
+                    layers.append(r["layer"])
+            return LayerSelection(tuple(layers), energy)
+        raise ValueError("expected rule energy's energy.csv or selected_layers.json")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def module_norms(factors: Mapping[str, Any]) -> dict[str, float]:
@@ -148,15 +223,15 @@ def selected_updates(updates: Mapping[str, Any], selected_json: str | os.PathLik
     them (eq. 6) when ``selected_json`` is None.
 
     ``updates`` maps module names to forget updates T̃_f (any value: arrays, :class:`LowRank`; passed
-    through unchanged). ``selected_json`` is rule energy's selection file, whose ``"modules"`` list
-    (eq. 15's layers as module names) gives the modules kept, in its order. A selected module without
-    an update, or a file without a ``"modules"`` list, is a ValueError naming the file.
+    through unchanged). ``selected_json`` is rule energy's selection file (:func:`read_selection`),
+    whose ``"modules"`` list (eq. 15's layers as module names) gives the modules kept, in its order. A
+    selected module without an update, or a file that is no such selection, is a ValueError naming the file.
     """
     if selected_json is None:
         return dict(updates)
-    modules = json.loads(Path(selected_json).read_text(encoding="utf-8")).get("modules")
-    if not isinstance(modules, list):
-        raise ValueError(f'{selected_json}: expected a "modules" list (rule energy\'s selection), got {modules!r}')
+    modules = read_selection(selected_json).modules
+    if modules is None:
+        raise ValueError(f"{selected_json}: expected rule energy's selected_layers.json (the modules of L_forget)")
     missing = [m for m in modules if m not in updates]
     if missing:
         raise ValueError(f"{selected_json}: selected modules {missing[:3]} have no forget update")

@@ -4,13 +4,17 @@ A metric is registered once (:func:`register_metric`, duplicate names rejected) 
 its **direction** (``higher`` or ``lower`` is better, or ``target``: closest to a target value is
 best, e.g. an MIA AUC closest to 0.5 or PrivLeak closest to 0), the tracks it applies to, what it needs
 (:data:`NEEDS`: evaluation sets and reference models), how its per-sequence statistic is aggregated
-(:data:`AGGREGATES`) and its function. :func:`distance_to_ideal` turns a value into "how far from the
-best possible", so a table can mark the best row for any direction (:func:`best_of`).
+(:data:`AGGREGATES`), its function, its table format and whether the track's headline table shows it
+(``headline``; every metric of a track is a column of the track's metrics table).
+:func:`distance_to_ideal` turns a value into "how far from the best possible", so a table can mark
+the best row for any direction (:func:`best_of`).
 
 Standard library only: functions are ``"module:attribute"`` strings imported on first use
 (:func:`metric_function`), like :mod:`qrerase.registry`, so planning code never imports torch. The
 built-in metrics (:mod:`qrerase.metrics.mia`, :mod:`qrerase.metrics.privleak`,
-:mod:`qrerase.metrics.memorisation`) are registered at the end of this module.
+:mod:`qrerase.metrics.memorisation`) are registered at the end of this module; a plug-in module (config
+key ``plugins``, imported at planning time and by every job, :func:`qrerase.workflow.job.job`) may
+register more (docs/extending.md, "Adding a metric").
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "metric",
     "metric_names",
     "metrics_for",
+    "headline_metrics",
     "metric_function",
     "distance_to_ideal",
     "direction_distance",
@@ -77,6 +82,9 @@ class Metric:
     aggregate: a key of :data:`AGGREGATES`. fn: for ``auc`` / ``mean`` the per-sequence function, for
     ``relative`` the function of (model value, reference value); a callable or ``"module:attribute"``.
     of: the metric a ``relative`` one is computed from. description: one line for docs and tables.
+    fmt: the ``'{:.4f}'``-style format (or ``'sci'``) of its table cells. headline: its position among the privacy
+    columns of the track's headline table (smaller first, ties in registry order; ``None``: only in
+    the track's metrics table, e.g. ``tofu_mia``).
     """
 
     name: str
@@ -89,6 +97,8 @@ class Metric:
     fn: Impl
     of: str | None = None
     description: str = ""
+    fmt: str = "{:.4f}"
+    headline: int | None = None
 
 
 _METRICS: dict[str, Metric] = {}
@@ -106,13 +116,16 @@ def register_metric(
     target: float | None = None,
     of: str | None = None,
     description: str = "",
+    fmt: str = "{:.4f}",
+    headline: int | None = None,
 ) -> Metric:
     """Register one metric (table order: registration order) and return its record.
 
     Rejected with a :class:`MetricError` (one line naming it): a name already registered or not an
     identifier, an unknown direction / track / need / aggregate, a ``target`` metric without a finite
     target (or another direction with one), a ``relative`` metric whose ``of`` is not registered, or
-    ``of`` given to another aggregate.
+    ``of`` given to another aggregate, a ``fmt`` that does not format a float, a ``headline`` that
+    is not a non-negative int.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise MetricError(f"metric name {name!r}: expected an identifier")
@@ -140,7 +153,15 @@ def register_metric(
         raise MetricError(f"metric {name!r}: `of` names an unregistered metric {of!r}")
     if not (callable(fn) or (isinstance(fn, str) and fn.count(":") == 1)):
         raise MetricError(f"metric {name!r}: fn must be a callable or a 'module:attribute' string, got {fn!r}")
-    m = Metric(name, str(label), direction, target, tracks, needs, aggregate, fn, of, str(description))
+    try:
+        ok = fmt == "sci" or (isinstance(fmt, str) and isinstance(fmt.format(0.5), str))
+    except (ValueError, IndexError, KeyError):
+        ok = False
+    if not ok:
+        raise MetricError(f"metric {name!r}: fmt must format one float (e.g. '{{:.4f}}', or 'sci'), got {fmt!r}")
+    if headline is not None and (isinstance(headline, bool) or not isinstance(headline, int) or headline < 0):
+        raise MetricError(f"metric {name!r}: headline must be a non-negative int or None, got {headline!r}")
+    m = Metric(name, str(label), direction, target, tracks, needs, aggregate, fn, of, str(description), fmt, headline)
     _METRICS[name] = m
     return m
 
@@ -165,6 +186,13 @@ def metrics_for(track: str, aggregate: str | None = None) -> list[str]:
     if aggregate is not None and aggregate not in AGGREGATES:
         raise MetricError(f"unknown aggregate {aggregate!r}; expected among {list(AGGREGATES)}")
     return [m.name for m in _METRICS.values() if track in m.tracks and aggregate in (None, m.aggregate)]
+
+
+def headline_metrics(track: str) -> list[str]:
+    """The metrics of a track's headline table (registered with ``headline``), by ``headline`` then
+    registry order (TOFU: PrivLeak, then the Min-K%++ AUC)."""
+    names = [n for n in metrics_for(track) if _METRICS[n].headline is not None]
+    return sorted(names, key=lambda n: _METRICS[n].headline)  # stable: ties keep registry order
 
 
 def metric_function(name: str) -> Callable[..., Any]:
@@ -255,6 +283,7 @@ for _attack, (_label, _fn) in MIA_ATTACKS.items():
         aggregate="auc",
         fn=_fn,
         description=f"{_attack} membership-inference AUC, forget vs holdout (0.5: indistinguishable)",
+        headline=1 if _attack == "min_k_plus_plus" else None,  # the TOFU tables' default attack
     )
 register_metric(
     "privleak",
@@ -266,6 +295,8 @@ register_metric(
     aggregate="relative",
     of="mia_min_k",
     fn="qrerase.metrics.privleak:privleak",
+    fmt="{:.2f}",
+    headline=0,
     description="MUSE PrivLeak of the Min-K% AUC relative to the retain reference's (0: like the retain model)",
 )
 register_metric(

@@ -7,6 +7,8 @@ per-sequence function (:mod:`qrerase.metrics.registry`: ``f(logits, targets, tex
 tokens' logits ``(T, V)``, their ids ``(T,)`` and the answer text). :func:`aggregate` turns the
 statistics of the forget and holdout sets into one value per metric (an ``auc`` metric: the
 forget-vs-holdout AUC of :func:`qrerase.metrics.mia.auc`; a ``mean`` metric: the forget-set mean).
+:func:`track_sequence_metrics` does both for every such metric registered for a track (rule evaluate's
+``sequence_metrics.json``), so a metric a plug-in registers is computed by the track's evaluation jobs.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import torch
 from ..text.evaluation import EvalConfig
 from ..text.lm import PromptTemplate, answer_token_logits, bucketed_batches, collate, encode_qa_many, pad_token_id
 from .mia import auc
-from .registry import MetricError, metric, metric_function
+from .registry import MetricError, metric, metric_function, metrics_for
 
-__all__ = ["sequence_statistics", "aggregate", "SEQUENCE_AGGREGATES"]
+__all__ = ["sequence_statistics", "aggregate", "track_sequence_metrics", "SEQUENCE_AGGREGATES"]
 
 #: The aggregates whose metrics have a per-sequence function.
 SEQUENCE_AGGREGATES = ("auc", "mean")
@@ -104,3 +106,28 @@ def aggregate(
                 raise MetricError(f"metric {n!r}: no forget-set statistics")
             values[n] = sum(xs) / len(xs)
     return values
+
+
+def track_sequence_metrics(
+    model,
+    tokenizer,
+    template: PromptTemplate,
+    forget: Sequence[Mapping[str, Any]],
+    holdout: Sequence[Mapping[str, Any]],
+    cfg: EvalConfig,
+    track: str = "tofu",
+) -> dict[str, Any]:
+    """Every registered metric of ``track`` with a per-sequence statistic (aggregates
+    :data:`SEQUENCE_AGGREGATES`, in that order, registry order within each; a plug-in's too), of one model.
+
+    ``forget`` / ``holdout``: the question / answer records of the forget set (members) and the holdout
+    set (non-members). Returns ``{"metrics": name -> value (:func:`aggregate`), "forget": name -> one
+    float per forget record, "holdout": the same per holdout record}`` (:func:`sequence_statistics`),
+    the content of rule evaluate's ``sequence_metrics.json``.
+    """
+    names = [n for a in SEQUENCE_AGGREGATES for n in metrics_for(track, a)]
+    stats = {
+        s: sequence_statistics(model, tokenizer, template, recs, names, cfg)
+        for s, recs in (("forget", forget), ("holdout", holdout))
+    }
+    return {"metrics": aggregate(stats["forget"], stats["holdout"], names), **stats}

@@ -8,7 +8,7 @@ dropped, so the same input gives byte-identical files.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..io import atomic_path
+from ..method.energy import select_layers
+from ..method.energy import threshold as energy_threshold
 from ..text.tofu import FORGET_QUALITY_THRESHOLD
 
 __all__ = [
@@ -138,22 +140,26 @@ def energy_plot(
     energy: Mapping[str, float],
     path: str | os.PathLike,
     title: str | None = "Layer-wise normalised task energy",
+    selected: Sequence[str] | None = None,
 ) -> None:
     """Bars of the normalised task energy E_ℓ per layer (eq. 14) with the dashed 1/|L| line (eq. 15).
 
-    Layers at or above the line (the layer-localised selection) are drawn in a darker colour, like
-    the paper's "Layer-wise normalised task energy" figure.
+    The layers of ``selected`` (the layer-localised selection, e.g. rule energy's; default: eq. 15 on
+    ``energy``, :func:`qrerase.method.energy.select_layers`) are drawn in a darker colour, like the
+    paper's "Layer-wise normalised task energy" figure. A selected layer not in ``energy``: ValueError.
     """
     if not energy:
         raise ValueError(f"{path}: no layers to plot")
     names = list(energy)
+    chosen = set(select_layers(energy) if selected is None else selected)
+    if unknown := sorted(chosen - set(names)):
+        raise ValueError(f"{path}: selected layer(s) {unknown} have no energy")
     values = np.asarray([energy[n] for n in names], dtype=np.float64)
-    threshold = 1.0 / len(names)
     fig = Figure(figsize=(max(4.0, 0.35 * len(names) + 2.0), 3.2))
     ax = fig.add_subplot(1, 1, 1)
-    colours = ["#1f4e79" if v >= threshold * (1 - 1e-9) else "#9ecae1" for v in values]
+    colours = ["#1f4e79" if n in chosen else "#9ecae1" for n in names]
     ax.bar(np.arange(len(names)), values, color=colours)
-    finish_energy_axes(fig, ax, names, threshold, title, path)
+    finish_energy_axes(fig, ax, names, energy_threshold(len(names)), title, path)
 
 
 def crosslingual_scatter(
@@ -257,7 +263,6 @@ def energy_overlay_plot(
             raise ValueError(f"{path}: series {name!r} has layers {list(energies[name])}, expected {layers}")
     if not layers:
         raise ValueError(f"{path}: no layers to plot")
-    threshold = 1.0 / len(layers)
     width = 0.8 / len(series)
     colours = matplotlib.colormaps["tab10"].colors
     fig = Figure(figsize=(max(4.5, 0.45 * len(layers) * max(1, len(series) / 2) + 2.5), 3.4))
@@ -266,7 +271,7 @@ def energy_overlay_plot(
     for i, name in enumerate(series):
         values = np.asarray([energies[name][layer] for layer in layers], dtype=np.float64)
         ax.bar(x - 0.4 + width * (i + 0.5), values, width=width, color=colours[i % len(colours)], label=name)
-    finish_energy_axes(fig, ax, layers, threshold, title, path)
+    finish_energy_axes(fig, ax, layers, energy_threshold(len(layers)), title, path)
 
 
 def finish_energy_axes(fig, ax, layers, threshold: float, title: str | None, path: str | os.PathLike) -> None:

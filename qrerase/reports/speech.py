@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..method.energy import select_layers
+from ..method.energy import threshold as energy_threshold
 from ..registry import RANK_PAIRS, method_labels
 from ..workflow.naming import format_model
 from .tables import Column, TableSpec
@@ -95,15 +97,17 @@ def speech_mia_table(
     return pd.DataFrame(rows, columns=["method", *(c.name for c in columns)]), spec
 
 
-def localisation(energy: Mapping[str, float]) -> dict[str, float]:
+def localisation(energy: Mapping[str, float], selected: Sequence[str] | None = None) -> dict[str, float]:
     """Concentration of normalised layer energies (they must sum to 1): ``n_layers``, ``max_energy``,
-    ``n_selected`` (E_ℓ ≥ 1/|L|), ``selected_share`` (Σ E_ℓ over them), ``effective_layers`` = exp(H)."""
-    from ..method.energy import select_layers
-
+    ``n_selected`` (the layers of ``selected``, rule energy's E_ℓ ≥ 1/|L| selection read by
+    :func:`qrerase.method.energy.read_selection`; default: eq. 15 on ``energy``), ``selected_share``
+    (Σ E_ℓ over them), ``effective_layers`` = exp(H). A selected layer not in ``energy``: ValueError."""
     e = np.asarray([float(v) for v in energy.values()], dtype=np.float64)
     if e.size == 0 or not np.isfinite(e).all() or (e < 0).any() or not math.isclose(e.sum(), 1.0, rel_tol=1e-6):
         raise ValueError(f"localisation: energies must be finite, non-negative and sum to 1, got {e.tolist()}")
-    selected = select_layers(energy)
+    selected = select_layers(energy) if selected is None else list(selected)
+    if unknown := [k for k in selected if k not in energy]:
+        raise ValueError(f"localisation: selected layer(s) {unknown} have no energy")
     nz = e[e > 0]
     return {
         "n_layers": int(e.size),
@@ -144,7 +148,7 @@ def energy_compare_plot(
             color=colours[i % len(colours)],
             label=f"{name} (effective layers {stats['effective_layers']:.2f})",
         )
-    finish_energy_axes(fig, ax, layers, 1.0 / len(layers), title, path)
+    finish_energy_axes(fig, ax, layers, energy_threshold(len(layers)), title, path)
 
 
 def rank_curve(reports: Mapping[int, pd.DataFrame], evals: pd.DataFrame) -> pd.DataFrame:

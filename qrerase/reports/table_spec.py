@@ -112,9 +112,11 @@ class Column:
     @classmethod
     def for_metric(cls, metric_name: str, name: str | None = None, **kw) -> Column:
         """The column of a registered metric: ``name`` (default: the metric's) holds its values, the
-        header is its label, the direction (and target) are its registry entry's; ``kw`` other fields."""
+        header is its label, the format, direction (and target) are its registry entry's; ``kw`` other
+        fields (or overrides of header and fmt)."""
         m = metric(metric_name)
         kw.setdefault("header", m.label)
+        kw.setdefault("fmt", m.fmt)
         if m.direction == "target":
             return cls(name or m.name, higher_is_better=None, target=m.target, **kw)
         return cls(name or m.name, higher_is_better=m.direction == "higher", **kw)

@@ -1,9 +1,11 @@
 """The paper's TOFU table (Model Utility, Forget Quality, privacy; the wide variant with the twelve components).
 
-Privacy columns (:data:`PRIVACY_METRICS`, registered metrics of :mod:`qrerase.metrics.registry`, from
-each model's ``sequence_metrics.json``, :func:`privacy_frame`): PrivLeak (MUSE; of the Min-K% AUC
-against the retain reference's; ideal 0) and the forget-vs-holdout AUC of the default attack
-(:data:`DEFAULT_ATTACK`, Min-K%++; ideal 0.5), both ranked by distance to the ideal.
+Privacy columns (:func:`privacy_metrics`: the TOFU metrics registered with a ``headline`` position,
+:func:`qrerase.metrics.registry.headline_metrics`, from each model's ``sequence_metrics.json``,
+:func:`privacy_frame`): built in, PrivLeak (MUSE; of the Min-K% AUC against the retain reference's;
+ideal 0) and the forget-vs-holdout AUC of the default attack (:data:`DEFAULT_ATTACK`, Min-K%++; ideal
+0.5), each formatted and ranked as registered (by distance to the ideal); a plug-in's headline metric
+is one more column.
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ..metrics.registry import headline_metrics
 from ..text.tofu import FORGET_QUALITY_THRESHOLD
 from ..text.tofu_log import SET_LABELS
 from .tables import Column, TableSpec, degenerate_utility
 from .tofu_mia import metric_rows
 
-__all__ = ["tofu_table", "degenerate_rows", "privacy_frame", "DEFAULT_ATTACK", "PRIVACY_METRICS"]
+__all__ = ["tofu_table", "degenerate_rows", "privacy_frame", "privacy_metrics", "DEFAULT_ATTACK"]
 
 #: The membership-inference attack whose AUC the TOFU tables show (a registered ``auc`` metric).
 DEFAULT_ATTACK = "mia_min_k_plus_plus"
-#: The privacy columns of the TOFU tables, in order (registered metrics).
-PRIVACY_METRICS = ("privleak", DEFAULT_ATTACK)
+
+
+def privacy_metrics() -> tuple[str, ...]:
+    """The privacy columns of the TOFU tables, in order: the TOFU track's headline metrics
+    (:func:`qrerase.metrics.registry.headline_metrics`; built in: ``privleak``, :data:`DEFAULT_ATTACK`)."""
+    return tuple(headline_metrics("tofu"))
+
 
 _TOFU_SET_GROUPS = tuple(SET_LABELS.items())  # (set, label) in component order
 
@@ -43,13 +51,14 @@ def degenerate_rows(wide_df: pd.DataFrame) -> tuple[str, ...]:
 
 
 def privacy_frame(values: Mapping[str, Mapping[str, float]], reference: str = "retain") -> pd.DataFrame:
-    """The privacy columns of :func:`tofu_table`: ``method`` and each of :data:`PRIVACY_METRICS`, one
+    """The privacy columns of :func:`tofu_table`: ``method`` and each of :func:`privacy_metrics`, one
     row per model of ``values`` (row key -> ``sequence_metrics.json``'s ``metrics``).
     :func:`qrerase.reports.tofu_mia.metric_rows`: PrivLeak against the ``reference`` row (0 for the
     reference itself; NaN without a reference row)."""
     if reference not in values:
         raise ValueError(f"privacy_frame: no sequence metrics of the reference row {reference!r}")
-    return pd.DataFrame(metric_rows(values, PRIVACY_METRICS, reference), columns=["method", *PRIVACY_METRICS])
+    names = privacy_metrics()
+    return pd.DataFrame(metric_rows(values, names, reference), columns=["method", *names])
 
 
 def tofu_table(
@@ -69,7 +78,7 @@ def tofu_table(
     hold ``forget_nll`` / ``retain_nll`` and a ``base`` row, the selectivity diagnostic: each
     model's change of forget-set and retain-set answer NLL against the base model (nats; a
     selective erase raises the first far more than the second).
-    ``privacy`` (:func:`privacy_frame`): adds its :data:`PRIVACY_METRICS` columns last (group
+    ``privacy`` (:func:`privacy_frame`): adds its :func:`privacy_metrics` columns last (group
     "Privacy" in the wide table), highlighted by distance to the ideal; a row it lacks (an imported
     model: no forward pass here) shows them as missing.
     Returns ``(df, spec)`` for :func:`qrerase.reports.tables.write_table`.
@@ -120,17 +129,17 @@ def tofu_table(
                 wide_df[f"{set_name}_dnll"] = wide_df[f"{set_name}_nll"] - base[f"{set_name}_nll"]
                 columns.append(Column(f"{set_name}_dnll", f"{set_name} ΔNLL", None, "{:.3f}", group="Selectivity"))
     if privacy is not None:
-        missing = [c for c in ("method", *PRIVACY_METRICS) if c not in privacy.columns]
+        names = privacy_metrics()
+        missing = [c for c in ("method", *names) if c not in privacy.columns]
         if missing:
             raise ValueError(f"tofu_table: privacy frame lacks column(s) {missing}")
         dup = sorted(set(privacy.loc[privacy["method"].astype(str).duplicated(), "method"].astype(str)))
         if dup:
             raise ValueError(f"tofu_table: duplicate privacy row(s) {dup}")
         by_method = privacy.set_index(privacy["method"].astype(str))
-        for n in PRIVACY_METRICS:
+        for n in names:
             wide_df[n] = [float(by_method[n].get(str(m), np.nan)) for m in wide_df["method"]]
-            fmt = "{:.2f}" if n == "privleak" else "{:.4f}"
-            columns.append(Column.for_metric(n, fmt=fmt, group="Privacy" if wide else None))
+            columns.append(Column.for_metric(n, group="Privacy" if wide else None))
     keep = ["method"] + [c.name for c in columns]
     spec = TableSpec(
         columns=tuple(columns),

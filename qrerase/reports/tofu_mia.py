@@ -1,10 +1,10 @@
 """The TOFU privacy table: membership-inference AUCs, PrivLeak and memorisation of every evaluated model.
 
-One row per model (reference rows ``base`` and ``retain`` first), one column per TOFU metric of
-:mod:`qrerase.metrics.registry` with a per-sequence statistic (the MIA AUCs of forget vs holdout, the
-forget-set extraction strength and exact memorisation), and PrivLeak (:func:`qrerase.metrics.privleak.privleak`)
-of the metric it is relative to (Min-K%), against the retain reference's row. The values come from
-each model's ``sequence_metrics.json`` (rule evaluate).
+One row per model (reference rows ``base`` and ``retain`` first), one column per registered TOFU
+metric of :mod:`qrerase.metrics.registry` (a plug-in's too): those with a per-sequence statistic (the
+MIA AUCs of forget vs holdout, the forget-set extraction strength and exact memorisation) and the
+``relative`` ones (PrivLeak, :func:`qrerase.metrics.privleak.privleak`, of the Min-K% AUC against the
+retain reference's row). The values come from each model's ``sequence_metrics.json`` (rule evaluate).
 
 Ranking: every column in its registered direction (:meth:`qrerase.reports.tables.Column.for_metric`):
 ``higher`` / ``lower``, or closest to the target for the ``target`` metrics (AUC closest to 0.5,
@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..metrics.privleak import privleak
-from ..metrics.registry import metric, metrics_for
+from ..metrics.registry import metric, metric_function, metrics_for
 from .tables import Column, TableSpec
 
 __all__ = ["mia_table", "metric_rows", "load_sequence_metrics"]
@@ -43,9 +42,10 @@ def metric_rows(
 ) -> list[dict[str, float | str]]:
     """One row per model of ``values`` (model -> metric name -> value, in row order): ``method`` and
     each metric of ``names`` (registered; NaN when the model lacks it). A ``relative`` metric
-    (PrivLeak) is computed from the model's and the ``reference`` row's values of the metric it is
-    relative to (NaN without a reference row, either value, or with a reference AUC of 1); the
-    reference row's own PrivLeak is therefore 0."""
+    (PrivLeak) is its registered function of the model's and the ``reference`` row's values of the
+    metric it is relative to (NaN without a reference row or either value, or when the function
+    rejects them with a ValueError: PrivLeak with a reference AUC of 1); the reference row's own
+    PrivLeak is therefore 0."""
     rows = []
     for model, vals in values.items():
         row: dict[str, float | str] = {"method": model}
@@ -55,22 +55,25 @@ def metric_rows(
                 row[n] = float(vals.get(n, np.nan))
                 continue
             ref, own = values.get(reference, {}).get(m.of), vals.get(m.of)
-            ok = ref is not None and own is not None and 0.0 <= ref < 1.0 and 0.0 <= own <= 1.0
-            row[n] = privleak(own, ref) if ok else np.nan
+            try:
+                row[n] = float(metric_function(n)(own, ref)) if ref is not None and own is not None else np.nan
+            except ValueError:  # outside the function's domain (PrivLeak: an AUC outside [0, 1], a reference AUC of 1)
+                row[n] = np.nan
         rows.append(row)
     return rows
 
 
 def mia_table(values: Mapping[str, Mapping[str, float]], reference: str = "retain") -> tuple[pd.DataFrame, TableSpec]:
     """``values``: model (row key) -> metric name -> value (``sequence_metrics.json``'s ``metrics``),
-    in row order. Columns: the TOFU ``auc`` metrics, then each ``relative`` metric (PrivLeak) when the
-    ``reference`` row is present (otherwise ``NaN``), then the ``mean`` metrics. A row missing a metric
+    in row order. Columns: every registered TOFU metric (:func:`qrerase.metrics.registry.metrics_for`,
+    a plug-in's too), in registry order within each aggregate: the ``auc`` metrics, then each
+    ``relative`` metric (PrivLeak) when the ``reference`` row is present (otherwise ``NaN``), then the
+    ``mean`` metrics; each formatted and ranked as registered. A row missing a metric
     shows it as missing. Returns ``(df, spec)`` for :func:`qrerase.reports.tables.write_table`.
     """
     if not values:
         raise ValueError("mia_table: no models")
-    relative = metrics_for("tofu", "relative")
-    names = metrics_for("tofu", "auc") + relative + metrics_for("tofu", "mean")
-    columns = [Column.for_metric(n, fmt="{:.2f}" if n in relative else "{:.4f}") for n in names]
+    names = metrics_for("tofu", "auc") + metrics_for("tofu", "relative") + metrics_for("tofu", "mean")
+    columns = [Column.for_metric(n) for n in names]
     df = pd.DataFrame(metric_rows(values, names, reference), columns=["method", *names])
     return df, TableSpec(columns=tuple(columns), label_column="method", reference_rows=("base", reference))

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import read_jsonl_numbered
-from .data import check_distinct, log_repeats, normalise
+from .data import KNOWLEDGE_SETS, check_distinct, log_repeats, normalise
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -111,7 +111,6 @@ ROW_COUNTS: dict[str, int] = {"forget01": 40, "forget01_perturbed": 40, "retain9
 QA_PER_AUTHOR = 20
 FORGET_AUTHORS = 2
 N_AUTHORS = 200
-KNOWLEDGE_SETS = ("real_authors", "world_facts")
 
 
 def parse_language(code: str) -> tuple[str, str | None]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import read_jsonl_numbered
+from .tofu_log import UTILITY_SETS
 
 __all__ = [
     "QA_PER_AUTHOR",
@@ -48,8 +49,9 @@ _log = logging.getLogger(__name__)
 QA_PER_AUTHOR = 20
 N_AUTHORS = 200
 SPLITS = {"forget01": 1, "forget05": 5, "forget10": 10}
-EVAL_SETS = ("forget", "retain", "real_authors", "world_facts")
-KNOWLEDGE_SETS = ("real_authors", "world_facts")
+#: the world-knowledge evaluation sets (TOFU's real authors and world facts): the Model Utility sets
+#: other than retain, from the one list of TOFU's sets (:data:`qrerase.text.tofu_log.SET_LABELS`).
+KNOWLEDGE_SETS: tuple[str, ...] = tuple(s for s in UTILITY_SETS if s != "retain")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from qrerase.metrics.registry import MetricError, direction_distance, distance_to_ideal
 from qrerase.reports.speech import speech_mia_table
 from qrerase.reports.tables import Column, TableSpec, ordered_rows, rank_marks, render_latex, render_markdown
-from qrerase.reports.tofu import PRIVACY_METRICS, privacy_frame, tofu_table
+from qrerase.reports.tofu import privacy_frame, privacy_metrics, tofu_table
 from qrerase.speech.privacy import attack_masks, clip_losses, loss_attack_auc
 
 
@@ -95,7 +95,7 @@ TOFU_ROWS = pd.DataFrame(
 
 def test_privacy_frame_is_privleak_and_the_default_attack():
     frame = privacy_frame(SEQUENCE).set_index("method")
-    assert list(frame.columns) == list(PRIVACY_METRICS) == ["privleak", "mia_min_k_plus_plus"]
+    assert list(frame.columns) == list(privacy_metrics()) == ["privleak", "mia_min_k_plus_plus"]
     # MUSE PrivLeak = (r - a) / (1 - r) * 100, r = the retain row's Min-K% AUC (0.2)
     assert frame.loc["ga", "privleak"] == pytest.approx((0.2 - 0.4) / 0.8 * 100)
     assert frame.loc["qr_erase", "privleak"] == pytest.approx((0.2 - 0.1) / 0.8 * 100)
@@ -109,7 +109,7 @@ def test_privacy_frame_is_privleak_and_the_default_attack():
 def test_tofu_table_privacy_columns(wide):
     plain_df, plain_spec = tofu_table(TOFU_ROWS, wide=wide)
     df, spec = tofu_table(TOFU_ROWS, wide=wide, privacy=privacy_frame(SEQUENCE))
-    assert [c.name for c in spec.columns] == [c.name for c in plain_spec.columns] + list(PRIVACY_METRICS)
+    assert [c.name for c in spec.columns] == [c.name for c in plain_spec.columns] + list(privacy_metrics())
     pd.testing.assert_frame_equal(df[plain_df.columns], plain_df)  # the existing columns are unchanged
     spec = TableSpec(**{**spec.__dict__, "reference_rows": ("base", "retain", "imported_x")})
     rows = ordered_rows(df, spec)
