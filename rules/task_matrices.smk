@@ -44,6 +44,8 @@ rule factor_report:
     input:
         forget=path("task_matrix", set="forget"),
         retain=path("task_matrix", set="retain"),
+        # eq. 16's selection as the energy rule wrote it (one reader: qrerase.method.energy.read_selection)
+        selection=path("selected"),
     output:
         path("factor_report"),
     log:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from support import PLUGINS, REPO
 
 from qrerase import registry
 from qrerase.io import read_jsonl
@@ -24,8 +25,6 @@ from qrerase.text.evaluation import EvalConfig
 from qrerase.text.lm import PromptTemplate, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-PLUGINS = REPO / "tests" / "plugins"
 TPL = PromptTemplate()
 BUILT_IN_TOFU = list(reg.metrics_for("tofu"))
 
