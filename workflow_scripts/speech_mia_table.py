@@ -1,5 +1,6 @@
-"""Rule speech_mia_table: the LOSS attack's AUC (D_f's training clips vs the same speakers' held-out
-clips) of every speech-table model per setting, from the 'mia' outputs of rule speech_evaluate."""
+"""Rule speech_mia_table: the speech track's registered metrics (the LOSS attack's AUC of D_f's training
+clips vs the same speakers' held-out clips, and a plug-in's) of every speech-table model per setting,
+from the 'mia' outputs of rule speech_evaluate."""
 
 import json
 from pathlib import Path
@@ -15,9 +16,9 @@ with job(snakemake) as log:
     for f in snakemake.input.mia:
         try:
             record = json.loads(Path(f).read_text(encoding="utf-8"))
-            values[(record["setting"], record["model"])] = float(record["metrics"]["mia_loss"])
+            values[(record["setting"], record["model"])] = {k: float(v) for k, v in record["metrics"].items()}
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{f}: not a speech attack record ({exc})") from None
     df, spec = speech_mia_table(values, p.settings, list(p.models), row_key=method_of)
     write_table(df, spec, out.csv, out.md, None)
-    log.info("speech LOSS attack AUCs:\n%s", df.round(4).to_string(index=False))
+    log.info("speech attack metrics:\n%s", df.round(4).to_string(index=False))

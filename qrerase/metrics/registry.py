@@ -30,6 +30,7 @@ from ..registry import TRACKS
 __all__ = [
     "Metric",
     "MetricError",
+    "EVALUATING_TRACKS",
     "DIRECTIONS",
     "NEEDS",
     "AGGREGATES",
@@ -52,6 +53,10 @@ class MetricError(ValueError):
     """A bad metric registration, an unknown metric or a bad value: the message is one line naming it."""
 
 
+#: The tracks whose evaluation jobs compute the registered metrics (rule ``evaluate``:
+#: :func:`qrerase.metrics.scoring.track_sequence_metrics`; rule ``speech_evaluate``:
+#: :func:`qrerase.speech.privacy.attack_metrics`).
+EVALUATING_TRACKS = ("tofu", "speech")
 #: Directions: which value is best.
 DIRECTIONS: dict[str, str] = {
     "higher": "higher is better",
@@ -84,7 +89,10 @@ class Metric:
     of: the metric a ``relative`` one is computed from. description: one line for docs and tables.
     fmt: the ``'{:.4f}'``-style format (or ``'sci'``) of its table cells. headline: its position among the privacy
     columns of the track's headline table (smaller first, ties in registry order; ``None``: only in
-    the track's metrics table, e.g. ``tofu_mia``).
+    the track's metrics table, e.g. ``tofu_mia``). track_fns: ``(track, function)`` pairs, the
+    per-example function on a track whose models are not language models (the speech track's
+    classifier: ``f(logits (N, C) float64, labels (N,) int) -> (N,) float64``, a member-oriented score
+    for ``auc``); ``fn`` elsewhere (:func:`metric_function`).
     """
 
     name: str
@@ -99,6 +107,7 @@ class Metric:
     description: str = ""
     fmt: str = "{:.4f}"
     headline: int | None = None
+    track_fns: tuple[tuple[str, Impl], ...] = ()
 
 
 _METRICS: dict[str, Metric] = {}
@@ -118,6 +127,7 @@ def register_metric(
     description: str = "",
     fmt: str = "{:.4f}",
     headline: int | None = None,
+    track_fns: Mapping[str, Impl] | None = None,
 ) -> Metric:
     """Register one metric (table order: registration order) and return its record.
 
@@ -125,7 +135,7 @@ def register_metric(
     identifier, an unknown direction / track / need / aggregate, a ``target`` metric without a finite
     target (or another direction with one), a ``relative`` metric whose ``of`` is not registered, or
     ``of`` given to another aggregate, a ``fmt`` that does not format a float, a ``headline`` that
-    is not a non-negative int.
+    is not a non-negative int, a ``track_fns`` key not among its tracks or a value that is no function.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise MetricError(f"metric name {name!r}: expected an identifier")
@@ -142,6 +152,11 @@ def register_metric(
     tracks = tuple(tracks)
     if not tracks or (bad := [t for t in tracks if t not in TRACKS]):
         raise MetricError(f"metric {name!r}: tracks must be among {list(TRACKS)}, got {list(tracks)}")
+    if bad := [t for t in tracks if t not in EVALUATING_TRACKS]:
+        raise MetricError(
+            f"metric {name!r}: track(s) {bad} compute no registered metric (their evaluations compute their own "
+            f"measures); registered metrics apply to {list(EVALUATING_TRACKS)}"
+        )
     needs = tuple(needs)
     if bad := [n for n in needs if n not in NEEDS]:
         raise MetricError(f"metric {name!r}: unknown need(s) {bad}; expected among {list(NEEDS)}")
@@ -161,7 +176,27 @@ def register_metric(
         raise MetricError(f"metric {name!r}: fmt must format one float (e.g. '{{:.4f}}', or 'sci'), got {fmt!r}")
     if headline is not None and (isinstance(headline, bool) or not isinstance(headline, int) or headline < 0):
         raise MetricError(f"metric {name!r}: headline must be a non-negative int or None, got {headline!r}")
-    m = Metric(name, str(label), direction, target, tracks, needs, aggregate, fn, of, str(description), fmt, headline)
+    track_fns = dict(track_fns or {})
+    if bad := [t for t in track_fns if t not in tracks]:
+        raise MetricError(f"metric {name!r}: track_fns names track(s) {bad} not among its tracks {list(tracks)}")
+    for t, f in track_fns.items():
+        if not (callable(f) or (isinstance(f, str) and f.count(":") == 1)):
+            raise MetricError(f"metric {name!r}: track_fns[{t!r}] must be a callable or a 'module:attribute' string")
+    m = Metric(
+        name,
+        str(label),
+        direction,
+        target,
+        tracks,
+        needs,
+        aggregate,
+        fn,
+        of,
+        str(description),
+        fmt,
+        headline,
+        tuple(track_fns.items()),
+    )
     _METRICS[name] = m
     return m
 
@@ -195,9 +230,10 @@ def headline_metrics(track: str) -> list[str]:
     return sorted(names, key=lambda n: _METRICS[n].headline)  # stable: ties keep registry order
 
 
-def metric_function(name: str) -> Callable[..., Any]:
-    """The function of metric ``name`` (a ``"module:attribute"`` string is imported now)."""
-    fn = metric(name).fn
+def metric_function(name: str, track: str | None = None) -> Callable[..., Any]:
+    """The function of metric ``name`` on ``track`` (its ``track_fns`` entry, else ``fn``; a
+    ``"module:attribute"`` string is imported now)."""
+    fn = dict(metric(name).track_fns).get(track, metric(name).fn)
     if callable(fn):
         return fn
     module, _, attr = fn.partition(":")
@@ -272,6 +308,8 @@ MIA_ATTACKS: dict[str, tuple[str, str]] = {
     "min_k_plus_plus": ("MIA AUC (Min-K%++)", f"{_MIA}:min_k_plus_plus_score"),
 }
 _MIA_TRACKS = {"loss": ("tofu", "speech")}
+#: The speech classifier's per-clip score of an attack (qrerase.speech.privacy).
+_SPEECH_SCORES = {"loss": "qrerase.speech.privacy:loss_score"}
 for _attack, (_label, _fn) in MIA_ATTACKS.items():
     register_metric(
         f"mia_{_attack}",
@@ -284,6 +322,7 @@ for _attack, (_label, _fn) in MIA_ATTACKS.items():
         fn=_fn,
         description=f"{_attack} membership-inference AUC, forget vs holdout (0.5: indistinguishable)",
         headline=1 if _attack == "min_k_plus_plus" else None,  # the TOFU tables' default attack
+        track_fns={"speech": _SPEECH_SCORES[_attack]} if _attack in _SPEECH_SCORES else None,
     )
 register_metric(
     "privleak",

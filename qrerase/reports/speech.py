@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..method.energy import select_layers
 from ..method.energy import threshold as energy_threshold
+from ..metrics.registry import metric, metrics_for
 from ..registry import RANK_PAIRS, method_labels
 from ..workflow.naming import format_model
 from .tables import Column, TableSpec
@@ -74,24 +75,37 @@ def speech_table(
     return pd.DataFrame(rows), spec
 
 
+#: Short headers of the speech attack table (other metrics: their registered label).
+_MIA_HEADERS = {"mia_loss": "LOSS AUC"}
+
+
 def speech_mia_table(
-    values: Mapping[tuple[str, str], float], settings: Sequence[str], models: Sequence[str], row_key=lambda m: m
+    values: Mapping[tuple[str, str], Mapping[str, float]],
+    settings: Sequence[str],
+    models: Sequence[str],
+    row_key=lambda m: m,
 ) -> tuple[pd.DataFrame, TableSpec]:
-    """``values``: (setting, model) -> LOSS attack AUC. One row per model of ``models`` (labelled
-    ``row_key(model)``), one column ``<setting>_mia_loss`` per setting (group: the setting's label),
-    closest to 0.5 best. Reference row: ``base``. A missing (setting, model) raises ValueError naming it.
+    """``values``: (setting, model) -> {metric name: value} (rule speech_evaluate's ``metrics``). One row
+    per model of ``models`` (labelled ``row_key(model)``); per setting (group: the setting's label), one
+    column ``<setting>_<metric>`` per registered metric of the speech track
+    (:func:`qrerase.metrics.registry.metrics_for`, registry order: the LOSS attack's AUC ``mia_loss``,
+    then a plug-in's), ranked by the metric's direction (``mia_loss``: closest to 0.5 best). Reference
+    row: ``base``. A missing (setting, model) or metric raises ValueError naming it.
     """
+    names = [n for n in metrics_for("speech") if metric(n).aggregate in ("auc", "mean")]
     rows = []
     for m in models:
         row: dict[str, float | str] = {"method": row_key(m)}
         for s in settings:
-            if (s, m) not in values:
-                raise ValueError(f"speech_mia_table: no LOSS attack AUC of model {m!r} in setting {s!r}")
-            row[f"{s}_mia_loss"] = float(values[(s, m)])
+            for n in names:
+                if n not in values.get((s, m), {}):
+                    raise ValueError(f"speech_mia_table: no {n} of model {m!r} in setting {s!r}")
+                row[f"{s}_{n}"] = float(values[(s, m)][n])
         rows.append(row)
     columns = tuple(
-        Column.for_metric("mia_loss", f"{s}_mia_loss", header="LOSS AUC", group=SETTING_LABELS.get(s, s))
+        Column.for_metric(n, f"{s}_{n}", header=_MIA_HEADERS.get(n, metric(n).label), group=SETTING_LABELS.get(s, s))
         for s in settings
+        for n in names
     )
     spec = TableSpec(columns=columns, reference_rows=("base",), labels={**method_labels(), "base": "Fine-Tuned Model"})
     return pd.DataFrame(rows, columns=["method", *(c.name for c in columns)]), spec

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["HELD_OUT_SPLITS", "attack_masks", "clip_losses", "loss_attack_auc"]
+__all__ = ["HELD_OUT_SPLITS", "attack_masks", "clip_losses", "loss_score", "loss_attack_auc", "attack_metrics"]
 
 #: The ``split`` values of clips held out of every training run (non-members).
 HELD_OUT_SPLITS = ("val", "test")
@@ -66,6 +66,38 @@ def clip_losses(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     top = z.max(axis=1)
     lse = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
     return lse - z[np.arange(len(y)), y]
+
+
+def loss_score(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The LOSS attack's member-oriented per-clip score ``−ℓ_i`` (:func:`clip_losses`), float64 (N,):
+    the speech track's function of the registered metric ``mia_loss``."""
+    return -clip_losses(logits, labels)
+
+
+def attack_metrics(
+    members: tuple[np.ndarray, np.ndarray], nonmembers: tuple[np.ndarray, np.ndarray], track: str = "speech"
+) -> dict[str, float]:
+    """Every registered metric of ``track`` with aggregate ``auc`` or ``mean``, in registry order
+    (:func:`qrerase.metrics.registry.metrics_for`), from ``(logits (N, C), labels (N,))`` of the member
+    and non-member clips: ``auc`` is the exact ROC AUC of the per-clip scores of the metric's track
+    function (members label 1, ties ½: :func:`qrerase.metrics.mia.auc`), ``mean`` the mean of its
+    per-clip value over the members. A plug-in's metric registered for the track is computed here too."""
+    from ..metrics.mia import auc
+    from ..metrics.registry import metric, metric_function, metrics_for
+
+    out: dict[str, float] = {}
+    for name in metrics_for(track):
+        kind = metric(name).aggregate
+        if kind not in ("auc", "mean"):
+            continue
+        fn = metric_function(name, track)
+        m = np.asarray(fn(*members), dtype=np.float64)
+        out[name] = (
+            auc(m.tolist(), np.asarray(fn(*nonmembers), dtype=np.float64).tolist())
+            if kind == "auc"
+            else float(m.mean())
+        )
+    return out
 
 
 def loss_attack_auc(member_losses: Sequence[float], nonmember_losses: Sequence[float]) -> float:

@@ -53,9 +53,12 @@ def test_registration_is_validated(plugin_path):
         ({"direction": "target"}, "metric 'toy': direction 'target' needs a finite target value, got None"),
         ({"direction": "target", "target": 0.5, "headline": -1}, "headline must be a non-negative int"),
         ({"direction": "target", "target": 0.5, "fmt": "{:.3q}"}, "fmt must format one float"),
+        ({"direction": "lower", "track_fns": {"speech": "m:f"}}, "track_fns names track(s) ['speech'] not among"),
+        ({"direction": "lower", "track_fns": {"tofu": 3}}, "track_fns['tofu'] must be a callable"),
+        ({"direction": "lower", "tracks": ("crosslingual",)}, "track(s) ['crosslingual'] compute no registered metric"),
     ):
         with pytest.raises(reg.MetricError) as exc:
-            reg.register_metric("toy", **kw, **over)
+            reg.register_metric("toy", **{**kw, **over})
         assert message in str(exc.value) and "\n" not in str(exc.value)
     assert "toy" not in reg.metric_names()
     registry.load_plugins(["toy_metric"])
@@ -63,7 +66,7 @@ def test_registration_is_validated(plugin_path):
     assert (m.direction, m.target, m.tracks, m.aggregate, m.fmt, m.headline) == (
         "target",
         0.5,
-        ("tofu",),
+        ("tofu", "speech"),
         "mean",
         "{:.3f}",
         2,
@@ -181,3 +184,23 @@ def test_it_is_a_column_of_the_tofu_tables_and_the_results_page(toy, tmp_path, m
     assert note in page
     snippet = (tmp_path / "site" / "snippets" / "tofu_mia.txt").read_text(encoding="utf-8")
     assert "| Toy Confidence |" in snippet.split("\n")[2] and "| *ideal* |" in snippet
+
+
+def test_a_plugin_metric_reaches_the_speech_evaluation_and_table_through_its_track_function(toy):
+    import numpy as np
+
+    from qrerase.reports.speech import speech_mia_table
+    from qrerase.speech.privacy import attack_metrics
+
+    rng = np.random.default_rng(3)
+    members = (rng.normal(size=(5, 4)), np.array([0, 1, 2, 3, 0]))
+    nonmembers = (rng.normal(size=(3, 4)), np.array([1, 1, 2]))
+    got = attack_metrics(members, nonmembers)
+    assert list(got) == ["mia_loss", "toy_confidence"]  # registry order: built-in, then the plug-in's
+    z, y = members
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    assert got["toy_confidence"] == pytest.approx(float(p[np.arange(5), y].mean()), abs=1e-12)
+    values = {("class", m): {"mia_loss": 0.6, "toy_confidence": c} for m, c in (("base", 0.9), ("ga", 0.45))}
+    df, spec = speech_mia_table(values, ["class"], ["base", "ga"])
+    assert list(df.columns) == ["method", "class_mia_loss", "class_toy_confidence"]
+    assert "Toy Confidence (→ 0.5)" in render_markdown(df, spec)

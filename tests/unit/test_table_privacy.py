@@ -12,7 +12,7 @@ from qrerase.metrics.registry import MetricError, direction_distance, distance_t
 from qrerase.reports.speech import speech_mia_table
 from qrerase.reports.tables import Column, TableSpec, ordered_rows, rank_marks, render_latex, render_markdown
 from qrerase.reports.tofu import privacy_frame, privacy_metrics, tofu_table
-from qrerase.speech.privacy import attack_masks, clip_losses, loss_attack_auc
+from qrerase.speech.privacy import attack_masks, attack_metrics, clip_losses, loss_attack_auc, loss_score
 
 
 def marks(values, col: Column, reference=()):
@@ -135,6 +135,21 @@ def test_tofu_table_rejects_a_bad_privacy_frame():
         tofu_table(TOFU_ROWS, privacy=dup)
 
 
+def test_attack_metrics_compute_the_registered_speech_metrics_with_their_track_function():
+    rng = np.random.default_rng(0)
+    members = (rng.normal(size=(6, 3)), np.array([0, 1, 2, 0, 1, 2]))
+    nonmembers = (rng.normal(size=(4, 3)), np.array([2, 2, 1, 0]))
+    got = attack_metrics(members, nonmembers)
+    assert list(got) == ["mia_loss"]  # the speech track's registered metrics
+    # independently: the LOSS attack on the per-clip cross-entropy, from the logits by hand
+    ce = [float(np.log(np.exp(z).sum()) - z[y]) for z, y in zip(*members)]
+    ce_n = [float(np.log(np.exp(z).sum()) - z[y]) for z, y in zip(*nonmembers)]
+    pairs = [1.0 if -a > -b else 0.5 if a == b else 0.0 for a in ce for b in ce_n]
+    assert got["mia_loss"] == pytest.approx(sum(pairs) / len(pairs), abs=1e-12)
+    assert got["mia_loss"] == loss_attack_auc(clip_losses(*members), clip_losses(*nonmembers))
+    np.testing.assert_array_equal(loss_score(*members), -clip_losses(*members))
+
+
 def test_clip_losses_and_the_loss_attack_auc():
     logits = np.array([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
     want = [math.log(math.exp(2) + 1 + math.exp(-1)) - 2.0, math.log(3.0)]
@@ -170,7 +185,8 @@ def test_attack_masks_are_the_forgotten_speakers_train_vs_held_out_clips():
 
 
 def test_speech_mia_table_ranks_by_distance_to_half():
-    values = {("class", "base"): 0.9, ("class", "ga"): 0.3, ("class", "qr_erase_k2"): 0.55, ("class", "scrub"): 0.8}
+    auc = {("class", "base"): 0.9, ("class", "ga"): 0.3, ("class", "qr_erase_k2"): 0.55, ("class", "scrub"): 0.8}
+    values = {k: {"mia_loss": v} for k, v in auc.items()}
     df, spec = speech_mia_table(values, ["class"], ["base", "ga", "qr_erase_k2", "scrub"], row_key=lambda m: m[:8])
     rows = ordered_rows(df, spec)
     assert dict(zip(rows["method"], rank_marks(rows, spec)["class_mia_loss"])) == {
@@ -180,7 +196,7 @@ def test_speech_mia_table_ranks_by_distance_to_half():
         "scrub": "",
     }
     assert "**Class**" in render_markdown(df, spec) and "LOSS AUC (→ 0.5)" in render_markdown(df, spec)
-    with pytest.raises(ValueError, match="no LOSS attack AUC of model 'ga' in setting 'sample'"):
+    with pytest.raises(ValueError, match="no mia_loss of model 'ga' in setting 'sample'"):
         speech_mia_table(values, ["sample"], ["ga"])
 
 
