@@ -92,8 +92,9 @@ def _start(tok_dir):
 
 
 @pytest.mark.parametrize(
-    # a reference-model objective under FSDP2 (kl); NPO's reference path under FSDP2 runs through the
-    # CLI in tests/workflow/test_launch_workflow.py
+    # a reference-model objective under FSDP2 (kl); NPO's (reference NLLs after the sharded preparation,
+    # full and LoRA mode) in tests/integration/test_engine_placement.py and, through the CLI,
+    # tests/workflow/test_launch_workflow.py
     "kind,backend",
     [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("kl", "fsdp")],
 )
