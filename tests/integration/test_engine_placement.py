@@ -185,3 +185,17 @@ def test_lora_reference_is_the_base_with_the_adapter_disabled(tok_dir, model_dir
     ref = _reference_nll(AdapterDisabled(peft), examples, pad, 4)
     assert torch.equal(ref, _reference_nll(copy_of_base, examples, pad, 4))
     assert not torch.allclose(ref, _reference_nll(peft, examples, pad, 4))
+
+
+def test_every_text_baseline_loads_its_models_sharded_under_fsdp2(monkeypatch):
+    """Under FSDP2 over several processes every text baseline (a kept reference: kl; NLLs computed
+    once: npo, dpo; none: ga), full or LoRA mode, loads its model and reference on rank 0 alone."""
+    from qrerase.baselines.text import TextBaselineConfig, loads_sharded
+
+    for method in ("ga", "kl", "npo", "dpo"):
+        for mode in ("full", "lora"):
+            monkeypatch.setenv("WORLD_SIZE", "2")
+            assert loads_sharded(TextBaselineConfig.of(method=method, mode=mode, backend="fsdp")) == (True, True)
+            assert loads_sharded(TextBaselineConfig.of(method=method, mode=mode, backend="ddp")) == (False, False)
+            monkeypatch.setenv("WORLD_SIZE", "1")
+            assert loads_sharded(TextBaselineConfig.of(method=method, mode=mode, backend="fsdp")) == (False, False)
