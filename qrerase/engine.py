@@ -18,7 +18,9 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
   (:func:`sharded`: FSDP2 over several processes) is read by rank 0 alone and built with empty
   storage on the other ranks (:func:`qrerase.text.models.load_model` ``sharded``); FSDP2's
   preparation (Accelerate's ``cpu_ram_efficient_loading``) shards it onto the devices and broadcasts
-  rank 0's weights tensor by tensor.
+  rank 0's weights tensor by tensor. So are frozen models needed only before the first step (π_ref
+  of NPO / DPO): the loop's prelude evaluates them after preparation, then they are dropped
+  (:func:`run_prelude`, :class:`PreludeModule`).
 * **Mixed precision**: a bf16 / fp16 model trains its trainable parameters in float32 (master
   weights and optimiser states) under Accelerate's autocast in the model's dtype, frozen weights
   (a LoRA base) stay in that dtype; trained weights are cast back at the end. Under FSDP2 the
@@ -57,6 +59,7 @@ import torch
 from .gather import check_finite_sharded, drop, gather_to_main, release_optimizer, unshard
 from .hparams import BACKENDS as _BACKENDS
 from .hparams import TrainConfig as _TrainConfig
+from .prelude import PreludeModule, run_prelude
 from .resume import (
     KEEP_STATES,
     STATE_MANIFEST,
@@ -77,6 +80,8 @@ __all__ = [
     "chunk",
     "make_accelerator",
     "LossModule",
+    "PreludeModule",
+    "run_prelude",
     "resuming",
     "current_resume_dir",
     "sharded",
@@ -321,10 +326,11 @@ class LossModule(torch.nn.Module):
     sub-modules so that FSDP2 shards them like the trained model (DDP leaves frozen parameters alone).
     """
 
-    def __init__(self, model: torch.nn.Module, frozen: Sequence[torch.nn.Module] = ()):
+    def __init__(self, model: torch.nn.Module, frozen: Sequence[torch.nn.Module] = (), prelude=None):
         super().__init__()
         self.model = model
         self.frozen = torch.nn.ModuleList(frozen)  # frozen references: sharded with the model under FSDP2
+        self.prelude = prelude  # a PreludeModule (FSDP2 only): detached after the prelude, before any step
 
     def forward(self, thunk: Callable[[], tuple[torch.Tensor, Any]]):
         loss, terms = thunk()
@@ -333,7 +339,8 @@ class LossModule(torch.nn.Module):
     def tie_weights(self) -> None:
         """Re-tie the tied weights of the held models (Accelerate calls it around FSDP2's meta-device
         sharding, which unties them)."""
-        for module in (self.model, *self.frozen):
+        held = (*self.frozen, *(self.prelude.models if self.prelude is not None else ()))
+        for module in (self.model, *held):
             tie = getattr(module, "tie_weights", None)
             if callable(tie):
                 tie()

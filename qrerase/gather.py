@@ -132,6 +132,27 @@ def _plain(value: torch.Tensor, where: str, dtype: torch.dtype) -> torch.Tensor:
 
 
 def drop(model) -> None:
-    """Free a frozen model of a sharded run without gathering it: FSDP stripped, every parameter and
-    buffer a meta tensor (it is not usable afterwards)."""
+    """Free a frozen model of a sharded run without gathering it: FSDP stripped (with the per-module
+    FSDP states and FSDP's load hooks, which hold the local shards, so that these are freed), every
+    parameter and buffer a meta tensor (it is not usable afterwards)."""
+    from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY  # where fully_shard keeps them
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
     unshard(model, None)
+    for module in units:
+        module.__dict__.pop(STATE_KEY, None)
+        module.__dict__.pop(REGISTRY_KEY, None)
+    for module in model.modules():  # FSDP's (state-dict) hooks on the modules hold its groups and shards
+        for name, hooks in list(vars(module).items()):
+            if name.endswith("hooks") and isinstance(hooks, dict):
+                for key in [k for k, h in hooks.items() if _from_fsdp(h)]:
+                    del hooks[key]
+
+
+def _from_fsdp(hook) -> bool:
+    """Whether a module hook was registered by FSDP (a function or bound method of torch's fsdp package)."""
+    fn = getattr(hook, "hook", hook)  # torch's _WrappedHook
+    owner = getattr(fn, "__self__", None)
+    where = getattr(getattr(fn, "__func__", fn), "__module__", None) or type(owner).__module__
+    return ".fsdp." in f"{where}."

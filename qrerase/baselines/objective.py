@@ -36,8 +36,9 @@ class TextObjective:
 
     Class attributes (what :func:`~qrerase.baselines.text.train_baseline` prepares): ``needs_retain``
     (retain examples), ``needs_reference`` (the frozen fine-tuned model π_ref), ``reference_nll``
-    (the sets, among ``forget`` and ``refusal``, whose per-example π_ref NLL sums are computed once
-    before training; π_ref itself is then dropped). A subclass with ``needs_reference`` and no
+    (the sets, among ``forget`` and ``refusal``, whose per-example π_ref NLL sums are computed once,
+    after the engine's preparation and before the first step, into ``ref_forget`` / ``ref_refusal``;
+    π_ref itself is then dropped). A subclass with ``needs_reference`` and no
     ``reference_nll`` keeps π_ref (frozen) and evaluates ``self.ref_model`` through
     :func:`qrerase.baselines.text.reference` (in LoRA mode π_ref is the adapter-disabled model).
     Refusal answers (one per forget question, ``refusal_ex``) come with a method registered with

@@ -150,25 +150,24 @@ def reference(ref_model):
 
 def loads_sharded(cfg: TextBaselineConfig) -> tuple[bool, bool]:
     """How a baseline job loads its models (:func:`qrerase.text.models.load_model` ``sharded``):
-    ``(model, reference)``, True where only rank 0 reads the weights (FSDP2 over several processes,
-    :func:`qrerase.engine.sharded`).
+    ``(model, reference)``, True where only rank 0 reads the weights: both under FSDP2 over several
+    processes (:func:`qrerase.engine.sharded`), for every method; False otherwise.
 
-    π_ref's NLLs that are computed once before training (the objective's ``reference_nll``, NPO /
-    DPO) need the whole reference on every rank: such a reference is loaded whole, and so is the
-    model in LoRA mode (its adapter-disabled self is the reference). A reference kept during
-    training (KL) is sharded with the model. In LoRA mode no separate reference is loaded.
+    A reference kept during training (KL) is sharded with the model; π_ref's NLLs computed once
+    (the objective's ``reference_nll``, NPO / DPO) are computed after the engine's preparation, on
+    the sharded reference (:func:`train_baseline`'s prelude), which is then dropped. In LoRA mode no
+    separate reference is loaded (π_ref is the adapter-disabled model).
     """
     from ..engine import sharded
 
-    if not sharded(cfg.backend):
-        return False, False
-    before = bool(objective_of(cfg.method).reference_nll)
-    return not (cfg.mode == "lora" and before), not before
+    return sharded(cfg.backend), sharded(cfg.backend)
 
 
 @torch.no_grad()
 def _reference_nll(ref_model, examples, pad_id: int, batch_size: int) -> torch.Tensor:
-    """Per-example answer NLL sums under the frozen reference (computed once, before training)."""
+    """Per-example answer NLL sums ``−log π_ref(y|x)`` (float32, shape ``(len(examples),)``, on the
+    CPU) under the frozen reference, in length-sorted batches of ``batch_size`` (computed once, in
+    :func:`train_baseline`'s prelude; every rank computes every example, in the same order)."""
     out = torch.empty(len(examples), dtype=torch.float32)
     order = np.argsort([len(e[0]) for e in examples], kind="stable")
     with reference(ref_model) as ref:
@@ -206,7 +205,11 @@ def train_baseline(
     ``ref_model``: a frozen copy of the same fine-tuned model (π_ref), required in ``full`` mode by
     methods whose objective has ``needs_reference``, ignored otherwise; in ``lora`` mode π_ref is
     the model with its adapter disabled (:class:`AdapterDisabled`, no second copy) and
-    ``ref_model`` is not used (None is fine). ``forget`` / ``retain``: QA records
+    ``ref_model`` is not used (None is fine). An objective with ``reference_nll`` (NPO, DPO) gets
+    π_ref's per-example NLL sums from :func:`qrerase.text.training.train_steps`' prelude: computed
+    after the engine's preparation (under FSDP2 on the sharded reference, so every model can be
+    loaded sharded: :func:`loads_sharded`), before the first step and again on a resumed run; the
+    full-mode reference is then dropped (meta device). ``forget`` / ``retain``: QA records
     (``question``/``answer`` or TOFU keys); ``retain`` is used by ``needs_retain`` methods.
     ``refusals``: template answers for methods registered with the ``refusals`` input; each forget question gets
     one, drawn once with the configured seed. The objective is the method's registered
@@ -252,18 +255,20 @@ def train_baseline(
         ref_model = AdapterDisabled(model) if objective.needs_reference else None
     elif objective.needs_reference:
         freeze(ref_model)
-    by_ref = objective.reference_nll
-    ref_forget = _reference_nll(ref_model, forget_ex, pad_id, cfg.batch_size) if "forget" in by_ref else None
-    ref_refusal = _reference_nll(ref_model, refusal_ex, pad_id, cfg.batch_size) if "refusal" in by_ref else None
-    if by_ref and not lora:
-        ref_model.to("meta")  # only its NLLs are needed: free the reference's memory now
     set_determinism(cfg.seed, cfg.threads)
     lengths = [len(x[0]) for x in forget_ex]
     steps = epoch_steps(lengths, cfg.batch_size, cfg.epochs, cfg.seed)
     retain_batches = retain_stream([len(x[0]) for x in retain_ex], cfg.batch_size, cfg.seed) if retain_ex else None
     # payload of a step: (forget batch, retain batch or None), drawn up front so a resumed run sees the same
     steps = [(epoch, (idx, next(retain_batches) if retain_batches is not None else None)) for epoch, idx in steps]
-    losses = objective(cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal)
+    losses = objective(cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, None, None)
+    by_ref = objective.reference_nll
+
+    def prelude(evaluate):  # π_ref's NLLs, after preparation (FSDP2: on the sharded reference)
+        nll = {"forget": forget_ex, "refusal": refusal_ex}
+        done = {k: evaluate(lambda ex=nll[k]: _reference_nll(ref_model, ex, pad_id, cfg.batch_size)) for k in by_ref}
+        losses.ref_forget, losses.ref_refusal = done.get("forget"), done.get("refusal")
+
     rows = train_steps(
         model,
         cfg.train_config(),
@@ -273,6 +278,8 @@ def train_baseline(
         split=losses.split,
         frozen=[ref_model] if objective.keeps_reference() and not lora else [],
         run_settings=cfg,
+        prelude=prelude if by_ref else None,
+        prelude_models=[ref_model] if by_ref and not lora else [],  # dropped after the prelude
     )
     if lora:  # on rank 0's CPU after a sharded run (the other ranks merge empty storage)
         model = model.merge_and_unload()

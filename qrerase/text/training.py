@@ -103,6 +103,8 @@ def train_steps(
     schedule: str = "linear",
     frozen: Sequence[Any] = (),
     run_settings: Any = None,
+    prelude: Callable[[Callable], None] | None = None,
+    prelude_models: Sequence[Any] = (),
 ) -> list[dict]:
     """The optimisation loop shared by fine-tuning, LoRA and the unlearning baselines, on HF Accelerate.
 
@@ -139,6 +141,15 @@ def train_steps(
     dropped at the end (meta device), never gathered. The logged ``loss`` is the sum of the parts'
     losses over all ranks; the terms are the mean of the live parts' terms.
 
+    ``prelude(evaluate)``, when given, runs once on every rank after preparation, before a resume
+    state is loaded and before the first step (e.g. π_ref's NLLs of NPO / DPO): ``evaluate(fn)``
+    returns ``fn()`` without gradients, under FSDP2 inside the prepared module so that every model
+    can be loaded sharded (:func:`qrerase.engine.run_prelude`; ``fn`` evaluates ``prelude_models``
+    when there are any, otherwise ``model`` / ``frozen``; the same batches on every rank).
+    ``prelude_models``: frozen models only the prelude evaluates, sharded under FSDP2 as a unit of
+    their own (:class:`qrerase.engine.PreludeModule`) and dropped after it (never in a resume state).
+    A resumed run runs its prelude again on the same (reloaded) weights.
+
     A saved state is loaded only by a run of the same identity and only when its checksums hold
     (:func:`qrerase.resume.training_identity`, with ``run_settings`` the loss's own settings). A
     non-finite loss, gradient norm or trained weight stops training (``FloatingPointError``, one line).
@@ -171,8 +182,11 @@ def train_steps(
         raise ValueError("model has no trainable parameters")
     dtype = engine.compute_dtype(model)
     dtypes = {n: p.dtype for n, p in trained.items()}  # restored at the end
+    fsdp = engine.sharded(cfg.backend)
+    unit = engine.PreludeModule(prelude_models) if fsdp and prelude is not None and prelude_models else None
+    classes = engine.layer_classes(model) + ([type(unit).__name__] if unit is not None else [])  # its own unit
     accelerator = engine.make_accelerator(
-        cfg.backend, dtype, engine.training_device(model), engine.layer_classes(model), cfg.dist_timeout_min
+        cfg.backend, dtype, engine.training_device(model), classes, cfg.dist_timeout_min
     )
     rank = accelerator.process_index
     identity = None
@@ -180,7 +194,9 @@ def train_steps(
         run = {"desc": desc, "steps": total, "optimizer": optimizer, "schedule": schedule, "world": world}
         identity = engine.on_main(
             accelerator,
-            lambda: training_identity(cfg, {**run, "parts": parts}, steps, model, frozen, run_settings),
+            lambda: training_identity(
+                cfg, {**run, "parts": parts}, steps, model, [*frozen, *prelude_models], run_settings
+            ),
         )
     for p in trained.values():  # float32 master weights (and so float32 gradients and optimiser states)
         if p.dtype != torch.float32:
@@ -189,7 +205,11 @@ def train_steps(
         engine.set_checkpointing(model, True)
     opt = _optimizer(model, cfg) if optimizer == "adamw" else _adam(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-    wrapped, opt = accelerator.prepare(engine.LossModule(model, frozen), opt)  # FSDP2: shards and remaps the optimiser
+    wrapped, opt = accelerator.prepare(
+        engine.LossModule(model, frozen, unit), opt
+    )  # FSDP2: shards, remaps the optimiser
+    if prelude is not None:
+        engine.run_prelude(prelude, wrapped, unit, prelude_models, accelerator.device, fsdp)
     params = [p for g in opt.param_groups for p in g["params"]]
     sharded = any(callable(getattr(p, "full_tensor", None)) for p in params)  # FSDP2 DTensors
     if sharded:  # in the module's order: Accelerate's FSDP clip_grad_norm_ compares this list with the

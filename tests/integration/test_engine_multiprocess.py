@@ -92,8 +92,9 @@ def _start(tok_dir):
 
 
 @pytest.mark.parametrize(
-    # a reference-model objective under FSDP2 (kl); NPO's reference path under FSDP2 runs through the
-    # CLI in tests/workflow/test_launch_workflow.py
+    # a reference-model objective under FSDP2 (kl); NPO's (reference NLLs after the sharded preparation,
+    # full and LoRA mode) in tests/integration/test_engine_placement.py and, through the CLI,
+    # tests/workflow/test_launch_workflow.py
     "kind,backend",
     [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("kl", "fsdp")],
 )
@@ -136,20 +137,24 @@ def test_two_machines_equal_one_process(tok_dir, tmp_path, one_process):
 
 
 def test_fsdp_resume_equals_uninterrupted(tok_dir, tmp_path, two_processes):
-    """A 2-process FSDP2 fine-tune keeping a resume state after every step (``checkpoint_every: 1``)
-    crashes right after step 3's state (every rank exits); its states are sharded (one DCP file per
-    rank for the model and for the optimiser, no full model file), and a corrupted shard of the newest
-    fails its checksum. The restarted job falls back to step 2, continues and ends with the same
-    weights and loss curve as an uninterrupted 2-process run; its process group had the configured
-    timeout (``dist_timeout_min: 7``)."""
+    """A 2-process FSDP2 NPO run (full mode: every weight trained, π_ref's NLLs computed after the
+    sharded preparation) keeping a resume state after every step (``checkpoint_every: 1``) crashes
+    right after step 3's state (every rank exits); its states are sharded (one DCP file per rank for
+    the model and for the optimiser, no full model file) and hold the trained model only (π_ref is
+    dropped before any state is saved), and a corrupted shard of the newest fails its checksum. The
+    restarted job (which computes π_ref's NLLs again) falls back to step 2, continues and ends with
+    the same weights and loss curve as an uninterrupted 2-process run; its process group had the
+    configured timeout (``dist_timeout_min: 7``)."""
+    import torch.distributed.checkpoint as dcp
+
     from qrerase.resume import check_state
 
     resume = tmp_path / "resume"
     env = {"QRERASE_TEST_RESUME_DIR": str(resume)}
     out = tmp_path / "resumed.safetensors"
-    crashed = _launch("finetune", "fsdp", tok_dir, out, 2, {**env, "QRERASE_TEST_EXIT_AFTER": "3"})
+    crashed = _launch("npo", "fsdp", tok_dir, out, 2, {**env, "QRERASE_TEST_EXIT_AFTER": "3"})
     assert crashed.returncode != 0 and not out.exists(), crashed.stderr[-3000:]
-    run = resume / "ft"
+    run = resume / "npo"
     assert sorted(p.name for p in run.glob("step-*")) == ["step-2", "step-3"]  # the newest two kept
     for state in run.glob("step-*"):
         files = {p.relative_to(state).as_posix() for p in state.rglob("*") if p.is_file()}
@@ -157,21 +162,23 @@ def test_fsdp_resume_equals_uninterrupted(tok_dir, tmp_path, two_processes):
         assert shards <= files, files
         assert not [f for f in files if f.endswith((".bin", ".safetensors"))], files  # no full model or optimiser
         assert check_state(state) is None
+        saved = dcp.FileSystemReader(str(state / "pytorch_model_fsdp_0")).read_metadata().state_dict_metadata
+        assert sorted(saved) == sorted(f"model.model.{k}" for k in _start(tok_dir)), sorted(saved)  # no π_ref
     shard = run / "step-3" / "pytorch_model_fsdp_0" / "__1_0.distcp"  # rank 1's model shard
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    resumed = _launch("finetune", "fsdp", tok_dir, out, 2, env)
+    resumed = _launch("npo", "fsdp", tok_dir, out, 2, env)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "step-3 is corrupt: pytorch_model_fsdp_0/__1_0.distcp fails its checksum" in resumed.stderr
     assert f"resumed training from {run / 'step-2'}" in resumed.stderr
     assert not resume.exists()  # removed once the job's outputs are written
     assert float(Path(f"{out}.timeout").read_text()) == 7.0
-    uninterrupted, path = two_processes("finetune", "fsdp")
+    uninterrupted, path = two_processes("npo", "fsdp")
     weights = load_file(str(out))
     assert sorted(weights) == sorted(uninterrupted)
     for key, value in uninterrupted.items():  # the same computation: equal to float rounding
         torch.testing.assert_close(weights[key], value, rtol=1e-6, atol=1e-7)
     curve, reference = pd.read_csv(f"{out}.csv"), pd.read_csv(f"{path}.csv")
-    assert len(curve) == len(reference) == 10
+    assert len(curve) == len(reference) == 6
     np.testing.assert_allclose(curve[["loss", "lr"]].to_numpy(), reference[["loss", "lr"]].to_numpy(), rtol=1e-6)

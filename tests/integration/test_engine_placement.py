@@ -4,7 +4,8 @@ workers on the CPU (tests/support/dist_worker.py under torchrun), against one pr
 * Only rank 0 reads the weight files of a sharded load: the workers run under ``strace -f -Y`` (each
   worker names itself ``rank<R>``, so every thread it starts carries that name) and every successful
   ``openat`` of the checkpoint's ``model.safetensors`` is attributed to a rank. The trained weights
-  still equal one process's (relative update difference < 1e-2).
+  still equal one process's (relative update difference < 1e-2). NPO (full and LoRA mode) computes
+  π_ref's NLLs after the sharded preparation, so its reference is loaded sharded too.
 * The end-of-training save (optimiser freed, full state gathered tensor by tensor to rank 0's CPU,
   rank 0's write) keeps each rank's peak resident memory (VmHWM, reset between the phases) within
   its training peak plus one tensor, on a deep narrow Llama (16 layers, 43 MB) whose largest tensor
@@ -95,7 +96,12 @@ def _relative_update_difference(a, b, start):
     return num / den
 
 
-@pytest.mark.parametrize("kind", ["finetune", "kl", "lora"])
+# finetune: the trained model; npo: the model and its reference, both sharded, the reference's NLLs
+# computed after preparation and then dropped (the worker checks its shards are freed); npo-lora:
+# LoRA under FSDP2 (add_lora, train_steps, merge on rank 0, as train_lora) with π_ref the prepared
+# model's adapter-disabled self. A kept reference (kl) loads as npo's does (its FSDP2 training:
+# tests/integration/test_engine_multiprocess.py).
+@pytest.mark.parametrize("kind", ["finetune", "npo", "npo-lora"])
 def test_sharded_load_reads_the_weights_on_rank_0_only(kind, tok_dir, model_dir, tmp_path):
     trace = _strace()
     if trace is None:
@@ -104,7 +110,7 @@ def test_sharded_load_reads_the_weights_on_rank_0_only(kind, tok_dir, model_dir,
     _run(kind, "fsdp", tok_dir, tmp_path / "two.safetensors", 2, model_dir, trace=trace)
     opened = _openers(tmp_path / "two.safetensors.strace", model_dir / "model.safetensors")
     print(f"{kind}: opens of model.safetensors by process name: {opened}")
-    assert set(opened) == {"rank0"}, opened  # kl: the model and its kept (sharded) reference, both by rank 0
+    assert set(opened) == {"rank0"}, opened  # npo: the model and its (sharded) reference, both by rank 0
     one, two = load_file(str(tmp_path / "one.safetensors")), load_file(str(tmp_path / "two.safetensors"))
     assert sorted(one) == sorted(two)
     start = build_tiny_llama(TINY, load_tokenizer(tok_dir), seed=9).state_dict()
@@ -179,3 +185,17 @@ def test_lora_reference_is_the_base_with_the_adapter_disabled(tok_dir, model_dir
     ref = _reference_nll(AdapterDisabled(peft), examples, pad, 4)
     assert torch.equal(ref, _reference_nll(copy_of_base, examples, pad, 4))
     assert not torch.allclose(ref, _reference_nll(peft, examples, pad, 4))
+
+
+def test_every_text_baseline_loads_its_models_sharded_under_fsdp2(monkeypatch):
+    """Under FSDP2 over several processes every text baseline (a kept reference: kl; NLLs computed
+    once: npo, dpo; none: ga), full or LoRA mode, loads its model and reference on rank 0 alone."""
+    from qrerase.baselines.text import TextBaselineConfig, loads_sharded
+
+    for method in ("ga", "kl", "npo", "dpo"):
+        for mode in ("full", "lora"):
+            monkeypatch.setenv("WORLD_SIZE", "2")
+            assert loads_sharded(TextBaselineConfig.of(method=method, mode=mode, backend="fsdp")) == (True, True)
+            assert loads_sharded(TextBaselineConfig.of(method=method, mode=mode, backend="ddp")) == (False, False)
+            monkeypatch.setenv("WORLD_SIZE", "1")
+            assert loads_sharded(TextBaselineConfig.of(method=method, mode=mode, backend="fsdp")) == (False, False)

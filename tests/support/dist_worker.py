@@ -4,9 +4,10 @@ one-process reference.
 
 usage: dist_worker.py KIND BACKEND TOKENIZER_DIR OUT.safetensors [MODEL_DIR]
 
-KIND: finetune | lora | npo | kl (the engine's training runs), memory (a fine-tune that measures the
-rank's peak resident memory during training and during the end-of-training save) or bf16 (a bf16
-fine-tune that records the FSDP2 mixed-precision policy of the sharded modules).
+KIND: finetune | lora | npo | npo-lora | kl (the engine's training runs; npo-lora: NPO in LoRA mode),
+memory (a fine-tune that measures the rank's peak resident memory during training and during the
+end-of-training save) or bf16 (a bf16 fine-tune that records the FSDP2 mixed-precision policy of the
+sharded modules).
 MODEL_DIR: the model (and a baseline's reference) is loaded from this checkpoint with
 ``load_model(sharded=...)`` as the workflow scripts do; without it, the tiny model is built in memory.
 Rank 0 writes the trained weights (safetensors) and the loss curve (OUT + ".csv"); memory and bf16
@@ -178,6 +179,26 @@ def process_group_timeout_min() -> float:
     return dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout.total_seconds() / 60
 
 
+def check_prelude_frees_its_models() -> None:
+    """Wrap :func:`qrerase.engine.run_prelude` (which train_steps calls) to check that, under FSDP2,
+    every sharded parameter (DTensor, which holds the rank's shard) of the models only the prelude
+    evaluates (NPO's π_ref) is freed once it returns, and that those models are left on the meta device."""
+    import gc
+    import weakref
+
+    run = engine.run_prelude
+
+    def checked(prelude, root, unit, models, device, fsdp):
+        shards = [weakref.ref(p) for p in unit.parameters()] if unit is not None else []  # DTensors: the shards
+        run(prelude, root, unit, models, device, fsdp)
+        gc.collect()
+        alive = sum(ref() is not None for ref in shards)
+        assert alive == 0, f"{alive} of {len(shards)} prelude shards still alive"
+        assert all(p.device.type == "meta" for m in models for p in m.parameters())
+
+    engine.run_prelude = checked
+
+
 def main(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None = None) -> None:
     name_process()
     resume_dir = os.environ.get("QRERASE_TEST_RESUME_DIR")
@@ -205,11 +226,22 @@ def train(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None
     if kind == "bf16":
         return bf16_run(tok, records, cfg, out)
     bcfg = None
-    if kind in ("npo", "kl"):
+    if kind in ("npo", "npo-lora", "kl"):
         from qrerase.baselines.text import TextBaselineConfig, loads_sharded
 
+        method, _, lora = kind.partition("-")
+        mode = {"mode": "lora", "lora_r": 4} if lora else {}
         bcfg = TextBaselineConfig.of(
-            method=kind, epochs=2, lr=1e-3, batch_size=8, micro_batch_size=2, seed=9, threads=1, backend=backend, **keys
+            method=method,
+            epochs=2,
+            lr=1e-3,
+            batch_size=8,
+            micro_batch_size=2,
+            seed=9,
+            threads=1,
+            backend=backend,
+            **keys,
+            **mode,
         )
         shard, shard_ref = loads_sharded(bcfg)
     else:
@@ -227,7 +259,10 @@ def train(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None
 
         from qrerase.baselines.text import train_baseline
 
-        ref = load_model(model_dir, sharded=shard_ref) if model_dir else copy.deepcopy(model)
+        check_prelude_frees_its_models()
+        ref = None  # LoRA mode: π_ref is the adapter-disabled model
+        if bcfg.mode == "full":
+            ref = load_model(model_dir, sharded=shard_ref) if model_dir else copy.deepcopy(model)
         model, curve = train_baseline(model, ref, tok, records[:20], records[20:], PromptTemplate(), bcfg)
         frame = pd.DataFrame(curve)
     else:
