@@ -92,11 +92,11 @@ def _start(tok_dir):
 
 
 @pytest.mark.parametrize(
-    # a reference-model objective under FSDP2 (kl); NPO's (reference NLLs after the sharded preparation,
-    # full and LoRA mode) in tests/integration/test_engine_placement.py and, through the CLI,
-    # tests/workflow/test_launch_workflow.py
+    # DDP here; FSDP2 fine-tune, LoRA, NPO and KL (a reference kept through training) equal 1 process through
+    # the CLI (tests/workflow/test_launch_workflow.py), NPO's reference NLLs after the sharded preparation
+    # (full and LoRA mode) in tests/integration/test_engine_placement.py, FSDP2 resume below
     "kind,backend",
-    [("finetune", "ddp"), ("finetune", "fsdp"), ("lora", "ddp"), ("kl", "fsdp")],
+    [("finetune", "ddp"), ("lora", "ddp")],
 )
 def test_two_processes_equal_one(kind, backend, tok_dir, one_process, two_processes):
     one = one_process(kind)
