@@ -119,3 +119,20 @@ def tofu_targets():
         *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
         *cost_targets("tofu"),
     ]
+
+
+def tofu_costs():
+    """The TOFU track's cost groups (rules/cost_common.smk track_costs): one, its experiment."""
+    given = config["lora"]["adapters"]
+    return {
+        "": cost_components(EXP, TOFU_METHODS, RANK, TEXT_ERASE_RULE, adapters=given)
+    }
+
+
+def tofu_sweep():
+    """(experiments, methods) of the TOFU trade-off sweep (rules/tradeoff_common.smk): exp tofu_<split>."""
+    return [EXP], TOFU_METHODS
+
+
+def tofu_tradeoff_targets():
+    return text_tradeoff_targets("tofu")
