@@ -80,7 +80,7 @@ def test_scan_finds_the_switches_it_must():
             '    ("tofu", "TOFU track", ("tofu",)),',  # 11
             'TEXT = ("crosslingual", "tofu")',  # 12
             "``Experiment('crosslingual', 'hi_R')``",
-            'if wildcards.exp != TASK_LEVEL_EXP:',  # 14
+            "if wildcards.exp != TASK_LEVEL_EXP:",  # 14
             '        track="tofu|crosslingual",',  # 15
         ]
     )
