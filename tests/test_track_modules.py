@@ -108,7 +108,6 @@ def test_builtin_track_module_supplies_every_field(name):
         value = getattr(t, f.name)
         assert value is not None or f.name in ("sweep", "finetune_start", "cost_group_header"), f.name
     assert t.name == name and t.prefix and t.tables and t.title and t.page_prefixes
-    assert t.model in ("text", "speech")
     for pattern in t.experiments.values():
         assert re.fullmatch(r"[\w\\{}()|?+\[\]-]+", pattern), pattern
     # the functions it names exist in its rules file
@@ -125,7 +124,6 @@ def _toy(name: str, **over) -> Track:
         name=name,
         kind="text",
         section=name,
-        model="text",
         overrides=(name,),
         baselines_section="baselines",
         eval_sections=(f"{name}.evaluate",),
@@ -182,3 +180,11 @@ def test_unknown_and_duplicate_tracks_are_one_line_errors(restore_tracks):
         register_track(_toy("toy2", title=""))
     with pytest.raises(TrackError, match="expected a Track"):
         register_track({"name": "toy3"})
+
+
+def test_extending_page_documents_every_track_field():
+    text = (ROOT / "docs" / "extending.md").read_text()
+    section = text[text.index("## Adding a track") :]
+    documented = set(re.findall(r"^\| (.+?) \|", section, flags=re.M))
+    names = {n.strip("` ") for row in documented for n in row.split(",")}
+    assert {f.name for f in dataclasses.fields(Track)} == names - {"Field", "---"}

@@ -33,8 +33,7 @@ class Track:
 
     name: the config name (``tracks: [...]``, ``methods.<name>``). kind: the runner kind of its
     baselines (a key of :data:`qrerase.registry.KINDS`: the :attr:`Method.run` entry a baseline job looks
-    up). section: its config section. model: ``'text'`` (the causal LM of ``model``) or ``'speech'``
-    (the classifier of ``speech.model``): the model its jobs train. overrides: config sections whose
+    up). section: its config section. overrides: config sections whose
     ``pretrain`` / ``finetune`` / ``lora`` / ``tokenizer`` entries override the shared top-level ones,
     most specific first. baselines_section: the dotted config key of its baselines' settings.
     eval_sections: dotted keys of its evaluation settings, the first non-empty one wins.
@@ -58,7 +57,6 @@ class Track:
     name: str
     kind: str
     section: str
-    model: str
     overrides: tuple[str, ...]
     baselines_section: str
     eval_sections: tuple[str, ...]

@@ -76,7 +76,6 @@ TRACK = register_track(
         name="crosslingual",
         kind="text",
         section="crosslingual",
-        model="text",
         overrides=("crosslingual",),
         baselines_section="baselines",
         eval_sections=("crosslingual.evaluate", "tofu.evaluate"),

@@ -167,7 +167,6 @@ TRACK = register_track(
         name="speech",
         kind="speech",
         section="speech",
-        model="speech",
         overrides=(),
         baselines_section="speech.baselines",
         eval_sections=("speech.evaluate",),

@@ -109,7 +109,6 @@ TRACK = register_track(
         name="task_level",
         kind="task_level",
         section="task_level",
-        model="text",
         overrides=("task_level",),
         baselines_section="task_level.baselines",
         eval_sections=("task_level.evaluate",),

@@ -36,7 +36,6 @@ TRACK = register_track(
         name="tofu",
         kind="text",
         section="tofu",
-        model="text",
         overrides=(),
         baselines_section="baselines",
         eval_sections=("tofu.evaluate",),
