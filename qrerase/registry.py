@@ -80,7 +80,7 @@ KINDS: dict[str, str] = {
 #: Config sections holding one entry per method (``<section>.<method>``), by the kind of the tracks whose
 #: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
-    "baselines": "text",
+    "tofu.baselines": "text",
     "task_level.baselines": "task_level",
     "speech.baselines": "speech",
     "speech.tradeoff.baselines": "speech",
@@ -89,11 +89,11 @@ SETTINGS_SECTIONS: dict[str, str] = {
 HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
-    "refusals": "template (refusal) answers, baselines.refusals (text tracks)",
+    "refusals": "template (refusal) answers, tofu.baselines.refusals (text tracks)",
     "initial": "the checkpoint the fine-tuned model was trained from (task-level track)",
 }
 #: Sections whose entry a method listed in a track of that kind must have (the others are optional).
-_REQUIRED_SECTIONS = {"text": "baselines", "task_level": "task_level.baselines"}
+_REQUIRED_SECTIONS = {"text": "tofu.baselines", "task_level": "task_level.baselines"}
 
 
 @dataclass(frozen=True)

@@ -188,3 +188,12 @@ def test_extending_page_documents_every_track_field():
     documented = set(re.findall(r"^\| (.+?) \|", section, flags=re.M))
     names = {n.strip("` ") for row in documented for n in row.split(",")}
     assert {f.name for f in dataclasses.fields(Track)} == names - {"Field", "---"}
+
+
+def test_a_config_with_the_old_top_level_baselines_key_names_the_new_one():
+    from qrerase.workflow.validation import MOVED_KEYS, ConfigError, validate
+
+    assert MOVED_KEYS == {"baselines": "tofu.baselines"}
+    with pytest.raises(ConfigError) as err:
+        validate({"tracks": ["tofu"], "baselines": {"ga": {"epochs": 1}}})
+    assert str(err.value) == "config key 'baselines' moved to 'tofu.baselines'"

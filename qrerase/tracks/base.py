@@ -119,7 +119,7 @@ class Track:
         return None
 
     def plan_sections(self, cfg: Mapping) -> Mapping:
-        """The config mapping whose ``<stage>.epochs`` / ``baselines.<stage>.epochs`` its plan reads."""
+        """The config mapping whose ``<stage>.epochs`` its plan reads (then ``<baselines_section>.<stage>.epochs``)."""
         return cfg
 
     def planning_model(self, cfg: Mapping) -> tuple[Mapping, Any] | None:

@@ -1,7 +1,8 @@
 """The TOFU track: fictitious-author QA (TOFU), forget / retain splits, the text baselines.
 
 Its experiments are ``tofu_<split>`` (and the size study's ``size_h<W>_s<S>``); its settings are the
-top-level ``unlearn`` / ``lora`` / ``baselines`` / ``tradeoff`` sections and ``tofu``; its rules are
+``tofu`` section (its text baselines: ``tofu.baselines``, read by the cross-lingual track too) and
+the shared top-level ``unlearn`` / ``lora`` / ``tradeoff`` sections; its rules are
 ``rules/tofu.smk`` with ``rules/tofu_common.smk``.
 """
 
@@ -14,10 +15,11 @@ from .base import Track, register_track
 
 
 def check(cfg: Mapping, runs: bool) -> None:
-    """The ``tofu`` section (checked whether the track runs or not: the other text tracks read its
-    evaluation settings): the vendored data files of a local source, imported models' files."""
+    """The ``tofu`` section (checked whether the track runs or not: the cross-lingual track reads its
+    evaluation settings and baselines): the vendored data files of a local source, imported models'
+    files, a ``tofu.baselines.<m>`` entry for every baseline of ``methods.tofu``, the refusals file."""
     from ..text.data import holdout_split, required_splits
-    from ..workflow.validation import ConfigError
+    from ..workflow.validation import ConfigError, check_method_settings
 
     data = cfg["tofu"]["data"]
     if data["source"] == "local":
@@ -29,6 +31,10 @@ def check(cfg: Mapping, runs: bool) -> None:
         for key in ("log", "reference"):
             if item.get(key) and not Path(item[key]).exists():
                 raise ConfigError(f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found")
+    check_method_settings(cfg, TRACK.name)
+    refusals = cfg["tofu"]["baselines"].get("refusals")
+    if refusals is not None and not Path(refusals).is_file():
+        raise ConfigError(f"config key 'tofu.baselines.refusals': {refusals} not found")
 
 
 TRACK = register_track(
@@ -37,7 +43,7 @@ TRACK = register_track(
         kind="text",
         section="tofu",
         overrides=(),
-        baselines_section="baselines",
+        baselines_section="tofu.baselines",
         eval_sections=("tofu.evaluate",),
         prefix="tofu",
         experiments={"tofu_<split>": r"tofu_forget\d\d", "size_<shape>": r"size_h\d+_s\d+"},

@@ -115,10 +115,20 @@ def _planned(cfg: Mapping) -> Iterable[tuple[str, JobPlan, int]]:
         shape, dtype, node = context(cfg, track)
         t = tracks.track(track)
         jobs, sections = t.plan_jobs(cfg), t.plan_sections(cfg)
+        baselines = tracks.section_at(cfg, t.baselines_section)
         jobs = text_jobs(cfg, track) if jobs is None else jobs
         for rule_kind, job, examples in jobs:
             plan = plan_job(shape, job, dtype, node)
-            minutes = runtime_min(shape, job, rule_kind, examples, _epochs(sections, job), dtype, plan.gpus, threads)
+            minutes = runtime_min(
+                shape,
+                job,
+                rule_kind,
+                examples,
+                _epochs(sections, baselines, job),
+                dtype,
+                plan.gpus,
+                threads,
+            )
             yield rule_kind, plan, minutes
 
 
@@ -133,9 +143,11 @@ def refusal(cfg: Mapping) -> str | None:
     return f"the memory plan: job {misses[0].name} does not fit: {misses[0].note}{more}"
 
 
-def _epochs(sections: Mapping, job: JobSpec) -> int:
+def _epochs(sections: Mapping, baselines: Mapping, job: JobSpec) -> int:
+    """A job's epochs: ``<stage>.epochs`` of its track's plan sections, else ``<stage>.epochs`` of its
+    baselines section, else 1."""
     _, _, name = job.name.partition(":")
-    for where in (sections.get(name), (sections.get("baselines") or {}).get(name)):
+    for where in (sections.get(name), baselines.get(name)):
         if isinstance(where, Mapping) and "epochs" in where:
             return int(where["epochs"])
     return 1

@@ -34,6 +34,8 @@ __all__ = [
     "check_finite",
     "check_core",
     "check_baselines",
+    "check_moved_keys",
+    "MOVED_KEYS",
     "check_method_settings",
     "check_tradeoff",
     "check_model_source",
@@ -238,7 +240,7 @@ def _section(cfg: Mapping, dotted: str) -> Mapping:
 
 def check_method_settings(cfg: Mapping, track: str) -> None:
     """Every baseline in ``methods.<track>`` has its entry in the config section its track's runner
-    reads (:func:`qrerase.registry.required_section`: ``baselines.<method>`` for the text tracks,
+    reads (:func:`qrerase.registry.required_section`: ``tofu.baselines.<method>`` for the text tracks,
     ``task_level.baselines.<method>`` for the task-level track)."""
     section = registry.required_section(track)
     if section is None:
@@ -248,21 +250,18 @@ def check_method_settings(cfg: Mapping, track: str) -> None:
         if name in baselines and not _section(cfg, section).get(name):
             raise ConfigError(
                 f"config key 'methods.{track}.{i}': baseline '{name}' has no '{section}.{name}' settings"
-                + (" (epochs, lr, batch_size, ...)" if section == "baselines" else "")
+                + (" (epochs, lr, batch_size, ...)" if registry.SETTINGS_SECTIONS.get(section) == "text" else "")
             )
 
 
 def check_baselines(cfg: Mapping) -> None:
     """:func:`check_method_settings` of every track in ``methods`` whose baselines read a shared section
     (a track whose section lies inside its own, e.g. ``task_level.baselines``, is checked by its track's
-    check, when it runs); ``baselines.refusals`` exists."""
+    check)."""
     for track in cfg["methods"]:
         section = registry.required_section(track)
         if section is not None and section.split(".")[0] != track:
             check_method_settings(cfg, track)
-    refusals = cfg.get("baselines", {}).get("refusals")
-    if refusals is not None and not Path(refusals).is_file():
-        raise ConfigError(f"config key 'baselines.refusals': {refusals} not found")
 
 
 def check_tradeoff(cfg: Mapping) -> None:
@@ -290,9 +289,22 @@ def load_config_plugins(cfg: Mapping) -> None:
             raise ConfigError(f"config key 'plugins.{i}': {exc}") from None
 
 
+#: Config keys that moved: old dotted key -> new one (a config still using the old key is refused in one line).
+MOVED_KEYS = {"baselines": "tofu.baselines"}
+
+
+def check_moved_keys(cfg: Mapping) -> None:
+    """Refuse a config that still sets a moved key (:data:`MOVED_KEYS`), naming the new key."""
+    for old, new in MOVED_KEYS.items():
+        parent, _, leaf = old.rpartition(".")
+        if leaf in (_section(cfg, parent) if parent else cfg):
+            raise ConfigError(f"config key '{old}' moved to '{new}'")
+
+
 def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     """Every check, in order: the plug-ins' methods registered, then the schema (so the cross-key
     checks may trust types and keys), then the cross-key checks."""
+    check_moved_keys(cfg)
     load_config_plugins(cfg)
     check_schema(cfg, schema_path)
     check_core(cfg)
