@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .hparams import NoHparams, hparams_problem
+from .tracks.base import TRACKS, Track  # the tracks, one module each (qrerase/tracks/<name>.py)
 
 __all__ = [
     "Method",
@@ -67,29 +68,6 @@ class RegistryError(ValueError):
     """A bad registration or an unknown method / track: the message is one line naming it."""
 
 
-@dataclass(frozen=True)
-class Track:
-    """One experiment track: its config name, the runner ``kind`` of its baselines (the key of
-    :attr:`Method.run` a baseline job of the track looks up: ``text``, ``task_level`` or ``speech``), and the
-    name of the function in ``rules/<track>_common.smk`` that lists its default targets (``all_targets``),
-    and its headline tables (``results/tables/<table>.csv``, repeated over ``seeds`` by ``snakemake seeds``)."""
-
-    name: str
-    kind: str
-    targets: str
-    tables: tuple[str, ...]
-
-
-#: Every track, in config order.
-TRACKS: dict[str, Track] = {
-    t.name: t
-    for t in (
-        Track("tofu", "text", "tofu_targets", ("tofu",)),
-        Track("crosslingual", "text", "crosslingual_targets", ("crosslingual",)),
-        Track("speech", "speech", "speech_targets", ("speech",)),
-        Track("task_level", "task_level", "task_level_targets", ("task_level",)),
-    )
-}
 #: Runner kinds: what a baseline's implementation of that kind is called with.
 KINDS: dict[str, str] = {
     "text": "a TextObjective subclass (qrerase.baselines.objective), trained by qrerase.baselines.text.train_baseline",
@@ -102,7 +80,7 @@ KINDS: dict[str, str] = {
 #: Config sections holding one entry per method (``<section>.<method>``), by the kind of the tracks whose
 #: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
-    "baselines": "text",
+    "tofu.baselines": "text",
     "task_level.baselines": "task_level",
     "speech.baselines": "speech",
     "speech.tradeoff.baselines": "speech",
@@ -111,11 +89,11 @@ SETTINGS_SECTIONS: dict[str, str] = {
 HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
-    "refusals": "template (refusal) answers, baselines.refusals (text tracks)",
+    "refusals": "template (refusal) answers, tofu.baselines.refusals (text tracks)",
     "initial": "the checkpoint the fine-tuned model was trained from (task-level track)",
 }
 #: Sections whose entry a method listed in a track of that kind must have (the others are optional).
-_REQUIRED_SECTIONS = {"text": "baselines", "task_level": "task_level.baselines"}
+_REQUIRED_SECTIONS = {"text": "tofu.baselines", "task_level": "task_level.baselines"}
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from .tracks import section_at
+from .tracks import track as track_of
 from .workflow.plan import GIB, JobPlan, JobSpec, device_bytes, plan_job
 from .workflow.shapes import ModelShape
-from .workflow.stages import TEXT_TRACKS, context, job_settings, stage_job
+from .workflow.stages import context, job_settings, stage_job
 
 __all__ = ["SmokeJob", "smoke_jobs", "model_config", "write_random_checkpoint", "run_smoke", "COLUMNS"]
 
@@ -86,13 +88,14 @@ def smoke_jobs(cfg: Mapping, only: tuple[str, ...] = ()) -> list[SmokeJob]:
     track with the same plan row is left out). ``only``: stage names to keep (empty: all)."""
     jobs, seen = [], set()
     for track in cfg.get("tracks", []):
-        if track not in TEXT_TRACKS or track == "task_level":
+        t = track_of(track)
+        if not t.smoke:
             continue
         shape, dtype, node = context(cfg, track)
         stages = [
             "finetune",
             "lora",
-            *[m for m in cfg.get("methods", {}).get(track, []) if m in (cfg.get("baselines") or {})],
+            *[m for m in cfg.get("methods", {}).get(track, []) if m in section_at(cfg, t.baselines_section)],
         ]
         for stage in stages:
             if stage not in ("finetune", "lora") and (

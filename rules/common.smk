@@ -50,6 +50,7 @@ from qrerase.workflow.naming import (
     size_of,
     speech_exp,
     tofu_exp,
+    track_of_exp,
     xling_exp,
 )
 
@@ -375,21 +376,18 @@ def finetune_adapter(exp):
 
 
 def erase_scale(exp):
-    """lambda of W' = W - lambda T~_f for an experiment: `speech.scale` for speech, else `unlearn.scale`."""
-    track = parse_exp(exp).track
-    if track == "speech":
-        return config["speech"]["scale"]
-    if track == "task_level":
-        return config["task_level"].get("scale", config["unlearn"]["scale"])
-    return config["unlearn"]["scale"]
+    """lambda of W' = W - lambda T~_f for an experiment: its track's (qrerase.tracks.Track.erase_scale:
+    `unlearn.scale`, `speech.scale` for speech, `task_level.scale` if set for the task-level track).
+    """
+    return track_of_exp(exp).erase_scale(config)
 
 
 def tokenizer_texts(wildcards):
     """The text the embedded model's tokenizer is trained on: the fine-tuning set, every evaluation
     set and the pretraining text (the task-level track's pretraining set is part of its fine-tuning
-    set, so it adds nothing there)."""
+    set, so it adds nothing there: qrerase.tracks.Track.pretrain_text)."""
     names = ["finetune_full", *(f"eval_{s}" for s in EVAL_SETS)]
-    if wildcards.exp != TASK_LEVEL_EXP:
+    if track_of_exp(wildcards.exp).pretrain_text:
         names.append("pretrain")
     return [path("data", exp=wildcards.exp, name=n) for n in names]
 
@@ -401,10 +399,10 @@ def finetune_init_inputs(wildcards):
     if not tiny_model():
         return {"init": imported_model(wildcards.exp)} if GGUF_FILE else {}
     pretraining = wildcards.get("which", "pretrained") == "pretrained"
-    if (
-        wildcards.exp == TASK_LEVEL_EXP and not pretraining
-    ):  # rules/task_level_common.smk
-        return task_level_start_inputs(wildcards)
+    # a track with its own start (qrerase.tracks.Track.finetune_start), e.g. task_level
+    start = track_of_exp(wildcards.exp).finetune_start
+    if start is not None and not pretraining:
+        return globals()[start](wildcards)
     if pretraining:
         return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
     return {"init": path("model", exp=wildcards.exp, which="pretrained")}

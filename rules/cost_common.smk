@@ -1,11 +1,11 @@
 # Cost tables: constants and input functions (its rules: rules/cost.smk, which includes this file).
-#: track -> header of its cost table's column groups (None: one group, the track's one experiment).
-COST_GROUP_HEADER = {
-    "tofu": None,
-    "crosslingual": "Unlearn in",
-    "speech": "Setting",
-    "task_level": None,
-}
+#: track -> header of its cost table's column groups (None: one group, the track's one experiment;
+#: qrerase.tracks.Track.cost_group_header).
+COST_GROUP_HEADER = {t.name: t.cost_group_header for t in registry.TRACKS.values()}
+#: The erase rule whose benchmark a text track's subspace methods count.
+TEXT_ERASE_RULE = (
+    "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter"
+)
 
 
 def cost_components(
@@ -79,48 +79,11 @@ def cost_components(
 
 
 def track_costs(track):
-    """A track's cost groups, {group: {method: components}}: one per cross-lingual unlearning
+    """A track's cost groups, {group: {method: components}}: its `<track>_costs()` in
+    rules/<track>_common.smk (qrerase.tracks.Track.costs), e.g. one per cross-lingual unlearning
     language, one per speech setting, the single '' group of the TOFU and task experiments.
     """
-    text_erase = (
-        "erase_merged" if "merged" in config["erase"]["outputs"] else "erase_adapter"
-    )
-    given = config["lora"]["adapters"]
-    if track == "tofu":
-        return {
-            "": cost_components(EXP, TOFU_METHODS, RANK, text_erase, adapters=given)
-        }
-    if track == "crosslingual":
-        return {
-            code: cost_components(
-                xling_exp(code), XLING_METHODS, RANK, text_erase, adapters=given
-            )
-            for code in XLING_UNLEARN
-        }
-    if track == "speech":
-        return {
-            s: cost_components(
-                speech_exp(s),
-                SPEECH_METHODS,
-                SPEECH_RANK,
-                "erase_merged",
-                lora_rule="speech_lora",
-                baseline_rule="speech_baseline",
-            )
-            for s in SPEECH_SETTINGS
-        }
-    if track == "task_level":
-        return {
-            "": cost_components(
-                TASK_LEVEL_EXP,
-                TASK_LEVEL_METHODS,
-                TASK_LEVEL_RANK,
-                text_erase,
-                baseline_rule="task_level_baseline",
-                adapters=given,
-            )
-        }
-    raise WorkflowError(f"cost: unknown track '{track}'")
+    return globals()[registry.TRACKS[track].costs]()
 
 
 def cost_inputs(wildcards):

@@ -1,8 +1,11 @@
 # Cross-lingual track: constants and input functions (its rules: rules/crosslingual.smk, which includes this file).
 from qrerase.text.crosslingual import SPLIT_FILES as XLING_SPLITS
 from qrerase.text.crosslingual import parse_language
-from qrerase.workflow.validation import crosslingual_root
-from qrerase.workflow.naming import LANG_PATTERN, ROMANISED_LANG_PATTERN
+from qrerase.tracks.crosslingual import (
+    LANG_PATTERN,
+    ROMANISED_LANG_PATTERN,
+    crosslingual_root,
+)
 
 XLING = config.get("crosslingual", {})
 XLING_LANGS = list(XLING.get("languages", []))
@@ -102,3 +105,23 @@ def crosslingual_targets():
         *[path("energy_fig", exp=xling_exp(c)) for c in XLING_UNLEARN],
         *cost_targets("crosslingual"),
     ]
+
+
+def crosslingual_costs():
+    """The cross-lingual track's cost groups: one per unlearning language."""
+    given = config["lora"]["adapters"]
+    return {
+        code: cost_components(
+            xling_exp(code), XLING_METHODS, RANK, TEXT_ERASE_RULE, adapters=given
+        )
+        for code in XLING_UNLEARN
+    }
+
+
+def crosslingual_sweep():
+    """(experiments, methods) of the cross-lingual trade-off sweep: each xling_X."""
+    return [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
+
+
+def crosslingual_tradeoff_targets():
+    return text_tradeoff_targets("crosslingual")

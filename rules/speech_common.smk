@@ -163,3 +163,18 @@ def speech_tradeoff_sweep(wildcards):
         return {"param": "", "values": []}
     sweep = SPEECH_TRADEOFF["baselines"][wildcards.method]
     return {"param": sweep["param"], "values": list(sweep["values"])}
+
+
+def speech_costs():
+    """The speech track's cost groups: one per setting."""
+    return {
+        s: cost_components(
+            speech_exp(s),
+            SPEECH_METHODS,
+            SPEECH_RANK,
+            "erase_merged",
+            lora_rule="speech_lora",
+            baseline_rule="speech_baseline",
+        )
+        for s in SPEECH_SETTINGS
+    }

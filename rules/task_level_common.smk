@@ -123,3 +123,17 @@ def task_level_tradeoff_targets():
         path("table", table="task_level_scale_rule", ext="csv"),
         *expand(PATHS["table"], table="task_level_picked", ext=["csv", "md", "tex"]),
     ]
+
+
+def task_level_costs():
+    """The task-level track's cost groups: one, its experiment."""
+    return {
+        "": cost_components(
+            TASK_LEVEL_EXP,
+            TASK_LEVEL_METHODS,
+            TASK_LEVEL_RANK,
+            TEXT_ERASE_RULE,
+            baseline_rule="task_level_baseline",
+            adapters=config["lora"]["adapters"],
+        )
+    }

@@ -38,9 +38,9 @@ TOFU_BASELINES = [m for m in TOFU_METHODS if m in BASELINES]
 
 
 def refusals_file():
-    """Template answers (methods with the 'refusals' input: DPO, FLAT): baselines.refusals, else
+    """Template answers (methods with the 'refusals' input: DPO, FLAT): tofu.baselines.refusals, else
     idontknow.txt next to the TOFU data."""
-    given = config["baselines"].get("refusals")
+    given = config["tofu"]["baselines"].get("refusals")
     return (
         given if given else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
     )
@@ -59,8 +59,8 @@ def baseline_inputs(wildcards):
 
 
 def baseline_params(wildcards):
-    """qrerase.baselines.text.TextBaselineConfig fields of one method (stage_params: baselines.<method>
-    and the mode, max_length and LoRA shape of `baselines`); the engine settings come as the rule's
+    """qrerase.baselines.text.TextBaselineConfig fields of one method (stage_params: tofu.baselines.<method>
+    and the mode, max_length and LoRA shape of `tofu.baselines`); the engine settings come as the rule's
     `engine` param, seed and threads from the job."""
     return stage_params(wildcards.method, wildcards.exp)
 
@@ -119,3 +119,20 @@ def tofu_targets():
         *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
         *cost_targets("tofu"),
     ]
+
+
+def tofu_costs():
+    """The TOFU track's cost groups (rules/cost_common.smk track_costs): one, its experiment."""
+    given = config["lora"]["adapters"]
+    return {
+        "": cost_components(EXP, TOFU_METHODS, RANK, TEXT_ERASE_RULE, adapters=given)
+    }
+
+
+def tofu_sweep():
+    """(experiments, methods) of the TOFU trade-off sweep (rules/tradeoff_common.smk): exp tofu_<split>."""
+    return [EXP], TOFU_METHODS
+
+
+def tofu_tradeoff_targets():
+    return text_tradeoff_targets("tofu")

@@ -86,7 +86,7 @@ rule track_tradeoff:
     log:
         log_path("tradeoff", "track"),
     wildcard_constraints:
-        track="tofu|crosslingual",
+        track="|".join(t.name for t in registry.TRACKS.values() if t.sweep),
     conda:
         "../envs/tables.yaml"
     threads: 1

@@ -16,9 +16,11 @@ TRADEOFF_BASELINES = list(BASELINES if _SWEPT is None else _SWEPT)
 
 
 def tradeoff_lang(wildcards):
-    """The unlearning (= evaluation) language of a cross-lingual point ('xling_hi_R' -> 'hi_R'), else None."""
+    """The unlearning (= evaluation) language of a point of a track whose points are evaluated in their
+    experiment's language (qrerase.tracks.Track.sweep_language: 'xling_hi_R' -> 'hi_R'), else None.
+    """
     exp = parse_exp(wildcards.exp)
-    return exp.arg if exp.track == "crosslingual" else None
+    return exp.arg if registry.TRACKS[exp.track].sweep_language else None
 
 
 def tradeoff_eval_inputs(wildcards):
@@ -71,10 +73,9 @@ def sweep_scales(sweep, sweeps):
 
 
 def text_track_sweep(track):
-    """(experiments, methods) of a text track's sweep (TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
-    if track == "tofu":
-        return [EXP], TOFU_METHODS
-    return [xling_exp(x) for x in XLING_UNLEARN], XLING_METHODS
+    """(experiments, methods) of a text track's sweep: its `<track>_sweep()` (qrerase.tracks.Track.sweep;
+    TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
+    return globals()[registry.TRACKS[track].sweep]()
 
 
 def tradeoff_points(track):
@@ -98,19 +99,22 @@ def tradeoff_points(track):
     ]
 
 
-def tradeoff_targets():
-    """The sweeps of every configured track (speech: speech_tradeoff_targets; task_level: task_level_tradeoff_targets)."""
-    outs = [
-        out
-        for track in ("tofu", "crosslingual")
-        if track in config["tracks"]
-        for out in (
-            path("table", table=f"{track}_tradeoff", ext="csv"),
-            path("tradeoff_selection", track=track),
-            path("table", table=f"{track}_selectivity", ext="csv"),
-            path("figure", name=f"{track}_tradeoff"),
-        )
+def text_tradeoff_targets(track):
+    """The sweep outputs of a text track (one with a `sweep`): its table, selection, selectivity table
+    and figure."""
+    return [
+        path("table", table=f"{track}_tradeoff", ext="csv"),
+        path("tradeoff_selection", track=track),
+        path("table", table=f"{track}_selectivity", ext="csv"),
+        path("figure", name=f"{track}_tradeoff"),
     ]
-    if "task_level" in config["tracks"]:
-        outs += task_level_tradeoff_targets()
-    return outs + (speech_tradeoff_targets() if "speech" in config["tracks"] else [])
+
+
+def tradeoff_targets():
+    """The sweeps of every configured track: its `<track>_tradeoff_targets()`
+    (qrerase.tracks.Track.tradeoff_targets)."""
+    return [
+        out
+        for track in config["tracks"]
+        for out in globals()[registry.TRACKS[track].tradeoff_targets]()
+    ]

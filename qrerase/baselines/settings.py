@@ -180,7 +180,7 @@ class TextBaselineConfig(TrainingJob):
     set, ``batch_size`` forget examples per step, retain batches of the same size); ``hparams``: the
     method's own keys (``beta`` of NPO / DPO, ...). ``mode``: ``full`` (all weights) or ``lora``
     (``lora_r``, ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``; merged back at the end),
-    from the config's ``baselines`` section.
+    from the config's ``tofu.baselines`` section.
     """
 
     kind: ClassVar[str] = "text"

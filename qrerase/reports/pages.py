@@ -45,6 +45,7 @@ from pathlib import Path
 
 from ..io import atomic_dir, write_text
 from ..metrics.registry import DIRECTIONS, metric, metric_names
+from ..tracks import TRACKS
 from ..workflow.provenance import machine_info, package_versions
 from .compare import compare_csv, render_comparison
 from .snippets import write_snippets
@@ -57,11 +58,9 @@ MAX_CSV_ROWS = 60
 HEADER_PACKAGES = ("python", "torch", "transformers", "peft", "snakemake")
 #: (page name, title, file-name prefixes): a table or figure belongs to the page of the first prefix
 #: that its name equals or starts with followed by ``_`` (``xling_en_energy.png`` → crosslingual).
+#: One page per registered track (:attr:`qrerase.tracks.Track.title`, ``page_prefixes``), then the runtime page.
 PAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("tofu", "TOFU track", ("tofu",)),
-    ("crosslingual", "Cross-lingual track", ("crosslingual", "xling")),
-    ("speech", "Speech track", ("speech",)),
-    ("task_level", "Task-level track", ("task_level", "task")),
+    *((t.name, t.title, t.page_prefixes) for t in TRACKS.values()),
     ("runtime", "Decomposition runtime", ("runtime", "bench")),
 )
 #: What a table's name says about it (shown under the table).

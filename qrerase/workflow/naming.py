@@ -31,6 +31,8 @@ import numbers
 import re
 from typing import NamedTuple
 
+from ..tracks.base import TRACKS, Track, track
+
 __all__ = [
     "Experiment",
     "EXP_PATTERNS",
@@ -48,41 +50,31 @@ __all__ = [
     "format_model",
     "parse_model",
     "method_of",
-    "LANG_PATTERN",
-    "ROMANISED_LANG_PATTERN",
+    "track_of_exp",
     "XLING_EXP",
     "SPEECH_EXP",
 ]
 
-#: track -> the prefix of its experiment names.
-PREFIX = {"tofu": "tofu", "crosslingual": "xling", "speech": "speech", "task_level": "task_level"}
 
-#: A cross-lingual language code: ISO 639-1, '_R' for its romanised copy ('hi', 'hi_R').
-LANG_PATTERN = r"[a-z]{2}(_R)?"
-ROMANISED_LANG_PATTERN = r"[a-z]{2}_R"
+def _tables() -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
+    """(track -> prefix, kind -> regex, kind -> track, kind -> prefix) of the registered tracks
+    (:attr:`qrerase.tracks.Track.prefix`, ``experiments``, ``kind_prefixes``), read when called so that a
+    plug-in track's names parse too."""
+    prefix = {t.name: t.prefix for t in TRACKS.values()}
+    own = [(k, r) for t in TRACKS.values() for k, r in t.experiments.items() if k not in t.kind_prefixes]
+    other = [(k, r) for t in TRACKS.values() for k, r in t.experiments.items() if k in t.kind_prefixes]
+    patterns = dict(own + other)  # the kinds named by their track's prefix first, then the others
+    kind_track = {k: t.name for t in TRACKS.values() for k in t.experiments}
+    kind_prefix = {k: p for t in TRACKS.values() for k, p in t.kind_prefixes.items()}
+    return prefix, patterns, kind_track, kind_prefix
 
-#: kind -> regex of its names; a kind is the name's template. The order is the central
-#: ``exp`` wildcard constraint's (rules/common.smk).
-EXP_PATTERNS: dict[str, str] = {
-    "tofu_<split>": r"tofu_forget\d\d",
-    "xling": "xling",
-    "xling_<lang>": rf"xling_{LANG_PATTERN}",
-    "speech": "speech",
-    "speech_<setting>": "speech_(sample|class)",
-    "task_level": "task_level",
-    "size_<shape>": r"size_h\d+_s\d+",
-}
-_KIND_TRACK = {
-    "tofu_<split>": "tofu",
-    "xling": "crosslingual",
-    "xling_<lang>": "crosslingual",
-    "speech": "speech",
-    "speech_<setting>": "speech",
-    "task_level": "task_level",
-    "size_<shape>": "tofu",
-}
-#: kinds whose names do not start with their track's prefix
-_KIND_PREFIX = {"size_<shape>": "size"}
+
+#: track -> the prefix of its experiment names (the built-in tracks; :attr:`qrerase.tracks.Track.prefix`).
+PREFIX: dict[str, str] = _tables()[0]
+#: kind -> regex of its names; a kind is the name's template (the built-in tracks'
+#: :attr:`qrerase.tracks.Track.experiments`, in track order, the kinds with another prefix last). The
+#: order is the central ``exp`` wildcard constraint's (rules/common.smk).
+EXP_PATTERNS: dict[str, str] = _tables()[1]
 
 XLING_EXP = PREFIX["crosslingual"]
 SPEECH_EXP = PREFIX["speech"]
@@ -103,30 +95,38 @@ class Experiment(NamedTuple):
 
 def exp_pattern(*kinds: str) -> str:
     """The regex of experiment names of the given kinds (keys of :data:`EXP_PATTERNS`; none: all)."""
-    unknown = [k for k in kinds if k not in EXP_PATTERNS]
+    patterns = _tables()[1]
+    unknown = [k for k in kinds if k not in patterns]
     if unknown:
-        raise KeyError(f"exp_pattern: unknown kind(s) {unknown}; known: {list(EXP_PATTERNS)}")
-    return "|".join(EXP_PATTERNS[k] for k in (kinds or EXP_PATTERNS))
+        raise KeyError(f"exp_pattern: unknown kind(s) {unknown}; known: {list(patterns)}")
+    return "|".join(patterns[k] for k in (kinds or patterns))
 
 
 def parse_exp(exp: str) -> Experiment:
     """``'xling_hi_R'`` -> ``Experiment('crosslingual', 'hi_R')``; ValueError for a malformed name."""
-    for kind, pattern in EXP_PATTERNS.items():
+    prefixes, patterns, kind_track, kind_prefix = _tables()
+    for kind, pattern in patterns.items():
         if re.fullmatch(pattern, exp):
-            track = _KIND_TRACK[kind]
-            prefix = _KIND_PREFIX.get(kind, PREFIX[track])
+            name = kind_track[kind]
+            prefix = kind_prefix.get(kind, prefixes[name])
             arg = exp[len(prefix) + 1 :] if "<" in kind else None
-            return Experiment(track, arg)
-    raise ValueError(f"experiment name {exp!r} matches none of {list(EXP_PATTERNS)}")
+            return Experiment(name, arg)
+    raise ValueError(f"experiment name {exp!r} matches none of {list(patterns)}")
+
+
+def track_of_exp(exp: str) -> Track:
+    """The registered :class:`~qrerase.tracks.Track` of an experiment name."""
+    return track(parse_exp(exp).track)
 
 
 def format_exp(track: str, arg: str | None = None) -> str:
     """The inverse of :func:`parse_exp`; ValueError when the result would not parse back."""
-    if track not in PREFIX:
-        raise ValueError(f"unknown track {track!r}; known: {list(PREFIX)}")
-    name = PREFIX[track] if arg is None else f"{PREFIX[track]}_{arg}"
-    for kind, prefix in _KIND_PREFIX.items():  # e.g. ('tofu', 'h64_s0') -> 'size_h64_s0'
-        if _KIND_TRACK[kind] == track and arg is not None and re.fullmatch(EXP_PATTERNS[kind], f"{prefix}_{arg}"):
+    prefixes, patterns, kind_track, kind_prefix = _tables()
+    if track not in prefixes:
+        raise ValueError(f"unknown track {track!r}; known: {list(prefixes)}")
+    name = prefixes[track] if arg is None else f"{prefixes[track]}_{arg}"
+    for kind, prefix in kind_prefix.items():  # e.g. ('tofu', 'h64_s0') -> 'size_h64_s0'
+        if kind_track[kind] == track and arg is not None and re.fullmatch(patterns[kind], f"{prefix}_{arg}"):
             name = f"{prefix}_{arg}"
     try:
         parsed = parse_exp(name)
@@ -166,10 +166,11 @@ def size_of(exp: str) -> tuple[int, int] | None:
 
 
 def model_exp(exp: str) -> str:
-    """The experiment whose fine-tuned models ``exp`` unlearns from: TOFU experiments and ``task_level``
-    own theirs; ``xling_<lang>`` uses the shared ``xling`` models, ``speech_<setting>`` ``speech``."""
-    track, _ = parse_exp(exp)
-    return PREFIX[track] if track in ("crosslingual", "speech") else exp
+    """The experiment whose fine-tuned models ``exp`` unlearns from: ``<prefix>`` for a track with
+    :attr:`~qrerase.tracks.Track.shared_models` (``xling_<lang>`` -> ``xling``, ``speech_<setting>`` ->
+    ``speech``), else ``exp`` itself (TOFU experiments and ``task_level`` own theirs)."""
+    t = track(parse_exp(exp).track)
+    return t.prefix if t.shared_models else exp
 
 
 def format_model(method: str, rank: int) -> str:

@@ -111,7 +111,7 @@ class JobSpec:
     sequences: sequences per example (2: forget + retain batches, or DPO's chosen + rejected).
     references: frozen model copies held during training (KL / NPO / DPO / FLAT: 1).
     backend: the multi-process engine (``ddp`` | ``fsdp``; irrelevant with one process).
-    section: the config key of the job's own section (e.g. ``baselines.ga``), named in notes;
+    section: the config key of the job's own section (e.g. ``tofu.baselines.ga``), named in notes;
     backend_key: the config key its backend comes from, or is best set at (``finetune.backend``);
     hint: what to change when the job fits no single node (e.g. ``use finetune.mode: lora``).
     """

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import registry
+from ..tracks import base as tracks
 from .plan import DTYPE_BYTES, GIB, JobPlan, JobSpec, plan_job
 from .shapes import ModelShape
 from .stages import context, stage_job, track_section
@@ -54,28 +55,21 @@ def deep_update(base: dict, over: Mapping) -> dict:
 
 
 def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
-    """(rule kind, job, examples per epoch) of a text track (tofu, crosslingual, task_level)."""
+    """(rule kind, job, examples per epoch) of a text track: pretraining (:meth:`Track.pretrains`),
+    fine-tuning, the task adapters, the baselines with settings in its baselines section, evaluation
+    (its first non-empty evaluation section), factors and erase."""
+    t = tracks.track(track)
     eval_p = _processes(cfg, "evaluate")
-    tiny = cfg["model"].get("name_or_path") is None
     ft = track_section(cfg, track, "finetune")
-    n = _examples(cfg, track)
-    stages = []
-    level = cfg.get("task_level", {}) if track == "task_level" else {}
-    if tiny and (track != "task_level" or level.get("init", "pretrained") == "pretrained"):
-        stages.append("pretrain")
+    n = t.examples(cfg)
+    stages = ["pretrain"] if t.pretrains(cfg) else []
     stages += ["finetune", "lora"]
-    if track == "task_level":
-        configured = (cfg.get("task_level") or {}).get("baselines") or {}
-    else:
-        bl = cfg.get("baselines") or {}
-        configured = {m: bl.get(m) for m in registry.baselines_of_kind("text") if bl.get(m)}
+    configured = tracks.section_at(cfg, t.baselines_section)
     for method in cfg.get("methods", {}).get(track, []):
         if registry.method(method).plan_shape is not None and configured.get(method):
             stages.append(method)
     jobs = [("train", stage_job(cfg, track, stage), n) for stage in stages]
-    ev = (cfg.get("tofu", {}) if track != "task_level" else cfg.get("task_level", {})).get("evaluate") or {}
-    if track == "crosslingual":
-        ev = cfg.get("crosslingual", {}).get("evaluate") or ev
+    ev = next((e for e in (tracks.section_at(cfg, k) for k in t.eval_sections) if e), {})
     evaluate = JobSpec(
         f"{track}:evaluate",
         "infer",
@@ -89,37 +83,6 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
     jobs.append(("linalg", JobSpec(f"{track}:factors", "linalg", lora_rank=lora_r), 0))
     jobs.append(("linalg", JobSpec(f"{track}:erase_merged", "linalg"), 0))
     return jobs
-
-
-def speech_jobs(cfg: Mapping) -> list[tuple[str, JobSpec, int]]:
-    sp = cfg["speech"]
-    eval_p = _processes(cfg, "evaluate")
-    frames = max(1, int(round(float(sp["data"]["max_seconds"]) * 50)))
-    n = 3000
-    stages = (["pretrain"] if sp["model"].get("name_or_path") is None else []) + ["finetune", "lora"]
-    baselines = sp.get("baselines") or {}
-    stages += [
-        m
-        for m in cfg.get("methods", {}).get("speech", [])
-        if registry.method(m).plan_shape is not None and m in baselines
-    ]
-    jobs = [("train", stage_job(cfg, "speech", stage), n) for stage in stages]
-    ev = sp.get("evaluate") or {}
-    jobs.append(
-        ("evaluate", JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames, processes=eval_p), n)
-    )
-    jobs.append(("linalg", JobSpec("speech:factors", "linalg", lora_rank=int(sp["lora"]["r"]), lora_modules=4), 0))
-    jobs.append(("linalg", JobSpec("speech:erase_merged", "linalg"), 0))
-    return jobs
-
-
-def _examples(cfg: Mapping, track: str) -> int:
-    if track == "task_level":
-        sizes = ((cfg.get("task_level") or {}).get("data") or {}).get("sizes") or {}
-        return sum(int(s.get("train", 0)) for s in sizes.values()) or 1000
-    data = (cfg.get("crosslingual" if track == "crosslingual" else "tofu") or {}).get("data") or {}
-    langs = len((cfg.get("crosslingual") or {}).get("languages", [1])) if track == "crosslingual" else 1
-    return 20 * int(data.get("n_authors") or 200) * max(1, langs)
 
 
 def runtime_min(
@@ -150,11 +113,22 @@ def _planned(cfg: Mapping) -> Iterable[tuple[str, JobPlan, int]]:
     threads = int(cfg.get("threads", 1))
     for track in cfg.get("tracks", []):
         shape, dtype, node = context(cfg, track)
-        jobs = speech_jobs(cfg) if track == "speech" else text_jobs(cfg, track)
-        sections = cfg["speech"] if track == "speech" else cfg
+        t = tracks.track(track)
+        jobs, sections = t.plan_jobs(cfg), t.plan_sections(cfg)
+        baselines = tracks.section_at(cfg, t.baselines_section)
+        jobs = text_jobs(cfg, track) if jobs is None else jobs
         for rule_kind, job, examples in jobs:
             plan = plan_job(shape, job, dtype, node)
-            minutes = runtime_min(shape, job, rule_kind, examples, _epochs(sections, job), dtype, plan.gpus, threads)
+            minutes = runtime_min(
+                shape,
+                job,
+                rule_kind,
+                examples,
+                _epochs(sections, baselines, job),
+                dtype,
+                plan.gpus,
+                threads,
+            )
             yield rule_kind, plan, minutes
 
 
@@ -169,9 +143,11 @@ def refusal(cfg: Mapping) -> str | None:
     return f"the memory plan: job {misses[0].name} does not fit: {misses[0].note}{more}"
 
 
-def _epochs(sections: Mapping, job: JobSpec) -> int:
+def _epochs(sections: Mapping, baselines: Mapping, job: JobSpec) -> int:
+    """A job's epochs: ``<stage>.epochs`` of its track's plan sections, else ``<stage>.epochs`` of its
+    baselines section, else 1."""
     _, _, name = job.name.partition(":")
-    for where in (sections.get(name), (sections.get("baselines") or {}).get(name)):
+    for where in (sections.get(name), baselines.get(name)):
         if isinstance(where, Mapping) and "epochs" in where:
             return int(where["epochs"])
     return 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import registry
+from ..tracks import base as tracks
 from .plan import REPLICATED, JobSpec, Node, plan_job
 from .shapes import ModelShape, resolve_shape
 
@@ -44,18 +45,12 @@ def node_of(cfg: Mapping, device: str) -> Node:
 
 #: Engine keys a training section without them takes from its track's fine-tuning section.
 INHERITED_ENGINE_KEYS = {"backend": REPLICATED, "gradient_checkpointing": False}
-#: The tracks whose jobs train the text model (the speech track trains the HuBERT classifier).
-TEXT_TRACKS = ("tofu", "crosslingual", "task_level")
 
 
 def track_section(cfg: Mapping, track: str, name: str) -> dict:
     """A text track's ``pretrain`` / ``finetune`` / ``lora`` section (``tokenizer``: ``model.tokenizer``)
-    with the track's overrides: ``crosslingual.<name>`` for the cross-lingual track,
-    ``task_level.<name>`` for the task-level track (rules/common.smk ``exp_section``)."""
-    base = dict(cfg["model"]["tokenizer"] if name == "tokenizer" else cfg[name])
-    if track in ("crosslingual", "task_level"):
-        base.update((cfg.get(track) or {}).get(name) or {})
-    return base
+    with the track's overrides (:meth:`qrerase.tracks.Track.training_section`; rules/common.smk ``exp_section``)."""
+    return tracks.track(track).training_section(cfg, name)
 
 
 @dataclass(frozen=True)
@@ -89,59 +84,43 @@ class Stage:
         return None, f"{chain[-1][0]}.{key}"
 
 
-def _chain(cfg: Mapping, track: str, name: str) -> list[tuple[str, Mapping]]:
-    """The sections ``track_section(cfg, track, name)`` merges, most specific first."""
-    chain = [(f"{track}.{name}", (cfg.get(track) or {}).get(name) or {})] if track == "task_level" else []
-    if track == "crosslingual":
-        chain.append((f"crosslingual.{name}", (cfg.get("crosslingual") or {}).get(name) or {}))
-    return [*chain, (name, cfg.get(name) or {})]
+def text_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
+    """A text track's stage: pretrain / finetune / lora (its training sections, :meth:`Track.chain`), or a
+    baseline (:meth:`Track.baseline_stage`)."""
+    ft_chain = t.chain(cfg, "finetune")
+    ft = t.training_section(cfg, "finetune")
+    if stage not in ("pretrain", "finetune", "lora"):
+        own = t.baseline_stage(cfg, stage)
+        return text_baseline_stage(cfg, t, stage) if own is None else own
+    section = t.training_section(cfg, stage)
+    own = t.chain(cfg, stage)
+    chain = own if stage == "finetune" else own + ft_chain
+    kind, rank, hint = "train", 0, "use finetune.mode: lora"
+    if stage == "lora":
+        kind, rank, hint = "lora", int(section["r"]), ""
+    elif stage == "finetune" and ft.get("mode") == "lora":
+        shape = ft.get("lora") or t.training_section(cfg, "lora")
+        kind, rank, hint = "lora", int(shape["r"]), ""
+    return Stage(
+        f"{t.name}:{stage}",
+        kind,
+        section,
+        tuple(chain),
+        len(own),
+        max_length=int(section.get("max_length", 512)),
+        lora_rank=rank,
+        hint=hint,
+    )
 
 
-def _text_stage(cfg: Mapping, track: str, stage: str) -> Stage:
-    """A text track's stage: pretrain / finetune / lora (their track sections), a task-level baseline
-    (``task_level.baselines.<m>``, full weights, the fine-tuning ``max_length``) or a text baseline
-    (``baselines.<m>`` with the section's mode, max_length and LoRA shape: rules/tofu_common.smk)."""
-    ft_chain = _chain(cfg, track, "finetune")
-    ft = track_section(cfg, track, "finetune")
-    if stage in ("pretrain", "finetune", "lora"):
-        section = track_section(cfg, track, stage)
-        own = _chain(cfg, track, stage)
-        chain = own if stage == "finetune" else own + ft_chain
-        kind, rank, hint = "train", 0, "use finetune.mode: lora"
-        if stage == "lora":
-            kind, rank, hint = "lora", int(section["r"]), ""
-        elif stage == "finetune" and ft.get("mode") == "lora":
-            shape = ft.get("lora") or track_section(cfg, track, "lora")
-            kind, rank, hint = "lora", int(shape["r"]), ""
-        return Stage(
-            f"{track}:{stage}",
-            kind,
-            section,
-            tuple(chain),
-            len(own),
-            max_length=int(section.get("max_length", 512)),
-            lora_rank=rank,
-            hint=hint,
-        )
+def text_baseline_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
+    """A text baseline's stage: ``<baselines_section>.<m>`` with the section's mode, max_length and LoRA
+    shape (rules/tofu_common.smk), the track's fine-tuning section after it in the chain."""
+    ft = t.training_section(cfg, "finetune")
     plan_shape = registry.method(stage).plan_shape
     seqs, refs = plan_shape or (1, 0)
-    if track == "task_level":
-        section = dict(((cfg.get("task_level") or {}).get("baselines") or {}).get(stage) or {})
-        chain = ((f"task_level.baselines.{stage}", section), *ft_chain)
-        hint = f"task-level baselines have no LoRA mode: remove {stage} from methods.task_level"
-        return Stage(
-            f"{track}:{stage}",
-            "train",
-            section,
-            chain,
-            1,
-            seqs,
-            refs,
-            int(ft.get("max_length", 128)),  # rules/task_level.smk: the fine-tuning cap
-            hint=hint,
-            planned=plan_shape is not None,
-        )
-    bl = cfg.get("baselines") or {}
+    where = t.baselines_section
+    bl = tracks.section_at(cfg, where)
     lora = bl.get("lora") or {}
     own = dict(bl.get(stage) or {})
     recipe = {
@@ -156,49 +135,16 @@ def _text_stage(cfg: Mapping, track: str, stage: str) -> Stage:
     }
     lora_mode = recipe["mode"] == "lora"
     return Stage(
-        f"{track}:{stage}",
+        f"{t.name}:{stage}",
         "lora" if lora_mode else "train",
         recipe,
-        ((f"baselines.{stage}", own), *ft_chain),
+        ((f"{where}.{stage}", own), *t.chain(cfg, "finetune")),
         1,
         seqs,
         refs,
         int(recipe["max_length"]),
         int(lora.get("r", 0)) if lora_mode else 0,
-        "" if lora_mode else "use baselines.mode: lora",
-        plan_shape is not None,
-    )
-
-
-def _speech_stage(cfg: Mapping, stage: str) -> Stage:
-    """A speech stage: ``speech.<pretrain|finetune|lora>`` or a baseline (``speech.baselines.common``
-    overlaid by ``speech.baselines.<m>``); sequences of ``max_seconds x 50`` frames."""
-    sp = cfg["speech"]
-    frames = max(1, int(round(float(sp["data"]["max_seconds"]) * 50)))
-    ft = ("speech.finetune", sp.get("finetune") or {})
-    if stage in ("pretrain", "finetune", "lora"):
-        section = dict(sp[stage])
-        chain = ((f"speech.{stage}", section),) if stage == "finetune" else ((f"speech.{stage}", section), ft)
-        kind = "lora" if stage == "lora" else "train"
-        rank = int(section["r"]) if stage == "lora" else 0
-        return Stage(f"speech:{stage}", kind, section, chain, 1, max_length=frames, lora_rank=rank)
-    baselines = sp.get("baselines") or {}
-    common, own = baselines.get("common") or {}, baselines.get(stage) or {}
-    section = {**common, **own}
-    lora_mode = section.get("mode") == "lora"
-    plan_shape = registry.method(stage).plan_shape
-    seqs, refs = plan_shape or (1, 0)
-    return Stage(
-        f"speech:{stage}",
-        "lora" if lora_mode else "train",
-        section,
-        ((f"speech.baselines.{stage}", own), ("speech.baselines.common", common), ft),
-        2,
-        seqs,
-        refs,
-        frames,
-        int(section.get("lora_r", 8)) if lora_mode else 0,
-        "" if lora_mode else f"use speech.baselines.{stage}.mode: lora",
+        "" if lora_mode else f"use {where}.mode: lora",
         plan_shape is not None,
     )
 
@@ -206,11 +152,9 @@ def _speech_stage(cfg: Mapping, stage: str) -> Stage:
 def stage_of(cfg: Mapping, track: str, stage: str) -> Stage:
     """The training job kind ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name) of
     ``track``, before planning."""
-    if track == "speech":
-        return _speech_stage(cfg, stage)
-    if track not in TEXT_TRACKS:
-        raise ValueError(f"tracks: unknown track {track!r}")
-    return _text_stage(cfg, track, stage)
+    t = tracks.track(track)
+    own = t.stage(cfg, stage)
+    return text_stage(cfg, t, stage) if own is None else own
 
 
 def stage_job(cfg: Mapping, track: str, stage: str) -> JobSpec:
@@ -241,11 +185,11 @@ def stage_job(cfg: Mapping, track: str, stage: str) -> JobSpec:
 
 def context(cfg: Mapping, track: str) -> tuple[ModelShape, str, Node]:
     """(shape, dtype, node) a track's jobs are planned on."""
-    if track == "speech":
-        model, shape = cfg["speech"]["model"], speech_shape(cfg)
-    else:
+    own = tracks.track(track).planning_model(cfg)
+    if own is None:
         model = cfg["model"]
-        shape = resolve_shape(model, (model.get("tokenizer") or {}).get("vocab_size"))
+        own = model, resolve_shape(model, (model.get("tokenizer") or {}).get("vocab_size"))
+    model, shape = own
     return shape, model.get("dtype", "float32"), node_of(cfg, model.get("device", "cpu"))
 
 
@@ -282,21 +226,3 @@ def job_settings(cfg: Mapping, track: str, stage: str) -> dict[str, Any]:
     ``engine`` param, ``{**stage_recipe(...), **engine_settings(...)}`` (the scripts'
     ``{**p.<recipe>, **p.engine}``)."""
     return {**stage_recipe(cfg, track, stage), **engine_settings(cfg, track, stage)}
-
-
-def speech_shape(cfg: Mapping) -> ModelShape:
-    m = cfg["speech"]["model"]
-    if m.get("name_or_path") is None and not m.get("shape"):
-        t = m.get("tiny") or {}
-        return ModelShape(
-            "tiny-hubert",
-            t.get("num_hidden_layers", 4),
-            t.get("hidden_size", 64),
-            t.get("intermediate_size", 128),
-            0,
-            t.get("num_attention_heads", 4),
-            t.get("num_attention_heads", 4),
-            gated_mlp=False,
-            frames_per_second=50,
-        )
-    return resolve_shape(m)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import jobs, registry
+from ..tracks.base import TRACKS
 
 __all__ = [
     "ConfigError",
@@ -32,14 +33,12 @@ __all__ = [
     "check_schema",
     "check_finite",
     "check_core",
-    "check_crosslingual",
-    "check_speech",
     "check_baselines",
+    "check_moved_keys",
+    "MOVED_KEYS",
     "check_method_settings",
     "check_tradeoff",
-    "check_task_level",
     "check_model_source",
-    "crosslingual_root",
 ]
 
 #: Package data: in a checkout a symlink to the source, schemas/config.schema.yaml (the file the Snakefile
@@ -179,10 +178,8 @@ def _unknown_key(err, schema_path: str) -> tuple[str, str] | None:
 
 
 def check_core(cfg: Mapping) -> None:
-    """The TOFU track and the shared sections: ranks within the LoRA rank, the tiny model's shape,
-    the vendored data files, user adapters, imported models."""
-    from ..text.data import holdout_split, required_splits
-
+    """The shared sections: ranks within the LoRA rank, the tiny model's shape, the model source,
+    user adapters (each track's own section: its :meth:`~qrerase.tracks.Track.run_check`)."""
     lora_r = cfg["lora"]["r"]
     for key in ("rank", "retain_rank"):
         value = cfg["unlearn"].get(key)
@@ -197,12 +194,6 @@ def check_core(cfg: Mapping) -> None:
             raise ConfigError("config key 'model.tiny.hidden_size': must be divisible by num_attention_heads")
         if tiny["num_attention_heads"] % tiny["num_key_value_heads"]:
             raise ConfigError("config key 'model.tiny.num_key_value_heads': must divide num_attention_heads")
-    data = cfg["tofu"]["data"]
-    if data["source"] == "local":
-        root = Path(data["root"])
-        for name in [*required_splits(data["split"], data.get("knowledge", [])), holdout_split(data["split"])]:
-            if not (root / f"{name}.jsonl").is_file():
-                raise ConfigError(f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found")
     check_model_source("model", cfg["model"], tokenizer=True)
     for set_name, path in cfg["lora"]["adapters"].items():
         if path is not None:
@@ -212,10 +203,6 @@ def check_core(cfg: Mapping) -> None:
                 check_adapter_dir(path)
             except (FileNotFoundError, ValueError) as exc:
                 raise ConfigError(f"config key 'lora.adapters.{set_name}': {exc}") from None
-    for item in cfg["tofu"].get("imported_models", []):
-        for key in ("log", "reference"):
-            if item.get(key) and not Path(item[key]).exists():
-                raise ConfigError(f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found")
 
 
 def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> None:
@@ -237,98 +224,11 @@ def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> Non
         return
     if not is_local_path(name):
         return
-    what = "speech model" if section.startswith("speech") else "model"
+    what = " ".join([*section.split(".")[:-1], "model"])  # "speech.model" -> "speech model"
     try:
         check_model_dir(name, what, tokenizer=tokenizer)
     except ValueError as exc:
         raise ConfigError(f"config key '{section}.name_or_path': {exc}") from None
-
-
-def crosslingual_root(code: str, cfg: Mapping) -> str:
-    """The folder of a (non-romanised) language's six TOFU splits: TOFU itself for English."""
-    data = cfg["crosslingual"]["data"]
-    return data["english_root"] if code == "en" else str(Path(data["root"]) / code)
-
-
-def check_crosslingual(cfg: Mapping) -> None:
-    """The 'crosslingual' section: language codes, table method; data files only when the track runs."""
-    from ..text.crosslingual import check_language_files, parse_language
-
-    xl = cfg.get("crosslingual")
-    runs = "crosslingual" in cfg["tracks"]
-    if xl is None or "crosslingual" not in cfg["methods"]:
-        if runs:
-            raise ConfigError(
-                "config key 'crosslingual': the crosslingual track needs a 'crosslingual' section "
-                "and 'methods.crosslingual'"
-            )
-        return
-    for key in ("languages", "unlearn"):
-        for i, code in enumerate(xl[key]):
-            try:
-                parse_language(code)
-            except ValueError as exc:
-                raise ConfigError(f"config key 'crosslingual.{key}[{i}]': {exc}") from None
-    for i, code in enumerate(xl["unlearn"]):
-        if code not in xl["languages"]:
-            raise ConfigError(
-                f"config key 'crosslingual.unlearn[{i}]': '{code}' is not in crosslingual.languages {xl['languages']}"
-            )
-    if xl["table_method"] not in cfg["methods"]["crosslingual"]:
-        raise ConfigError(
-            f"config key 'crosslingual.table_method': '{xl['table_method']}' is not in "
-            f"methods.crosslingual {cfg['methods']['crosslingual']}"
-        )
-    if not runs:
-        return
-    for code in dict.fromkeys(parse_language(c)[0] for c in xl["languages"]):
-        try:
-            check_language_files(crosslingual_root(code, cfg))
-        except (ValueError, FileNotFoundError) as exc:
-            root = "english_root" if code == "en" else "root"
-            raise ConfigError(f"config key 'crosslingual.data.{root}': {exc}") from None
-
-
-def check_speech(cfg: Mapping) -> None:
-    """The `speech` section (fractions and types are the schema's): ranks within the LoRA rank,
-    settings; speakers against the recordings only when the track runs."""
-    sp = cfg["speech"]
-    lora_r = sp["lora"]["r"]
-    for k in [sp["rank"], *sp["ranks"], *sp["tradeoff"]["ranks"]]:
-        if k > lora_r:
-            raise ConfigError(
-                f"config key 'speech.rank(s)': rank {k} exceeds the LoRA rank speech.lora.r={lora_r}; "
-                "the task matrices have rank at most r"
-            )
-    if not set(sp["rank_settings"]) <= set(sp["settings"]):
-        raise ConfigError(
-            f"config key 'speech.rank_settings': {sp['rank_settings']} must be among speech.settings {sp['settings']}"
-        )
-    if not set(sp["tradeoff"]["settings"]) & set(sp["settings"]):
-        raise ConfigError(
-            f"config key 'speech.tradeoff.settings': {sp['tradeoff']['settings']} shares no setting with "
-            f"speech.settings {sp['settings']}"
-        )
-    if "speech" not in cfg["tracks"]:
-        return  # the checks below need the recordings and the model; a run without the track needs neither
-    check_model_source("speech.model", sp["model"], tokenizer=False)
-    from ..speech.data import list_recordings
-
-    root = sp["data"]["root"]
-    try:
-        recs = list_recordings(root, sp["data"].get("max_per_digit"))
-    except (FileNotFoundError, ValueError) as exc:
-        raise ConfigError(f"config key 'speech.data.root': {exc}") from None
-    speakers = sorted({r.speaker for r in recs})
-    for name in sp.get("forget_speakers") or []:
-        if name not in speakers:
-            raise ConfigError(
-                f"config key 'speech.forget_speakers': speaker '{name}' not in {root} (speakers: {', '.join(speakers)})"
-            )
-    if sp.get("forget_speakers") is not None and len(set(sp["forget_speakers"])) >= len(speakers):
-        raise ConfigError("config key 'speech.forget_speakers': at least one speaker must be retained")
-    if sp["top_k"] > len(speakers):
-        raise ConfigError(f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})")
 
 
 def _section(cfg: Mapping, dotted: str) -> Mapping:
@@ -340,7 +240,7 @@ def _section(cfg: Mapping, dotted: str) -> Mapping:
 
 def check_method_settings(cfg: Mapping, track: str) -> None:
     """Every baseline in ``methods.<track>`` has its entry in the config section its track's runner
-    reads (:func:`qrerase.registry.required_section`: ``baselines.<method>`` for the text tracks,
+    reads (:func:`qrerase.registry.required_section`: ``tofu.baselines.<method>`` for the text tracks,
     ``task_level.baselines.<method>`` for the task-level track)."""
     section = registry.required_section(track)
     if section is None:
@@ -350,21 +250,18 @@ def check_method_settings(cfg: Mapping, track: str) -> None:
         if name in baselines and not _section(cfg, section).get(name):
             raise ConfigError(
                 f"config key 'methods.{track}.{i}': baseline '{name}' has no '{section}.{name}' settings"
-                + (" (epochs, lr, batch_size, ...)" if section == "baselines" else "")
+                + (" (epochs, lr, batch_size, ...)" if registry.SETTINGS_SECTIONS.get(section) == "text" else "")
             )
 
 
 def check_baselines(cfg: Mapping) -> None:
     """:func:`check_method_settings` of every track in ``methods`` whose baselines read a shared section
     (a track whose section lies inside its own, e.g. ``task_level.baselines``, is checked by its track's
-    check, when it runs); ``baselines.refusals`` exists."""
+    check)."""
     for track in cfg["methods"]:
         section = registry.required_section(track)
         if section is not None and section.split(".")[0] != track:
             check_method_settings(cfg, track)
-    refusals = cfg.get("baselines", {}).get("refusals")
-    if refusals is not None and not Path(refusals).is_file():
-        raise ConfigError(f"config key 'baselines.refusals': {refusals} not found")
 
 
 def check_tradeoff(cfg: Mapping) -> None:
@@ -377,50 +274,6 @@ def check_tradeoff(cfg: Mapping) -> None:
             "config key 'tradeoff.scales': must include 0 (the unedited model: the utility "
             "reference of every curve and the baseline of the lambda rule)"
         )
-
-
-def check_task_level(cfg: Mapping) -> None:
-    """The task_level section (when the track runs): skills, split sizes, operand ranges, data files;
-    rank; the LoRA base against the init; the sweep's ranks and scales."""
-    if "task_level" not in cfg["tracks"]:
-        return
-    if "task_level" not in cfg or "task_level" not in cfg["methods"]:
-        raise ConfigError(
-            "config key 'task_level': the task-level track needs a 'task_level' section and 'methods.task_level'"
-        )
-    from ..text.task_level import TaskLevelDataConfig, check_task_level_config
-
-    try:
-        check_task_level_config(TaskLevelDataConfig.from_dict(cfg["task_level"]["data"]))
-    except (ValueError, TypeError) as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"config key '{key}': {message}") from None
-    rank = cfg["task_level"].get("rank", cfg["unlearn"]["rank"])
-    lora_r = cfg["lora"]["r"]
-    if rank > lora_r and not any(cfg["lora"]["adapters"].values()):
-        raise ConfigError(f"config key 'task_level.rank': {rank} exceeds the LoRA rank lora.r={lora_r}")
-    check_method_settings(cfg, "task_level")
-    section = cfg["task_level"]
-    base = (section.get("lora") or {}).get("base", cfg["lora"].get("base", "finetuned"))
-    tiny = cfg["model"].get("name_or_path") is None
-    if base == "pretrained" and tiny and section.get("init", "pretrained") != "pretrained":
-        raise ConfigError(
-            "config key 'task_level.lora.base': pretrained needs a pretrained checkpoint "
-            "(task_level.init: pretrained), got task_level.init: scratch"
-        )
-    sweep = section.get("tradeoff")
-    if sweep:
-        too_big = [k for k in sweep["ranks"] if k > lora_r]
-        if too_big and not any(cfg["lora"]["adapters"].values()):
-            raise ConfigError(f"config key 'task_level.tradeoff.ranks': {too_big} exceed the LoRA rank lora.r={lora_r}")
-        if rank not in sweep["ranks"]:
-            raise ConfigError(
-                f"config key 'task_level.tradeoff.ranks': needs task_level.rank={rank} (the picked table's rank)"
-            )
-        if 0 not in sweep["scales"]:
-            raise ConfigError(
-                "config key 'task_level.tradeoff.scales': needs 0 (the unedited model the lambda rule compares with)"
-            )
 
 
 def load_config_plugins(cfg: Mapping) -> None:
@@ -436,14 +289,26 @@ def load_config_plugins(cfg: Mapping) -> None:
             raise ConfigError(f"config key 'plugins.{i}': {exc}") from None
 
 
+#: Config keys that moved: old dotted key -> new one (a config still using the old key is refused in one line).
+MOVED_KEYS = {"baselines": "tofu.baselines"}
+
+
+def check_moved_keys(cfg: Mapping) -> None:
+    """Refuse a config that still sets a moved key (:data:`MOVED_KEYS`), naming the new key."""
+    for old, new in MOVED_KEYS.items():
+        parent, _, leaf = old.rpartition(".")
+        if leaf in (_section(cfg, parent) if parent else cfg):
+            raise ConfigError(f"config key '{old}' moved to '{new}'")
+
+
 def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     """Every check, in order: the plug-ins' methods registered, then the schema (so the cross-key
     checks may trust types and keys), then the cross-key checks."""
+    check_moved_keys(cfg)
     load_config_plugins(cfg)
     check_schema(cfg, schema_path)
     check_core(cfg)
-    check_crosslingual(cfg)
-    check_speech(cfg)
+    for t in TRACKS.values():
+        t.run_check(cfg)
     check_baselines(cfg)
     check_tradeoff(cfg)
-    check_task_level(cfg)

@@ -256,4 +256,4 @@ def test_workflow_schema_lists_exactly_these_baselines():
     enum = schema["properties"]["methods"]["properties"]["tofu"]["items"]["enum"]
     subspace = {"unlearn", "unlearn_ll", "qr_erase", "qr_erase_ll"}
     assert [m for m in enum if m not in subspace] == list(TEXT_BASELINES)
-    assert set(schema["properties"]["baselines"]["properties"]) >= set(TEXT_BASELINES)
+    assert set(schema["properties"]["tofu"]["properties"]["baselines"]["properties"]) >= set(TEXT_BASELINES)

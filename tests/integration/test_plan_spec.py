@@ -131,9 +131,9 @@ def _preset(tmp_path: Path, name: str = "8b.yaml", **overrides) -> Path:
     [
         ({"finetune__backend": "ddp"}, "tofu:finetune", "finetune.backend: fsdp"),
         (
-            {"baselines__ga": {"epochs": 5, "lr": 5e-5, "batch_size": 400, "backend": "ddp"}},
+            {"tofu__baselines__ga": {"epochs": 5, "lr": 5e-5, "batch_size": 400, "backend": "ddp"}},
             "tofu:ga",
-            "baselines.ga.backend: fsdp",
+            "tofu.baselines.ga.backend: fsdp",
         ),
     ],
 )

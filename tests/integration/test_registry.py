@@ -48,7 +48,7 @@ def test_duplicate_registration_is_rejected(scratch_registry):
         ({"tracks": ("vision",)}, "tracks must be among"),
         ({"run": {"speech": "x:y"}}, r"no implementation for the \['text'\] runner"),
         ({"run": {"text": "x:Y", "vision": "x:y"}}, "unknown runner kind"),
-        ({"settings": {"baselines": {}}}, r"section\(s\) \['baselines'\] are generated from its hparams"),
+        ({"settings": {"tofu.baselines": {}}}, r"section\(s\) \['tofu.baselines'\] are generated from its hparams"),
         ({"settings": {"bogus": {}}}, "unknown settings section"),
         ({"hparams": dict}, "is not a dataclass derived from qrerase.hparams.Hparams"),
         ({"hparams": {"speech": "x:Y"}}, r"hparams for runner kind\(s\) \['speech'\]"),
@@ -161,7 +161,7 @@ def test_schema_sections_come_from_the_registrations(scratch_registry):
     def sections(schema):
         props = schema["properties"]
         return (
-            list(props["baselines"]["properties"]),
+            list(props["tofu"]["properties"]["baselines"]["properties"]),
             list(props["task_level"]["properties"]["baselines"]["properties"]),
             list(props["speech"]["properties"]["baselines"]["properties"]),
             list(props["speech"]["properties"]["tradeoff"]["properties"]["baselines"]["properties"]),
@@ -176,7 +176,7 @@ def test_schema_sections_come_from_the_registrations(scratch_registry):
     register_method("toy", label="Toy", tracks=("tofu",), run={"text": "x:Y"}, description="toy")
     text2, task2, _, _, tofu2 = sections(load_schema())
     assert text2 == [*text, "toy"] and task2 == task and tofu2 == [*tofu, "toy"]
-    assert load_schema()["properties"]["baselines"]["properties"]["toy"]["description"] == "toy"
+    assert load_schema()["properties"]["tofu"]["properties"]["baselines"]["properties"]["toy"]["description"] == "toy"
 
 
 def _test_config(**changes) -> dict:
@@ -201,13 +201,18 @@ def test_config_plugins_register_their_methods_and_bad_ones_name_the_key(scratch
         validate({**cfg, "plugins": ["no_such_plugin"]})
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.delitem(sys.modules, "toy_plugin", raising=False)
-    with pytest.raises(ConfigError, match="baseline 'toy_ga' has no 'baselines.toy_ga' settings"):
+    with pytest.raises(ConfigError, match="baseline 'toy_ga' has no 'tofu.baselines.toy_ga' settings"):
         validate({**cfg, "plugins": ["toy_plugin"]})
-    bad = {**cfg, "plugins": ["toy_plugin"], "baselines": {**cfg["baselines"], "toy_ga": {"epochs": 1, "beta": 1}}}
-    with pytest.raises(ConfigError, match="config key 'baselines.toy_ga.beta': unknown key"):
+    bl = cfg["tofu"]["baselines"]
+    bad = {
+        **cfg,
+        "plugins": ["toy_plugin"],
+        "tofu": {**cfg["tofu"], "baselines": {**bl, "toy_ga": {"epochs": 1, "beta": 1}}},
+    }
+    with pytest.raises(ConfigError, match="config key 'tofu.baselines.toy_ga.beta': unknown key"):
         validate(bad)  # its generated section: no beta (toy_ga has no hyperparameter), and it needs lr, batch_size
     good = {**cfg, "plugins": ["toy_plugin"]}
-    good["baselines"] = {**cfg["baselines"], "toy_ga": {"epochs": 1, "lr": 1e-3, "batch_size": 4}}
+    good["tofu"] = {**cfg["tofu"], "baselines": {**bl, "toy_ga": {"epochs": 1, "lr": 1e-3, "batch_size": 4}}}
     validate(good)
     assert registry.method("toy_ga").label == "Toy Half Ascent"
     monkeypatch.delitem(sys.modules, "toy_plugin")
@@ -238,7 +243,7 @@ def test_snakemake_plans_a_plugin_baseline(tmp_path):
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
     cfg["plugins"] = ["toy_plugin"]
     cfg["methods"]["tofu"] = [*cfg["methods"]["tofu"], "toy_ga"]
-    cfg["baselines"]["toy_ga"] = {"epochs": 1, "lr": 1.0e-3, "batch_size": 8}
+    cfg["tofu"]["baselines"]["toy_ga"] = {"epochs": 1, "lr": 1.0e-3, "batch_size": 8}
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)]
@@ -259,5 +264,5 @@ def test_snakemake_plans_a_plugin_baseline(tmp_path):
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     text = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "config key 'baselines.toy_ga': unknown key" in text
+    assert proc.returncode != 0 and "config key 'methods.tofu.9': 'toy_ga' is not one of" in text
     assert not (tmp_path / "results").exists()

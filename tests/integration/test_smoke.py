@@ -22,7 +22,9 @@ def test_jobs_are_the_planned_training_jobs_with_their_plan_rows(monkeypatch):
     monkeypatch.chdir(ROOT)
     cfg = load_config(TEST_CONFIG)
     jobs = smoke_jobs(cfg)
-    baselines = [m for m in cfg["methods"]["tofu"] if m in cfg["baselines"] and m not in ("unlearn", "qr_erase")]
+    baselines = [
+        m for m in cfg["methods"]["tofu"] if m in cfg["tofu"]["baselines"] and m not in ("unlearn", "qr_erase")
+    ]
     assert [j.stage for j in jobs][:2] == ["finetune", "lora"]
     assert {j.stage for j in jobs[2:]} <= set(baselines) and jobs[2:]
     for j in jobs:

@@ -2,7 +2,7 @@
 
 ``toy_ga`` has no hyperparameter of its own; ``toy_scaled`` declares one, ``toy_scale`` (its dataclass
 :class:`ToyScale`, validated on construction and generated into the config schema's
-``baselines.toy_scaled``). Standard library only (the workflow imports it at planning time, config key
+``tofu.baselines.toy_scaled``). Standard library only (the workflow imports it at planning time, config key
 ``plugins``); the objectives, :mod:`toy_objective`, are imported by name when a job runs them.
 """
 

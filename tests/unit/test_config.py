@@ -82,13 +82,16 @@ def test_every_shipped_config_is_valid(name):
         (dotted(tofu__data__n_authors=1), "config key 'tofu.data.n_authors'"),
         (dotted(speech__forget_fraction=1.5), "config key 'speech.forget_fraction'"),
         (dotted(speech__forget_fraction=0), "config key 'speech.forget_fraction'"),
-        (dotted(baselines__npo__beta=0), "config key 'baselines.npo.beta'"),
+        (dotted(tofu__baselines__npo__beta=0), "config key 'tofu.baselines.npo.beta'"),
         # DeepSpeed was removed from the backends until it can be tested (docs/training-engine.md)
         (
             dotted(finetune__backend="deepspeed"),
             "config key 'finetune.backend': 'deepspeed' is not one of ['ddp', 'fsdp']",
         ),
-        (dotted(baselines__kl__backend="deepspeed"), "config key 'baselines.kl.backend': 'deepspeed' is not one of"),
+        (
+            dotted(tofu__baselines__kl__backend="deepspeed"),
+            "config key 'tofu.baselines.kl.backend': 'deepspeed' is not one of",
+        ),
         # core
         (dotted(unlearn__rank=99), "config key 'unlearn.rank': 99 exceeds the LoRA rank"),
         (dotted(unlearn__retain_rank=99), "config key 'unlearn.retain_rank': 99 exceeds the LoRA rank"),
@@ -126,8 +129,14 @@ def test_every_shipped_config_is_valid(name):
         (dotted(speech__forget_speakers=["alice"]), "config key 'speech.forget_speakers': speaker 'alice' not in"),
         (dotted(speech__top_k=1000), "config key 'speech.top_k': 1000 exceeds the number of speakers"),
         # baselines
-        (dotted(baselines__npo=None), "config key 'methods.tofu.3': baseline 'npo' has no 'baselines.npo' settings"),
-        (dotted(baselines__refusals="/no/such/idk.txt"), "config key 'baselines.refusals': /no/such/idk.txt not found"),
+        (
+            dotted(tofu__baselines__npo=None),
+            "config key 'methods.tofu.3': baseline 'npo' has no 'tofu.baselines.npo' settings",
+        ),
+        (
+            dotted(tofu__baselines__refusals="/no/such/idk.txt"),
+            "config key 'tofu.baselines.refusals': /no/such/idk.txt not found",
+        ),
         # trade-off
         (dotted(tradeoff__scales=[0.5, 1.0]), "config key 'tradeoff.scales': must include 0"),
     ],

@@ -153,7 +153,7 @@ def _config(**baselines) -> dict:
 
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     deep_update(cfg, yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text()))
-    cfg["baselines"].update(baselines)
+    cfg["tofu"]["baselines"].update(baselines)
     return cfg
 
 
@@ -162,7 +162,7 @@ def test_plugin_hyperparameter_is_in_the_schema_and_the_config_page(toy):
     from qrerase.workflow.validation import ConfigError, check_schema, load_schema
 
     schema = load_schema()
-    section = schema["properties"]["baselines"]["properties"]["toy_scaled"]
+    section = schema["properties"]["tofu"]["properties"]["baselines"]["properties"]["toy_scaled"]
     assert section["properties"]["toy_scale"] == {
         "type": "number",
         "exclusiveMinimum": 0,
@@ -170,14 +170,16 @@ def test_plugin_hyperparameter_is_in_the_schema_and_the_config_page(toy):
         "default": 0.5,
     }
     assert section["additionalProperties"] is False and section["required"] == ["epochs", "lr", "batch_size"]
-    assert "toy_scale" not in schema["properties"]["baselines"]["properties"]["toy_ga"]["properties"]
+    assert (
+        "toy_scale" not in schema["properties"]["tofu"]["properties"]["baselines"]["properties"]["toy_ga"]["properties"]
+    )
     ok = {"epochs": 1, "lr": 1e-3, "batch_size": 4, "toy_scale": 2.0}
     check_schema(_config(toy_scaled=ok))
-    with pytest.raises(ConfigError, match=r"config key 'baselines.toy_scaled.toy_scale': .*0"):
+    with pytest.raises(ConfigError, match=r"config key 'tofu.baselines.toy_scaled.toy_scale': .*0"):
         check_schema(_config(toy_scaled={**ok, "toy_scale": 0}))
-    with pytest.raises(ConfigError, match="config key 'baselines.toy_scaled.toy_scal': unknown key"):
+    with pytest.raises(ConfigError, match="config key 'tofu.baselines.toy_scaled.toy_scal': unknown key"):
         check_schema(_config(toy_scaled={**ok, "toy_scal": 1.0}))
-    rows = [line for line in render(schema).splitlines() if line.startswith("| `baselines.toy_scaled.toy_scale`")]
+    rows = [line for line in render(schema).splitlines() if line.startswith("| `tofu.baselines.toy_scaled.toy_scale`")]
     assert len(rows) == 1 and "number > 0" in rows[0] and "the factor of the toy objective" in rows[0]
 
 

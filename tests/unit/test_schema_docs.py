@@ -54,7 +54,7 @@ def test_undocumented_names_each_missing_key(schema):
         "definitions.speech_sweep.param",
         "finetune.backend",
         "speech.baselines.common.backend",
-        "baselines.flat.backend",
+        "tofu.baselines.flat.backend",
         "task_level.data.sizes.<name>.train",
         "finetune.mode",
         "model.template.answer_end",

@@ -112,7 +112,7 @@ SHORT = {"pretrain__epochs": 1, "finetune__epochs": 3, "lora__epochs": 2}
 
 def text_config(workdir: Path, **overrides) -> Path:
     """The test config with a KL baseline section (KL is not in its methods: built as a target only)."""
-    return tofu_config(workdir, baselines__kl=KL, **{**SHORT, **overrides})
+    return tofu_config(workdir, tofu__baselines__kl=KL, **{**SHORT, **overrides})
 
 
 def speech_config_without_dropout(workdir: Path, **overrides) -> Path:

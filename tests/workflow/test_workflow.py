@@ -223,10 +223,16 @@ def test_changing_rank_reruns_no_training(workdir):
         ({"unlearn__rank": 9}, "exceeds the LoRA rank"),
         ({"tofu__data__root": "/no/such/dir"}, "data file /no/such/dir/forget10.jsonl not found"),
         ({"tofu__data__n_authors": 1}, "config key 'tofu.data.n_authors'"),
-        ({"baselines__npo": None}, "config key 'methods.tofu.1': baseline 'npo' has no 'baselines.npo' settings"),
-        ({"baselines__npo__gamma": 1}, "config key 'baselines.npo.gamma': unknown key"),
-        ({"baselines__npo__beta": 0}, "config key 'baselines.npo.beta'"),
-        ({"baselines__refusals": "/no/such/idk.txt"}, "config key 'baselines.refusals': /no/such/idk.txt not found"),
+        (
+            {"tofu__baselines__npo": None},
+            "config key 'methods.tofu.1': baseline 'npo' has no 'tofu.baselines.npo' settings",
+        ),
+        ({"tofu__baselines__npo__gamma": 1}, "config key 'tofu.baselines.npo.gamma': unknown key"),
+        ({"tofu__baselines__npo__beta": 0}, "config key 'tofu.baselines.npo.beta'"),
+        (
+            {"tofu__baselines__refusals": "/no/such/idk.txt"},
+            "config key 'tofu.baselines.refusals': /no/such/idk.txt not found",
+        ),
         ({"resources__train__processes": 0}, "config key 'resources.train.processes': 0 is less than the minimum of 1"),
         ({"finetune__mode": "lorax"}, "config key 'finetune.mode'"),
     ],
@@ -529,7 +535,9 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     from qrerase.text.tradeoff import select_scale
 
     scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]  # test.yaml keeps it
-    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["baselines"]["ga"]["epochs"]  # all: 2
+    epochs = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["tofu"]["baselines"]["ga"][
+        "epochs"
+    ]  # all: 2
     swept = ["ga", "simnpo"]  # tradeoff.baselines: two of the five (a point is one more evaluation)
     cfg = run_config(
         workdir,
@@ -566,7 +574,7 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
         "tradeoff3.yaml",
         tradeoff__epochs=[1],
         methods={"tofu": ["graddiff"]},
-        baselines__graddiff={"epochs": 1, "lr": 1e-3, "batch_size": 8},
+        tofu__baselines__graddiff={"epochs": 1, "lr": 1e-3, "batch_size": 8},
     )
     proc = snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg3))
     job = proc.stdout.split("rule tradeoff_baseline:", 1)[1].split("output:", 1)[0]

@@ -1,0 +1,29 @@
+"""Experiment tracks: one module per track (``qrerase/tracks/<name>.py``), each registering one :class:`Track`.
+
+A track is everything the workflow does differently for it, declared once in its module as data (its
+config section, experiment names, runner kind, cost groups, page) or as a method that its
+:class:`Track` subclass overrides (how its training sections and jobs are composed, its memory plan,
+its config checks). The generic code (``qrerase.workflow``, ``qrerase.reports.pages``,
+``qrerase.smoke``, ``rules/common.smk``, ``rules/cost_common.smk``, ``rules/tradeoff_common.smk``)
+looks a track up with :func:`track` and never compares track names; the fields naming a function
+(``targets``, ``costs``, ``tradeoff_targets``, ``sweep``, ``finetune_start``) name one defined in the
+track's ``rules/<name>_common.smk``. :mod:`qrerase.tracks.base` holds the class and the registry
+(``qrerase.registry`` re-exports :class:`Track` and :data:`TRACKS`); importing this package registers
+the built-in tracks, a plug-in module (config key ``plugins``) registers more.
+
+Standard library only at import (the Snakefile imports this at parse time). docs/extending.md:
+adding a track.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import TRACKS, Track, TrackError, register_track, section_at, track
+
+__all__ = ["Track", "TrackError", "TRACKS", "BUILTIN", "register_track", "track", "section_at"]
+
+#: The built-in track modules, in config order (each registers its track when imported).
+BUILTIN = ("tofu", "crosslingual", "speech", "task_level")
+for _module in BUILTIN:
+    importlib.import_module(f"{__name__}.{_module}")

@@ -1,0 +1,170 @@
+"""The :class:`Track` class and the track registry (:data:`TRACKS`, :func:`register_track`, :func:`track`).
+
+Standard library only, and no import of the planning code (``qrerase.workflow`` imports this module;
+a track module's method that needs planning code imports it when called). The package
+(:mod:`qrerase.tracks`) imports the built-in track modules, which register their tracks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["Track", "TrackError", "TRACKS", "register_track", "track", "section_at"]
+
+
+class TrackError(ValueError):
+    """A bad track registration or an unknown track name: the message is one line naming it."""
+
+
+def section_at(cfg: Mapping, dotted: str) -> Mapping:
+    """The config mapping at a dotted key (``'task_level.baselines'``); ``{}`` where a level is missing or null."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = (node.get(part) if isinstance(node, Mapping) else None) or {}
+    return node
+
+
+@dataclass(frozen=True)
+class Track:
+    """One experiment track. Data fields (all required: a track module supplies each):
+
+    name: the config name (``tracks: [...]``, ``methods.<name>``). kind: the runner kind of its
+    baselines (a key of :data:`qrerase.registry.KINDS`: the :attr:`Method.run` entry a baseline job looks
+    up). section: its config section. overrides: config sections whose
+    ``pretrain`` / ``finetune`` / ``lora`` / ``tokenizer`` entries override the shared top-level ones,
+    most specific first. baselines_section: the dotted config key of its baselines' settings.
+    eval_sections: dotted keys of its evaluation settings, the first non-empty one wins.
+    prefix: the prefix of its experiment names. experiments: experiment kind (the name's template)
+    -> regex of its names (:data:`qrerase.workflow.naming.EXP_PATTERNS`). kind_prefixes: kinds whose
+    names start with another prefix (the size study's ``size_``). shared_models: its experiments
+    ``<prefix>_<arg>`` unlearn from the models of experiment ``<prefix>``. pretrain_text: its
+    tokenizer is also trained on the pretraining text. smoke: ``qrerase smoke`` runs its training
+    jobs. sweep_language: a trade-off point is evaluated in its experiment's language (the name's arg).
+    targets / costs / tradeoff_targets / sweep / finetune_start: functions of
+    ``rules/<name>_common.smk``: its default targets, its cost groups ``{group: {method: components}}``,
+    its trade-off targets, ``(experiments, methods)`` of a text sweep (``None``: its sweep is its own
+    rules'), the fine-tuning start inputs of a track with its own start (``None``: the shared one).
+    cost_group_header: the header of its cost table's column groups (``None``: one group).
+    tables: its headline tables (``results/tables/<table>.csv``, repeated over seeds).
+    title / page_prefixes: its results page (:mod:`qrerase.reports.pages`): title and the file-name
+    prefixes of its tables and figures. check: ``"module:function"``, ``f(cfg, runs)`` raising
+    ``ConfigError`` (one line) for a bad config section, ``runs`` whether the track is configured.
+    """
+
+    name: str
+    kind: str
+    section: str
+    overrides: tuple[str, ...]
+    baselines_section: str
+    eval_sections: tuple[str, ...]
+    prefix: str
+    experiments: Mapping[str, str]
+    kind_prefixes: Mapping[str, str]
+    shared_models: bool
+    pretrain_text: bool
+    smoke: bool
+    sweep_language: bool
+    targets: str
+    costs: str
+    cost_group_header: str | None
+    tradeoff_targets: str
+    sweep: str | None
+    finetune_start: str | None
+    tables: tuple[str, ...]
+    title: str
+    page_prefixes: tuple[str, ...]
+    check: str
+
+    # ----- how its training sections compose (qrerase.workflow.stages) -----
+    def chain(self, cfg: Mapping, name: str) -> list[tuple[str, Mapping]]:
+        """``(config key, section)`` pairs a training section ``name`` merges, most specific first:
+        ``<override>.<name>`` for each of :attr:`overrides`, then the top-level ``name``."""
+        own = [(f"{o}.{name}", section_at(cfg, o).get(name) or {}) for o in self.overrides]
+        return [*own, (name, cfg.get(name) or {})]
+
+    def training_section(self, cfg: Mapping, name: str) -> dict:
+        """A ``pretrain`` / ``finetune`` / ``lora`` section (``tokenizer``: ``model.tokenizer``) with this
+        track's overrides laid over it (rules/common.smk ``exp_section``)."""
+        base = dict(cfg["model"]["tokenizer"] if name == "tokenizer" else cfg[name])
+        for over in reversed(self.overrides):
+            base.update(section_at(cfg, over).get(name) or {})
+        return base
+
+    def stage(self, cfg: Mapping, stage: str) -> Any:
+        """The training job kind ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name)
+        before planning, a :class:`qrerase.workflow.stages.Stage`; ``None`` (here): the text track's
+        (:func:`qrerase.workflow.stages.stage_of`)."""
+        return None
+
+    def baseline_stage(self, cfg: Mapping, stage: str) -> Any:
+        """A baseline's :class:`~qrerase.workflow.stages.Stage`; ``None`` (here): a text baseline's
+        (``<baselines_section>.<m>``, :func:`qrerase.workflow.stages.text_baseline_stage`)."""
+        return None
+
+    # ----- its memory plan (qrerase.workflow.plan_config) -----
+    def pretrains(self, cfg: Mapping) -> bool:
+        """Whether its jobs include pretraining (the embedded tiny model is built from scratch)."""
+        return cfg["model"].get("name_or_path") is None
+
+    def examples(self, cfg: Mapping) -> int:
+        """Training examples per epoch its plan assumes: 20 per author."""
+        return 20 * int((section_at(cfg, self.section).get("data") or {}).get("n_authors") or 200)
+
+    def plan_jobs(self, cfg: Mapping) -> list | None:
+        """(rule kind, job, examples per epoch) of its jobs; ``None`` (here): a text track's
+        (:func:`qrerase.workflow.plan_config.text_jobs`)."""
+        return None
+
+    def plan_sections(self, cfg: Mapping) -> Mapping:
+        """The config mapping whose ``<stage>.epochs`` its plan reads (then ``<baselines_section>.<stage>.epochs``)."""
+        return cfg
+
+    def planning_model(self, cfg: Mapping) -> tuple[Mapping, Any] | None:
+        """(model section, :class:`~qrerase.workflow.shapes.ModelShape`) its jobs are planned on;
+        ``None`` (here): the text model's (:func:`qrerase.workflow.stages.context`)."""
+        return None
+
+    def erase_scale(self, cfg: Mapping) -> float:
+        """λ of W' = W - λ T~_f for its experiments (``unlearn.scale``)."""
+        return cfg["unlearn"]["scale"]
+
+    def run_check(self, cfg: Mapping) -> None:
+        """Its config checks (:attr:`check`), told whether the track is configured."""
+        module, _, attr = self.check.partition(":")
+        getattr(importlib.import_module(module), attr)(cfg, self.name in cfg.get("tracks", []))
+
+
+#: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
+_NON_EMPTY = tuple(
+    f.name
+    for f in fields(Track)
+    if f.name not in ("overrides", "kind_prefixes", "eval_sections", "sweep", "finetune_start", "cost_group_header")
+    and f.type not in ("bool",)
+)
+#: Every registered track, in registration order (the built-in ones in config order).
+TRACKS: dict[str, Track] = {}
+
+
+def register_track(t: Track) -> Track:
+    """Register a track (a track module calls this once at import); :class:`TrackError` for a
+    duplicate name, a non-:class:`Track` or a field left empty."""
+    if not isinstance(t, Track):
+        raise TrackError(f"register_track: expected a Track, got {type(t).__name__}")
+    if t.name in TRACKS:
+        raise TrackError(f"track {t.name!r} is already registered")
+    missing = [f for f in _NON_EMPTY if not getattr(t, f)]
+    if missing:
+        raise TrackError(f"track {t.name!r}: empty field(s) {missing}")
+    TRACKS[t.name] = t
+    return t
+
+
+def track(name: str) -> Track:
+    """The registered track ``name``; :class:`TrackError` (one line) for an unknown one."""
+    try:
+        return TRACKS[name]
+    except (KeyError, TypeError):
+        raise TrackError(f"unknown track {name!r}; registered: {list(TRACKS)}") from None

@@ -1,0 +1,191 @@
+"""The speech track: speaker unlearning on spoken digits with a HuBERT classifier.
+
+Its experiments are the shared ``speech`` (data and fine-tuned classifier) and ``speech_<setting>``
+(``sample`` / ``class``); its settings are all under ``speech`` (its own model, training sections,
+baselines, trade-off); its rules are ``rules/speech.smk`` with ``rules/speech_common.smk``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Track, register_track
+
+#: Frames per second of the HuBERT feature encoder (a sequence is ``max_seconds x 50`` frames).
+FRAMES_PER_SECOND = 50
+#: Training examples per epoch its memory plan assumes.
+PLAN_EXAMPLES = 3000
+
+
+def frames(cfg: Mapping) -> int:
+    """Sequence length of a clip: ``max(1, round(speech.data.max_seconds x 50))``."""
+    return max(1, int(round(float(cfg["speech"]["data"]["max_seconds"]) * FRAMES_PER_SECOND)))
+
+
+def check(cfg: Mapping, runs: bool) -> None:
+    """The `speech` section (fractions and types are the schema's): ranks within the LoRA rank,
+    settings; speakers against the recordings only when the track runs."""
+    from ..workflow.validation import ConfigError, check_model_source
+
+    sp = cfg["speech"]
+    lora_r = sp["lora"]["r"]
+    for k in [sp["rank"], *sp["ranks"], *sp["tradeoff"]["ranks"]]:
+        if k > lora_r:
+            raise ConfigError(
+                f"config key 'speech.rank(s)': rank {k} exceeds the LoRA rank speech.lora.r={lora_r}; "
+                "the task matrices have rank at most r"
+            )
+    if not set(sp["rank_settings"]) <= set(sp["settings"]):
+        raise ConfigError(
+            f"config key 'speech.rank_settings': {sp['rank_settings']} must be among speech.settings {sp['settings']}"
+        )
+    if not set(sp["tradeoff"]["settings"]) & set(sp["settings"]):
+        raise ConfigError(
+            f"config key 'speech.tradeoff.settings': {sp['tradeoff']['settings']} shares no setting with "
+            f"speech.settings {sp['settings']}"
+        )
+    if not runs:
+        return  # the checks below need the recordings and the model; a run without the track needs neither
+    check_model_source("speech.model", sp["model"], tokenizer=False)
+    from ..speech.data import list_recordings
+
+    root = sp["data"]["root"]
+    try:
+        recs = list_recordings(root, sp["data"].get("max_per_digit"))
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"config key 'speech.data.root': {exc}") from None
+    speakers = sorted({r.speaker for r in recs})
+    for name in sp.get("forget_speakers") or []:
+        if name not in speakers:
+            raise ConfigError(
+                f"config key 'speech.forget_speakers': speaker '{name}' not in {root} (speakers: {', '.join(speakers)})"
+            )
+    if sp.get("forget_speakers") is not None and len(set(sp["forget_speakers"])) >= len(speakers):
+        raise ConfigError("config key 'speech.forget_speakers': at least one speaker must be retained")
+    if sp["top_k"] > len(speakers):
+        raise ConfigError(f"config key 'speech.top_k': {sp['top_k']} exceeds the number of speakers ({len(speakers)})")
+
+
+def speech_shape(cfg: Mapping) -> Any:
+    """The :class:`~qrerase.workflow.shapes.ModelShape` of ``speech.model``: the embedded tiny HuBERT
+    (``speech.model.tiny``) when it names no checkpoint and no shape, else its resolved shape."""
+    from ..workflow.shapes import ModelShape, resolve_shape
+
+    m = cfg["speech"]["model"]
+    if m.get("name_or_path") is None and not m.get("shape"):
+        t = m.get("tiny") or {}
+        return ModelShape(
+            "tiny-hubert",
+            t.get("num_hidden_layers", 4),
+            t.get("hidden_size", 64),
+            t.get("intermediate_size", 128),
+            0,
+            t.get("num_attention_heads", 4),
+            t.get("num_attention_heads", 4),
+            gated_mlp=False,
+            frames_per_second=FRAMES_PER_SECOND,
+        )
+    return resolve_shape(m)
+
+
+@dataclass(frozen=True)
+class SpeechTrack(Track):
+    def stage(self, cfg: Mapping, stage: str) -> Any:
+        """A speech stage: ``speech.<pretrain|finetune|lora>`` or a baseline (``speech.baselines.common``
+        overlaid by ``speech.baselines.<m>``); sequences of :func:`frames` frames."""
+        from .. import registry
+        from ..workflow.stages import Stage
+
+        sp = cfg["speech"]
+        n = frames(cfg)
+        ft = ("speech.finetune", sp.get("finetune") or {})
+        if stage in ("pretrain", "finetune", "lora"):
+            section = dict(sp[stage])
+            chain = ((f"speech.{stage}", section),) if stage == "finetune" else ((f"speech.{stage}", section), ft)
+            kind = "lora" if stage == "lora" else "train"
+            rank = int(section["r"]) if stage == "lora" else 0
+            return Stage(f"speech:{stage}", kind, section, chain, 1, max_length=n, lora_rank=rank)
+        baselines = sp.get("baselines") or {}
+        common, own = baselines.get("common") or {}, baselines.get(stage) or {}
+        section = {**common, **own}
+        lora_mode = section.get("mode") == "lora"
+        plan_shape = registry.method(stage).plan_shape
+        seqs, refs = plan_shape or (1, 0)
+        return Stage(
+            f"speech:{stage}",
+            "lora" if lora_mode else "train",
+            section,
+            ((f"speech.baselines.{stage}", own), ("speech.baselines.common", common), ft),
+            2,
+            seqs,
+            refs,
+            n,
+            int(section.get("lora_r", 8)) if lora_mode else 0,
+            "" if lora_mode else f"use speech.baselines.{stage}.mode: lora",
+            plan_shape is not None,
+        )
+
+    def plan_jobs(self, cfg: Mapping) -> list:
+        """(rule kind, job, examples per epoch): its training stages, evaluation, factors and erase."""
+        from .. import registry
+        from ..workflow.plan import JobSpec
+        from ..workflow.stages import processes, stage_job
+
+        sp = cfg["speech"]
+        eval_p = processes(cfg, "evaluate")
+        n = PLAN_EXAMPLES
+        stages = (["pretrain"] if sp["model"].get("name_or_path") is None else []) + ["finetune", "lora"]
+        baselines = sp.get("baselines") or {}
+        stages += [
+            m
+            for m in cfg.get("methods", {}).get(self.name, [])
+            if registry.method(m).plan_shape is not None and m in baselines
+        ]
+        jobs = [("train", stage_job(cfg, self.name, stage), n) for stage in stages]
+        ev = sp.get("evaluate") or {}
+        evaluate = JobSpec("speech:evaluate", "infer", int(ev.get("batch_size", 32)), frames(cfg), processes=eval_p)
+        jobs.append(("evaluate", evaluate, n))
+        jobs.append(("linalg", JobSpec("speech:factors", "linalg", lora_rank=int(sp["lora"]["r"]), lora_modules=4), 0))
+        jobs.append(("linalg", JobSpec("speech:erase_merged", "linalg"), 0))
+        return jobs
+
+    def plan_sections(self, cfg: Mapping) -> Mapping:
+        return cfg["speech"]
+
+    def planning_model(self, cfg: Mapping) -> tuple[Mapping, Any]:
+        return cfg["speech"]["model"], speech_shape(cfg)
+
+    def erase_scale(self, cfg: Mapping) -> float:
+        """``speech.scale``."""
+        return cfg["speech"]["scale"]
+
+
+TRACK = register_track(
+    SpeechTrack(
+        name="speech",
+        kind="speech",
+        section="speech",
+        overrides=(),
+        baselines_section="speech.baselines",
+        eval_sections=("speech.evaluate",),
+        prefix="speech",
+        experiments={"speech": "speech", "speech_<setting>": "speech_(sample|class)"},
+        kind_prefixes={},
+        shared_models=True,
+        pretrain_text=True,
+        smoke=False,
+        sweep_language=False,
+        targets="speech_targets",
+        costs="speech_costs",
+        cost_group_header="Setting",
+        tradeoff_targets="speech_tradeoff_targets",
+        sweep=None,
+        finetune_start=None,
+        tables=("speech",),
+        title="Speech track",
+        page_prefixes=("speech",),
+        check="qrerase.tracks.speech:check",
+    )
+)

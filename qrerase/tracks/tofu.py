@@ -1,0 +1,66 @@
+"""The TOFU track: fictitious-author QA (TOFU), forget / retain splits, the text baselines.
+
+Its experiments are ``tofu_<split>`` (and the size study's ``size_h<W>_s<S>``); its settings are the
+``tofu`` section (its text baselines: ``tofu.baselines``, read by the cross-lingual track too) and
+the shared top-level ``unlearn`` / ``lora`` / ``tradeoff`` sections; its rules are
+``rules/tofu.smk`` with ``rules/tofu_common.smk``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from .base import Track, register_track
+
+
+def check(cfg: Mapping, runs: bool) -> None:
+    """The ``tofu`` section (checked whether the track runs or not: the cross-lingual track reads its
+    evaluation settings and baselines): the vendored data files of a local source, imported models'
+    files, a ``tofu.baselines.<m>`` entry for every baseline of ``methods.tofu``, the refusals file."""
+    from ..text.data import holdout_split, required_splits
+    from ..workflow.validation import ConfigError, check_method_settings
+
+    data = cfg["tofu"]["data"]
+    if data["source"] == "local":
+        root = Path(data["root"])
+        for name in [*required_splits(data["split"], data.get("knowledge", [])), holdout_split(data["split"])]:
+            if not (root / f"{name}.jsonl").is_file():
+                raise ConfigError(f"config key 'tofu.data.root': data file {root / f'{name}.jsonl'} not found")
+    for item in cfg["tofu"].get("imported_models", []):
+        for key in ("log", "reference"):
+            if item.get(key) and not Path(item[key]).exists():
+                raise ConfigError(f"config key 'tofu.imported_models[{item['name']}].{key}': {item[key]} not found")
+    check_method_settings(cfg, TRACK.name)
+    refusals = cfg["tofu"]["baselines"].get("refusals")
+    if refusals is not None and not Path(refusals).is_file():
+        raise ConfigError(f"config key 'tofu.baselines.refusals': {refusals} not found")
+
+
+TRACK = register_track(
+    Track(
+        name="tofu",
+        kind="text",
+        section="tofu",
+        overrides=(),
+        baselines_section="tofu.baselines",
+        eval_sections=("tofu.evaluate",),
+        prefix="tofu",
+        experiments={"tofu_<split>": r"tofu_forget\d\d", "size_<shape>": r"size_h\d+_s\d+"},
+        kind_prefixes={"size_<shape>": "size"},
+        shared_models=False,
+        pretrain_text=True,
+        smoke=True,
+        sweep_language=False,
+        targets="tofu_targets",
+        costs="tofu_costs",
+        cost_group_header=None,
+        tradeoff_targets="tofu_tradeoff_targets",
+        sweep="tofu_sweep",
+        finetune_start=None,
+        tables=("tofu",),
+        title="TOFU track",
+        page_prefixes=("tofu",),
+        check="qrerase.tracks.tofu:check",
+    )
+)

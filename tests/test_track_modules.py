@@ -1,0 +1,199 @@
+"""A track is a module (issue 35): the generic workflow files hold no string switch on a track name,
+every registered track supplies every field, and registering a track (standard library only) adds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from qrerase import tracks
+from qrerase.tracks import TRACKS, Track, TrackError, register_track, track
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The files that must not switch on a track's name (the tracks' own are qrerase/tracks/<name>.py and
+#: rules/<name>.smk, rules/<name>_common.smk).
+GENERIC = [
+    "Snakefile",
+    "rules/common.smk",
+    "rules/cost.smk",
+    "rules/cost_common.smk",
+    "rules/tradeoff.smk",
+    "rules/tradeoff_common.smk",
+    "rules/seeds.smk",
+    "rules/seeds_common.smk",
+    "qrerase/reports/pages.py",
+    "qrerase/smoke.py",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "qrerase" / "workflow").glob("*.py")),
+]
+
+
+def switch_patterns(names: list[str]) -> list[re.Pattern]:
+    """Regexes of a string switch on one of ``names``: ``x == "tofu"``, ``"tofu" != x``, ``"tofu" in x``,
+    ``x in ("tofu", ...)``, a table keyed by a name (``"tofu": ...`` or a row ``("tofu", ...`` at a line
+    start), a tuple of names, ``s.startswith("tofu")``, an alternation ``"tofu|..."``, a comparison with an
+    experiment-name constant (``exp != TASK_LEVEL_EXP``)."""
+    n = "|".join(map(re.escape, names))
+    lit = rf"""["']({n})["']"""
+    return [
+        re.compile(rf"(==|!=)\s*{lit}"),
+        re.compile(rf"{lit}\s*(==|!=)"),
+        re.compile(rf"{lit}\s+(not\s+)?in\b"),
+        re.compile(rf"\bin\s*[(\[{{][^)\]}}]*{lit}"),
+        re.compile(rf"^\s*{lit}\s*:"),
+        re.compile(rf"\(\s*{lit}\s*,\s*{lit}"),
+        re.compile(rf"^\s*\(\s*{lit}\s*,"),
+        re.compile(rf"\.startswith\(\s*{lit}"),
+        re.compile(rf"[\"']({n})\|"),  # an alternation of names, "tofu|crosslingual"
+        re.compile(r"(==|!=)\s*[A-Z_]+_EXP\b"),  # an experiment-name constant, exp == TASK_LEVEL_EXP
+    ]
+
+
+def find_switches(text: str, names: list[str]) -> list[tuple[int, str]]:
+    """(line number, line) of each line of ``text`` holding a switch on one of ``names``; the scan is
+    plain text (a ``#`` comment is left out, a docstring is not)."""
+    patterns = switch_patterns(names)
+    return [
+        (i, line.strip())
+        for i, line in enumerate(text.splitlines(), 1)
+        if any(p.search(line.split("#", 1)[0]) for p in patterns)
+    ]
+
+
+def test_scan_finds_the_switches_it_must():
+    names = ["tofu", "crosslingual"]
+    text = "\n".join(
+        [
+            'if track == "tofu":',  # 1
+            "    x = 1",
+            '"crosslingual" not in cfg["tracks"]',  # 3
+            'y = t in ("tofu", "crosslingual")',  # 4
+            '    "tofu": None,',  # 5
+            'config["tofu"]["data"]',
+            'for t in cfg["tracks"]:  # == "tofu" in a comment',
+            'format_exp("tofu", split)',
+            'z = "speech" == t',
+            'section.startswith("crosslingual")',  # 10
+            '    ("tofu", "TOFU track", ("tofu",)),',  # 11
+            'TEXT = ("crosslingual", "tofu")',  # 12
+            "``Experiment('crosslingual', 'hi_R')``",
+            "if wildcards.exp != TASK_LEVEL_EXP:",  # 14
+            '        track="tofu|crosslingual",',  # 15
+        ]
+    )
+    assert [i for i, _ in find_switches(text, names)] == [1, 3, 4, 5, 10, 11, 12, 14, 15]
+
+
+@pytest.mark.parametrize("rel", GENERIC)
+def test_generic_file_has_no_track_switch(rel):
+    names = sorted({*TRACKS, *(t.prefix for t in TRACKS.values())})
+    hits = find_switches((ROOT / rel).read_text(), names)
+    assert not hits, "string switch on a track name: " + "; ".join(f"{rel}:{i}: {line}" for i, line in hits)
+
+
+def _rules_functions(t: Track) -> set[str]:
+    text = "".join((ROOT / "rules" / f).read_text() for f in (f"{t.name}_common.smk",) if (ROOT / "rules" / f).exists())
+    return set(re.findall(r"^def (\w+)\(", text, flags=re.M))
+
+
+@pytest.mark.parametrize("name", list(tracks.BUILTIN))
+def test_builtin_track_module_supplies_every_field(name):
+    t = TRACKS[name]
+    assert t.__module__ == f"qrerase.tracks.{name}" or type(t) is Track
+    assert Path(tracks.__file__).with_name(f"{name}.py").is_file()
+    for f in dataclasses.fields(Track):
+        value = getattr(t, f.name)
+        assert value is not None or f.name in ("sweep", "finetune_start", "cost_group_header"), f.name
+    assert t.name == name and t.prefix and t.tables and t.title and t.page_prefixes
+    for pattern in t.experiments.values():
+        assert re.fullmatch(r"[\w\\{}()|?+\[\]-]+", pattern), pattern
+    # the functions it names exist in its rules file
+    defined = _rules_functions(t)
+    named = [t.targets, t.costs, t.tradeoff_targets, t.sweep, t.finetune_start]
+    assert {n for n in named if n} <= defined, sorted({n for n in named if n} - defined)
+    module, _, attr = t.check.partition(":")
+    assert callable(getattr(__import__(module, fromlist=[attr]), attr))
+    assert (ROOT / "rules" / f"{name}.smk").is_file()
+
+
+def _toy(name: str, **over) -> Track:
+    fields = dict(
+        name=name,
+        kind="text",
+        section=name,
+        overrides=(name,),
+        baselines_section="baselines",
+        eval_sections=(f"{name}.evaluate",),
+        prefix=name,
+        experiments={name: name},
+        kind_prefixes={},
+        shared_models=False,
+        pretrain_text=True,
+        smoke=False,
+        sweep_language=False,
+        targets=f"{name}_targets",
+        costs=f"{name}_costs",
+        cost_group_header=None,
+        tradeoff_targets=f"{name}_tradeoff_targets",
+        sweep=None,
+        finetune_start=None,
+        tables=(name,),
+        title="Toy track",
+        page_prefixes=(name,),
+        check="builtins:print",
+    )
+    return Track(**{**fields, **over})
+
+
+@pytest.fixture
+def restore_tracks():
+    before = dict(TRACKS)
+    yield
+    TRACKS.clear()
+    TRACKS.update(before)
+
+
+def test_registering_a_toy_track(restore_tracks):
+    from qrerase.workflow.naming import format_exp, model_exp, parse_exp
+
+    toy = register_track(_toy("toy"))
+    assert track("toy") is toy and list(TRACKS)[-1] == "toy"
+    # its names parse, and its sections compose with its overrides over the shared ones
+    assert parse_exp("toy") == ("toy", None) and format_exp("toy") == "toy" and model_exp("toy") == "toy"
+    cfg = {"model": {}, "lora": {"r": 4, "alpha": 8}, "toy": {"lora": {"r": 2}}}
+    assert toy.training_section(cfg, "lora") == {"r": 2, "alpha": 8}
+    assert toy.chain(cfg, "lora") == [("toy.lora", {"r": 2}), ("lora", {"r": 4, "alpha": 8})]
+    assert toy.erase_scale({"unlearn": {"scale": 0.5}}) == 0.5
+
+
+def test_unknown_and_duplicate_tracks_are_one_line_errors(restore_tracks):
+    with pytest.raises(TrackError, match=r"^unknown track 'nope'; registered: \['tofu', ") as err:
+        track("nope")
+    assert "\n" not in str(err.value)
+    register_track(_toy("toy"))
+    with pytest.raises(TrackError, match=r"^track 'toy' is already registered$"):
+        register_track(_toy("toy"))
+    with pytest.raises(TrackError, match=r"^track 'toy2': empty field\(s\) \['title'\]$"):
+        register_track(_toy("toy2", title=""))
+    with pytest.raises(TrackError, match="expected a Track"):
+        register_track({"name": "toy3"})
+
+
+def test_extending_page_documents_every_track_field():
+    text = (ROOT / "docs" / "extending.md").read_text()
+    section = text[text.index("## Adding a track") :]
+    documented = set(re.findall(r"^\| (.+?) \|", section, flags=re.M))
+    names = {n.strip("` ") for row in documented for n in row.split(",")}
+    assert {f.name for f in dataclasses.fields(Track)} == names - {"Field", "---"}
+
+
+def test_a_config_with_the_old_top_level_baselines_key_names_the_new_one():
+    from qrerase.workflow.validation import MOVED_KEYS, ConfigError, validate
+
+    assert MOVED_KEYS == {"baselines": "tofu.baselines"}
+    with pytest.raises(ConfigError) as err:
+        validate({"tracks": ["tofu"], "baselines": {"ga": {"epochs": 1}}})
+    assert str(err.value) == "config key 'baselines' moved to 'tofu.baselines'"
