@@ -9,11 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from qrerase import tracks
 from qrerase.tracks import TRACKS, Track, TrackError, register_track, track
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 #: The files that must not switch on a track's name (the tracks' own are qrerase/tracks/<name>.py and
 #: rules/<name>.smk, rules/<name>_common.smk).
 GENERIC = [
