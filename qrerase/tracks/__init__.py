@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import importlib
 
-from .base import TRACKS, Track, TrackError, register_track, section_at, track
+from .base import TRACKS, Track, TrackError, register_track, section_at, track, track_rules
 
-__all__ = ["Track", "TrackError", "TRACKS", "BUILTIN", "register_track", "track", "section_at"]
+__all__ = ["Track", "TrackError", "TRACKS", "BUILTIN", "register_track", "track", "track_rules", "section_at"]
 
 #: The built-in track modules, in config order (each registers its track when imported).
 BUILTIN = ("tofu", "crosslingual", "speech", "task_level")
