@@ -145,6 +145,9 @@ def _toy(name: str, **over) -> Track:
         title="Toy track",
         page_prefixes=(name,),
         check="builtins:print",
+        metrics=False,
+        rules=None,
+        schema=None,
     )
     return Track(**{**fields, **over})
 
