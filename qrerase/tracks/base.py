@@ -55,9 +55,10 @@ class Track:
     tokenizer is also trained on the pretraining text. smoke: ``qrerase smoke`` runs its training
     jobs. sweep_language: a trade-off point is evaluated in its experiment's language (the name's arg).
     targets / costs / tradeoff_targets / sweep / finetune_start: functions of
-    ``rules/<name>_common.smk``: its default targets, its cost groups ``{group: {method: components}}``,
-    its trade-off targets, ``(experiments, methods)`` of a text sweep (``None``: its sweep is its own
-    rules'), the fine-tuning start inputs of a track with its own start (``None``: the shared one).
+    ``rules/<name>_common.smk`` (a track naming :attr:`rules`: of that file): its default targets, its
+    cost groups ``{group: {method: components}}``, its trade-off targets, ``(experiments, methods)`` of
+    a text sweep (``None``: its sweep is its own rules'), the fine-tuning start inputs of a track with
+    its own start (``None``: the shared one).
     cost_group_header: the header of its cost table's column groups (``None``: one group).
     tables: its headline tables (``results/tables/<table>.csv``, repeated over seeds).
     title / page_prefixes: its results page (:mod:`qrerase.reports.pages`): title and the file-name
