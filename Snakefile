@@ -5,6 +5,8 @@ import os
 
 from snakemake.utils import min_version
 
+from qrerase.tracks import track_rules
+
 min_version("8.20")
 
 
@@ -31,6 +33,16 @@ include: "rules/cost.smk"
 include: "rules/crosslingual.smk"
 include: "rules/speech.smk"
 include: "rules/task_level.smk"
+
+
+# The rules file of a track registered by a plug-in (config key `plugins`, loaded by rules/common.smk's
+# validation): its module names it (qrerase.tracks.Track.rules). After the tracks' rules above, before
+# the rules whose inputs call every configured track's functions (tradeoff, seeds, provenance's `all`).
+for _rules in track_rules():
+
+    include: _rules
+
+
 include: "rules/bench.smk"
 include: "rules/tradeoff.smk"
 include: "rules/size_study.smk"

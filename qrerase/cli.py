@@ -192,7 +192,7 @@ def _results_pages(args: argparse.Namespace) -> int:
     from .registry import load_plugins
     from .reports.pages import write_pages
 
-    load_plugins(args.plugins)  # their metrics: the notes under the tables that have their columns
+    load_plugins(args.plugins)  # their metrics (the notes under the tables with their columns), tracks (pages)
 
     for path in write_pages(
         args.results,

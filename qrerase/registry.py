@@ -347,8 +347,13 @@ def tex_method_labels() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------
 # The built-in methods, in table order: the subspace methods, then the baselines of each track.
 # ---------------------------------------------------------------------------------------------------
-def _sweep(label: str) -> dict[str, dict[str, Any]]:
-    return {"speech.tradeoff.baselines": {"$ref": "#/definitions/speech_sweep", "description": f"the {label} sweep"}}
+def _sweep(label: str, tracks: Iterable[str]) -> dict[str, dict[str, Any]] | None:
+    """A baseline's entry in each sweep section of its tracks' runner kinds (the sections of
+    :data:`SETTINGS_SECTIONS` outside :data:`HPARAM_SECTIONS`: ``speech.tradeoff.baselines``); ``None``: none."""
+    kinds = {TRACKS[t].kind for t in tracks}
+    sweep = {"$ref": "#/definitions/speech_sweep", "description": f"the {label} sweep"}
+    own = {s: dict(sweep) for s, k in SETTINGS_SECTIONS.items() if s not in HPARAM_SECTIONS and k in kinds}
+    return own or None
 
 
 _ALL = tuple(TRACKS)
@@ -367,13 +372,14 @@ for _name, _decomp, _ll, _label, _tex in (
     ("qr_erase_ll", "cpqr", True, "QR-Erase (LL)", r"\textsc{QR-Erase} (LL)"),
 ):
     register_method(_name, label=_label, tex_label=_tex, tracks=_ALL, run=_SUBSPACE, decomp=_decomp, localised=_ll)
+_GA_TRACKS = ("tofu", "crosslingual", "speech", "task_level")
 register_method(
     "ga",
     label="Gradient Ascent",
     description="Gradient Ascent: minus the mean answer-token NLL of the forget set",
-    tracks=("tofu", "crosslingual", "speech", "task_level"),
+    tracks=_GA_TRACKS,
     run={"text": f"{_OBJ}:GradientAscent", "task_level": _TASK_TEXT, "speech": "qrerase.speech.baselines:run_ga"},
-    settings=_sweep("Gradient Ascent"),
+    settings=_sweep("Gradient Ascent", _GA_TRACKS),
     plan_shape=(1, 0),
 )
 _BASELINES = (  # name, label, tracks, implementation, hyperparameters (module:class), description, inputs, plan shape
@@ -409,7 +415,7 @@ for _name, _label, _tracks, _run, _hp, _desc, _inputs, _shape in _BASELINES:
         tracks=_tracks,
         run=_run,
         hparams=_hp,
-        settings=_sweep(_label) if "speech" in _tracks else None,
+        settings=_sweep(_label, _tracks),
         inputs=_inputs,
         plan_shape=_shape,
     )

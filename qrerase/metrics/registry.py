@@ -30,7 +30,7 @@ from ..registry import TRACKS
 __all__ = [
     "Metric",
     "MetricError",
-    "EVALUATING_TRACKS",
+    "evaluating_tracks",
     "DIRECTIONS",
     "NEEDS",
     "AGGREGATES",
@@ -53,10 +53,13 @@ class MetricError(ValueError):
     """A bad metric registration, an unknown metric or a bad value: the message is one line naming it."""
 
 
-#: The tracks whose evaluation jobs compute the registered metrics (rule ``evaluate``:
-#: :func:`qrerase.metrics.scoring.track_sequence_metrics`; rule ``speech_evaluate``:
-#: :func:`qrerase.speech.privacy.attack_metrics`).
-EVALUATING_TRACKS = ("tofu", "speech")
+def evaluating_tracks() -> list[str]:
+    """The tracks whose evaluation jobs compute the registered metrics (:attr:`qrerase.tracks.Track.metrics`:
+    rule ``evaluate``, :func:`qrerase.metrics.scoring.track_sequence_metrics`; rule ``speech_evaluate``,
+    :func:`qrerase.speech.privacy.attack_metrics`), in registration order."""
+    return [t.name for t in TRACKS.values() if t.metrics]
+
+
 #: Directions: which value is best.
 DIRECTIONS: dict[str, str] = {
     "higher": "higher is better",
@@ -152,10 +155,10 @@ def register_metric(
     tracks = tuple(tracks)
     if not tracks or (bad := [t for t in tracks if t not in TRACKS]):
         raise MetricError(f"metric {name!r}: tracks must be among {list(TRACKS)}, got {list(tracks)}")
-    if bad := [t for t in tracks if t not in EVALUATING_TRACKS]:
+    if bad := [t for t in tracks if not TRACKS[t].metrics]:
         raise MetricError(
             f"metric {name!r}: track(s) {bad} compute no registered metric (their evaluations compute their own "
-            f"measures); registered metrics apply to {list(EVALUATING_TRACKS)}"
+            f"measures); registered metrics apply to {evaluating_tracks()}"
         )
     needs = tuple(needs)
     if bad := [n for n in needs if n not in NEEDS]:

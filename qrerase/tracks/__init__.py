@@ -7,7 +7,8 @@ its config checks). The generic code (``qrerase.workflow``, ``qrerase.reports.pa
 ``qrerase.smoke``, ``rules/common.smk``, ``rules/cost_common.smk``, ``rules/tradeoff_common.smk``)
 looks a track up with :func:`track` and never compares track names; the fields naming a function
 (``targets``, ``costs``, ``tradeoff_targets``, ``sweep``, ``finetune_start``) name one defined in the
-track's ``rules/<name>_common.smk``. :mod:`qrerase.tracks.base` holds the class and the registry
+track's ``rules/<name>_common.smk``, or in the rules file it names (:attr:`Track.rules`, a plug-in
+track's; :func:`track_rules`, included by the Snakefile). :mod:`qrerase.tracks.base` holds the class and the registry
 (``qrerase.registry`` re-exports :class:`Track` and :data:`TRACKS`); importing this package registers
 the built-in tracks, a plug-in module (config key ``plugins``) registers more.
 
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import importlib
 
-from .base import TRACKS, Track, TrackError, register_track, section_at, track
+from .base import TRACKS, Track, TrackError, register_track, section_at, track, track_rules
 
-__all__ = ["Track", "TrackError", "TRACKS", "BUILTIN", "register_track", "track", "section_at"]
+__all__ = ["Track", "TrackError", "TRACKS", "BUILTIN", "register_track", "track", "track_rules", "section_at"]
 
 #: The built-in track modules, in config order (each registers its track when imported).
 BUILTIN = ("tofu", "crosslingual", "speech", "task_level")

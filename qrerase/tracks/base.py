@@ -10,9 +10,20 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Track", "TrackError", "TRACKS", "register_track", "track", "section_at"]
+__all__ = [
+    "Track",
+    "TrackError",
+    "TRACKS",
+    "WORKFLOW_DIR",
+    "register_track",
+    "rules_path",
+    "track",
+    "track_rules",
+    "section_at",
+]
 
 
 class TrackError(ValueError):
@@ -44,14 +55,20 @@ class Track:
     tokenizer is also trained on the pretraining text. smoke: ``qrerase smoke`` runs its training
     jobs. sweep_language: a trade-off point is evaluated in its experiment's language (the name's arg).
     targets / costs / tradeoff_targets / sweep / finetune_start: functions of
-    ``rules/<name>_common.smk``: its default targets, its cost groups ``{group: {method: components}}``,
-    its trade-off targets, ``(experiments, methods)`` of a text sweep (``None``: its sweep is its own
-    rules'), the fine-tuning start inputs of a track with its own start (``None``: the shared one).
+    ``rules/<name>_common.smk`` (a track naming :attr:`rules`: of that file): its default targets, its
+    cost groups ``{group: {method: components}}``, its trade-off targets, ``(experiments, methods)`` of
+    a text sweep (``None``: its sweep is its own rules'), the fine-tuning start inputs of a track with
+    its own start (``None``: the shared one).
     cost_group_header: the header of its cost table's column groups (``None``: one group).
     tables: its headline tables (``results/tables/<table>.csv``, repeated over seeds).
     title / page_prefixes: its results page (:mod:`qrerase.reports.pages`): title and the file-name
     prefixes of its tables and figures. check: ``"module:function"``, ``f(cfg, runs)`` raising
     ``ConfigError`` (one line) for a bad config section, ``runs`` whether the track is configured.
+    metrics: its evaluation jobs compute the registered metrics (:mod:`qrerase.metrics.registry`; a
+    metric may name only such a track). rules: its rules file, which the Snakefile includes after the
+    built-in rules (absolute, or relative to the workflow directory; ``None``: the Snakefile includes
+    it by name, the built-in tracks). schema: the JSON schema of its config section ``section``, added
+    to the config schema (``None``: the section is in ``schemas/config.schema.yaml``).
     """
 
     name: str
@@ -77,6 +94,9 @@ class Track:
     title: str
     page_prefixes: tuple[str, ...]
     check: str
+    metrics: bool
+    rules: str | None
+    schema: Mapping[str, Any] | None
 
     # ----- how its training sections compose (qrerase.workflow.stages) -----
     def chain(self, cfg: Mapping, name: str) -> list[tuple[str, Mapping]]:
@@ -137,13 +157,13 @@ class Track:
         getattr(importlib.import_module(module), attr)(cfg, self.name in cfg.get("tracks", []))
 
 
+#: The fields a track may leave empty (``None`` or ``()``).
+_MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "sweep", "finetune_start", "cost_group_header")
+_MAY_BE_EMPTY += ("rules", "schema")
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
-_NON_EMPTY = tuple(
-    f.name
-    for f in fields(Track)
-    if f.name not in ("overrides", "kind_prefixes", "eval_sections", "sweep", "finetune_start", "cost_group_header")
-    and f.type not in ("bool",)
-)
+_NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))
+#: The workflow directory of this checkout (its Snakefile, ``rules/``): where a relative :attr:`Track.rules` lies.
+WORKFLOW_DIR = Path(__file__).resolve().parents[2]
 #: Every registered track, in registration order (the built-in ones in config order).
 TRACKS: dict[str, Track] = {}
 
@@ -158,8 +178,24 @@ def register_track(t: Track) -> Track:
     missing = [f for f in _NON_EMPTY if not getattr(t, f)]
     if missing:
         raise TrackError(f"track {t.name!r}: empty field(s) {missing}")
+    if t.rules is not None and not rules_path(t).is_file():
+        raise TrackError(f"track {t.name!r}: rules file {rules_path(t)} not found (Track.rules)")
+    if t.schema is not None and not isinstance(t.schema, Mapping):
+        raise TrackError(f"track {t.name!r}: schema must be a mapping (a JSON schema), got {type(t.schema).__name__}")
     TRACKS[t.name] = t
     return t
+
+
+def rules_path(t: Track) -> Path | None:
+    """A track's rules file (:attr:`Track.rules`), a relative one resolved against the workflow
+    directory (the checkout holding ``qrerase/``); ``None`` for a track without one."""
+    return None if t.rules is None else WORKFLOW_DIR / t.rules
+
+
+def track_rules() -> list[str]:
+    """The rules files of the registered tracks that name one (:attr:`Track.rules`), in registration
+    order: the Snakefile includes each after the built-in rules."""
+    return [str(rules_path(t)) for t in TRACKS.values() if t.rules is not None]
 
 
 def track(name: str) -> Track:

@@ -96,5 +96,8 @@ TRACK = register_track(
         title="Cross-lingual track",
         page_prefixes=("crosslingual", "xling"),
         check="qrerase.tracks.crosslingual:check",
+        metrics=False,
+        rules=None,
+        schema=None,
     )
 )

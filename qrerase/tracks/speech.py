@@ -187,5 +187,8 @@ TRACK = register_track(
         title="Speech track",
         page_prefixes=("speech",),
         check="qrerase.tracks.speech:check",
+        metrics=True,
+        rules=None,
+        schema=None,
     )
 )

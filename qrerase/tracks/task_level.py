@@ -129,5 +129,8 @@ TRACK = register_track(
         title="Task-level track",
         page_prefixes=("task_level", "task"),
         check="qrerase.tracks.task_level:check",
+        metrics=False,
+        rules=None,
+        schema=None,
     )
 )

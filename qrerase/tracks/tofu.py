@@ -62,5 +62,8 @@ TRACK = register_track(
         title="TOFU track",
         page_prefixes=("tofu",),
         check="qrerase.tracks.tofu:check",
+        metrics=True,
+        rules=None,
+        schema=None,
     )
 )

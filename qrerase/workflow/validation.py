@@ -8,7 +8,10 @@ The schema file (``schemas/config.schema.yaml``) lists no method or track names:
 ``methods.<track>``, ``subspace``, ``tracks``), a node holding ``x-registry-settings: <section>`` one
 property per method of that section (:func:`qrerase.jobs.section_schemas`, else
 :func:`qrerase.registry.settings_of`), the shared training keys come from :func:`qrerase.jobs.inject`.
-The methods of the config's ``plugins`` are registered first (:func:`validate`).
+``x-registry-tracks: sections`` (the top level) adds the section of each track registering its schema
+(:attr:`qrerase.tracks.Track.schema`, a plug-in track's), ``x-registry-tracks: methods`` a
+``methods.<track>`` entry for each registered track the file does not list.
+The methods and tracks of the config's ``plugins`` are registered first (:func:`validate`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import jobs, registry
-from ..tracks.base import TRACKS
+from ..tracks.base import TRACKS, TrackError
 
 __all__ = [
     "ConfigError",
@@ -62,11 +65,31 @@ def registry_enum(source: str) -> list[str]:
     raise ValueError(f"schema: unknown x-registry source {source!r}")
 
 
+#: ``methods.<track>`` of a track the schema file does not list (a plug-in's; ``x-registry-tracks: methods``).
+_TRACK_METHODS = {"description": "the track's methods", "type": "array", "uniqueItems": True}
+
+
+def _registered() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What the injected schema depends on: the registered method and track names (a plug-in adds some)."""
+    return registry.names(), tuple(TRACKS)
+
+
 def _inject(node: Any) -> Any:
     if isinstance(node, dict):
         out = jobs.inject(node, {k: _inject(v) for k, v in node.items() if not k.startswith("x-")})  # markers
         if "x-registry" in node:
             out["enum"] = registry_enum(node["x-registry"])
+        if node.get("x-registry-tracks") == "sections":  # a track's own section (Track.schema)
+            props = out.setdefault("properties", {})
+            for t in TRACKS.values():
+                if t.schema is not None:
+                    if t.section in props:
+                        raise ValueError(f"schema: track {t.name!r}: section '{t.section}' is in the schema file")
+                    props[t.section] = _inject(copy.deepcopy(dict(t.schema)))
+        if node.get("x-registry-tracks") == "methods":  # methods.<track> of a track the file does not list
+            props = out.setdefault("properties", {})
+            for t in TRACKS.values():
+                props.setdefault(t.name, {**_TRACK_METHODS, "items": {"enum": registry.methods_for(t.name)}})
         if "x-registry-settings" in node:
             section, props = node["x-registry-settings"], out.setdefault("properties", {})
             for name, schema in jobs.section_schemas(section).items():
@@ -80,15 +103,15 @@ def _inject(node: Any) -> Any:
 
 
 @cache
-def _load_schema(path: str, _methods: tuple[str, ...]) -> dict:
+def _load_schema(path: str, _registered: tuple) -> dict:
     import yaml
 
     return _inject(yaml.safe_load(Path(path).read_text()))
 
 
 def _schema(path: str) -> dict:
-    """The injected schema, cached per path and set of registered methods (a plug-in adds some)."""
-    return _load_schema(path, registry.names())
+    """The injected schema, cached per path and set of registered methods and tracks (a plug-in adds some)."""
+    return _load_schema(path, _registered())
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
@@ -113,10 +136,10 @@ def check_finite(node: Any, key: str = "") -> None:
 
 
 @cache
-def _validator(path: str, _methods: tuple[str, ...]):
+def _validator(path: str, _registered: tuple):
     """Draft 2020-12 validator whose ``integer`` is an ``int``: JSON Schema counts 2.0 as an integer,
     but a rank, epoch count or batch size written 2.0 would reach the jobs as a float. Cached per path
-    and registered method names (as :func:`_schema`)."""
+    and registered method and track names (as :func:`_schema`)."""
     import jsonschema
 
     base = jsonschema.Draft202012Validator
@@ -132,7 +155,7 @@ def check_schema(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
     path, naming its key. An ``unevaluatedProperties`` error of a section is only reported when no
     error lies deeper inside it (a bad value inside an ``allOf`` also leaves its key 'unevaluated')."""
     check_finite(cfg)
-    errors = list(_validator(str(schema_path), registry.names()).iter_errors(cfg))
+    errors = list(_validator(str(schema_path), _registered()).iter_errors(cfg))
     paths = [tuple(str(p) for p in e.absolute_path) for e in errors]
     kept = [
         (path, e)
@@ -277,15 +300,15 @@ def check_tradeoff(cfg: Mapping) -> None:
 
 
 def load_config_plugins(cfg: Mapping) -> None:
-    """Import the modules of the config key ``plugins`` (each registers its methods); a bad one is a
-    :class:`ConfigError` naming the key."""
+    """Import the modules of the config key ``plugins`` (each registers its methods, metrics or tracks); a
+    bad one (not importable, or a registration it makes refused) is a :class:`ConfigError` naming the key."""
     plugins = cfg.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         raise ConfigError(f"config key 'plugins': expected a list of module names, got {plugins!r}")
     for i, module in enumerate(plugins):
         try:
             registry.load_plugins([module])
-        except registry.RegistryError as exc:
+        except (registry.RegistryError, TrackError) as exc:
             raise ConfigError(f"config key 'plugins.{i}': {exc}") from None
 
 

@@ -107,7 +107,11 @@ def test_builtin_track_module_supplies_every_field(name):
     assert Path(tracks.__file__).with_name(f"{name}.py").is_file()
     for f in dataclasses.fields(Track):
         value = getattr(t, f.name)
-        assert value is not None or f.name in ("sweep", "finetune_start", "cost_group_header"), f.name
+        optional = ("sweep", "finetune_start", "cost_group_header", "rules", "schema")
+        assert value is not None or f.name in optional, f.name
+    # included by name in the Snakefile, its section in the schema file (a plug-in track names both)
+    assert t.rules is None and t.schema is None
+    assert f'include: "rules/{name}.smk"' in (ROOT / "Snakefile").read_text()
     assert t.name == name and t.prefix and t.tables and t.title and t.page_prefixes
     for pattern in t.experiments.values():
         assert re.fullmatch(r"[\w\\{}()|?+\[\]-]+", pattern), pattern
@@ -145,6 +149,9 @@ def _toy(name: str, **over) -> Track:
         title="Toy track",
         page_prefixes=(name,),
         check="builtins:print",
+        metrics=False,
+        rules=None,
+        schema=None,
     )
     return Track(**{**fields, **over})
 
