@@ -1,10 +1,7 @@
 """Rule energy: E_l = ||T_f^l||_F / sum_j ||T_f^j||_F (eq. 14) and the layers with E_l >= 1/|L| (eq. 15)."""
 
-import pandas as pd
-
-from qrerase.io import write_csv, write_json
 from qrerase.method.adapters import load_factors
-from qrerase.method.energy import layer_energy, modules_for_layers, select_layers, threshold
+from qrerase.method.energy import layer_energy, modules_for_layers, select_layers, write_selection
 from qrerase.reports.plots import energy_plot
 from qrerase.workflow.job import job
 
@@ -13,19 +10,7 @@ with job(snakemake) as log:
     factors = load_factors(snakemake.input[0])
     energy = layer_energy(factors, granularity=granularity)
     selected = select_layers(energy)
-    frame = pd.DataFrame(
-        {
-            "layer": list(energy),
-            "energy": list(energy.values()),
-            "threshold": threshold(len(energy)),
-            "selected": [layer in selected for layer in energy],
-        }
-    )
-    write_csv(snakemake.output.csv, frame)
     modules = modules_for_layers(selected, factors, granularity=granularity)
-    write_json(
-        snakemake.output.selected,
-        {"granularity": granularity, "layers": selected, "modules": modules},
-    )
+    write_selection(energy, selected, modules, granularity, snakemake.output.csv, snakemake.output.selected)
     energy_plot(energy, snakemake.output.figure, title=f"Task energy ({snakemake.wildcards.exp})", selected=selected)
     log.info("selected %d of %d layers: %s", len(selected), len(energy), selected)

@@ -39,6 +39,7 @@ __all__ = [
     "LayerSelection",
     "threshold",
     "read_selection",
+    "write_selection",
     "module_norms",
     "energy_from_norms",
     "layer_energy",
@@ -119,6 +120,36 @@ def read_selection(path: str | os.PathLike) -> LayerSelection:
         raise ValueError("expected rule energy's energy.csv or selected_layers.json")
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def write_selection(
+    energy: Mapping[str, float],
+    selected: Iterable[str],
+    modules: Iterable[str],
+    granularity: str,
+    csv_path: str | os.PathLike,
+    json_path: str | os.PathLike,
+) -> None:
+    """Write rule energy's two files, the ones :func:`read_selection` reads: ``csv_path`` (``layer``,
+    ``energy`` E_ℓ of eq. 14 in ``energy``'s order, ``threshold`` 1/|L|, ``selected`` of eq. 15) and
+    ``json_path`` (``granularity``, the selected ``layers`` and their ``modules``: eq. 16's filter).
+    Each is written atomically (:mod:`qrerase.io`)."""
+    import pandas as pd
+
+    from ..io import write_csv, write_json
+
+    check_granularity(granularity)
+    selected = list(selected)
+    frame = pd.DataFrame(
+        {
+            "layer": list(energy),
+            "energy": list(energy.values()),
+            "threshold": threshold(len(energy)),
+            "selected": [layer in selected for layer in energy],
+        }
+    )
+    write_csv(csv_path, frame)
+    write_json(json_path, {"granularity": granularity, "layers": selected, "modules": list(modules)})
 
 
 def module_norms(factors: Mapping[str, Any]) -> dict[str, float]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support import REPO
+from support.tiny_hubert import TINY_HUBERT
 
 from qrerase.workflow.validation import ConfigError, validate
 
@@ -190,17 +191,7 @@ def test_the_text_loader_refuses_weights_that_do_not_match_the_config(checkpoint
 def _tiny_hubert(out: Path, speakers=("a", "b")) -> Path:
     from qrerase.speech import model as sm
 
-    tiny = dict(
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        conv_dim=(8, 16, 16, 16),
-        num_conv_pos_embeddings=4,
-        num_conv_pos_embedding_groups=2,
-        classifier_proj_size=16,
-    )
-    sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**tiny), list(speakers), 0), out)
+    sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY_HUBERT), list(speakers), 0), out)
     return out
 
 

@@ -8,22 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from support import REPO
+from support.tiny_hubert import TINY_HUBERT
 
 from qrerase.speech import data as sd
 from qrerase.speech import model as sm
 from qrerase.speech import train as strain
 
 FSDD = REPO / "data" / "fsdd"
-TINY = dict(
-    hidden_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=32,
-    conv_dim=(8, 16, 16, 16),
-    num_conv_pos_embeddings=4,
-    num_conv_pos_embedding_groups=2,
-    classifier_proj_size=16,
-)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +181,7 @@ def test_topk_accuracy_on_hand_made_logits():
 
 
 def _model(seed=0):
-    return sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY), ["a", "b", "c", "d", "e", "f"], seed)
+    return sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY_HUBERT), ["a", "b", "c", "d", "e", "f"], seed)
 
 
 def test_short_training_is_deterministic(small_data):

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from support import REPO
+from support.tiny_hubert import TINY_HUBERT
 
 from qrerase.speech import data as sd
 from qrerase.speech import model as sm
@@ -13,16 +14,6 @@ from qrerase.speech import tradeoff as st
 from qrerase.speech import train as strain
 
 FSDD = REPO / "data" / "fsdd"
-TINY = dict(
-    hidden_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=32,
-    conv_dim=(8, 16, 16, 16),
-    num_conv_pos_embeddings=4,
-    num_conv_pos_embedding_groups=2,
-    classifier_proj_size=16,
-)
 SPEAKERS = ["george", "jackson", "lucas", "nicolas", "theo", "yweweler"]
 
 
@@ -42,7 +33,7 @@ def val_data():
 
 
 def _model(labels=SPEAKERS, seed=0):
-    return sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY), labels, seed)
+    return sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY_HUBERT), labels, seed)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -112,7 +103,7 @@ def test_graft_encoder_keeps_the_head_and_takes_the_encoder(tmp_path, val_data):
     with torch.no_grad():  # same encoder output as the pretrained model
         assert torch.equal(finetuned.hubert(x).last_hidden_state, pretrained.hubert(x).last_hidden_state)
     other = sm.build_tiny_hubert(
-        sm.TinyHubertConfig(**{**TINY, "hidden_size": 8, "classifier_proj_size": 8}), SPEAKERS, 0
+        sm.TinyHubertConfig(**{**TINY_HUBERT, "hidden_size": 8, "classifier_proj_size": 8}), SPEAKERS, 0
     )
     with pytest.raises(ValueError, match="graft_encoder"):
         sm.graft_encoder(finetuned, other)

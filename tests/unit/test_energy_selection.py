@@ -7,10 +7,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from qrerase.io import write_csv, write_json
 from qrerase.method.energy import (
     LayerSelection,
     layer_energy,
@@ -19,6 +17,7 @@ from qrerase.method.energy import (
     select_layers,
     selected_updates,
     threshold,
+    write_selection,
 )
 from qrerase.method.lowrank import LowRank
 from qrerase.reports.plots import energy_plot
@@ -39,17 +38,8 @@ def _write_like_rule_energy(folder, factors):
     """workflow_scripts/energy.py's two outputs."""
     energy = layer_energy(factors)
     selected = select_layers(energy)
-    frame = pd.DataFrame(
-        {
-            "layer": list(energy),
-            "energy": list(energy.values()),
-            "threshold": threshold(len(energy)),
-            "selected": [layer in selected for layer in energy],
-        }
-    )
-    write_csv(folder / "energy.csv", frame)
     modules = modules_for_layers(selected, factors)
-    write_json(folder / "selected_layers.json", {"granularity": "block", "layers": selected, "modules": modules})
+    write_selection(energy, selected, modules, "block", folder / "energy.csv", folder / "selected_layers.json")
 
 
 def test_read_selection_reads_both_files_of_rule_energy(tmp_path):
