@@ -148,34 +148,56 @@ def _word_tokenizer(vocab: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token="t1", pad_token="t2")
 
 
-def write_random_checkpoint(shape: ModelShape, dtype: str, out: str | os.PathLike, seed: int = 0) -> Path:
+def write_random_checkpoint(
+    shape: ModelShape, dtype: str, out: str | os.PathLike, seed: int = 0, device: str = "cpu"
+) -> Path:
     """Write a random-weight model of ``shape`` in ``dtype`` (weights normal with σ = 0.02, norms 1)
     and its word-level tokenizer to ``out`` (safetensors, ``save_pretrained``); returns ``out``. The
-    model is built on the meta device and filled tensor by tensor, so the host holds one copy."""
+    model is built on the meta device and filled tensor by tensor, so the host holds one copy.
+
+    ``device``: where the random numbers are drawn (a generator seeded ``seed`` on that device), ``cpu``
+    or a CUDA device: drawing 8 × 10⁹ numbers takes over a minute on a few CPU cores and well under a
+    second on a GPU. The values depend on it (each device's generator has its own stream), so the
+    device is part of what ``out/smoke.json`` records. A folder ``out`` whose ``smoke.json`` records the
+    same shape, dtype, seed and device is reused as it is (a second ``qrerase smoke`` of the same
+    config does not write 16 GB again)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     if shape.vocab < 3:
         raise ValueError(f"smoke: model shape {shape.name!r} needs a vocabulary of at least 3 tokens")
+    out = Path(out)
+    stamp = {"shape": asdict(shape), "dtype": dtype, "seed": seed, "device": str(torch.device(device).type)}
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads((out / "smoke.json").read_text()) == stamp:
+            return out
     config = model_config(shape)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model = model.to_empty(device="cpu")  # buffers (rotary inv_freq) are not saved: from_pretrained rebuilds them
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.fill_(1.0)
             else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).mul_(0.02).to(p.dtype))
-    out = Path(out)
+                draw = torch.randn(p.shape, generator=gen, dtype=torch.float32, device=device)
+                p.copy_(draw.mul_(0.02).to(p.dtype))
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     _word_tokenizer(shape.vocab).save_pretrained(tmp)
+    (tmp / "smoke.json").write_text(json.dumps(stamp, sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
+
+
+def _draw_device(device: str) -> str:
+    """Where the random weights are drawn: the GPU when the config's device may be one and one is visible."""
+    import torch
+
+    return "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
 
 
 def _records(n: int, length: int, vocab: int, seed: int) -> list[dict[str, str]]:
@@ -328,7 +350,7 @@ def run_smoke(
     work.mkdir(parents=True, exist_ok=True)
     shape, dtype, node = context(cfg, jobs[0].track)
     device = cfg["model"].get("device", "cpu")
-    ckpt = write_random_checkpoint(shape, dtype, work / "model")
+    ckpt = write_random_checkpoint(shape, dtype, work / "model", device=_draw_device(device))
     accelerate = accelerate or shutil.which("accelerate") or str(Path(sys.executable).with_name("accelerate"))
     launch_config = Path(__file__).resolve().parents[1] / LAUNCH_CONFIG
     rows = []
