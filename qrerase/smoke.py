@@ -175,6 +175,7 @@ def write_random_checkpoint(
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model = model.to_empty(device="cpu")  # buffers (rotary inv_freq) are not saved: from_pretrained rebuilds them
+    model.tie_weights()  # to_empty gave a tied LM head storage of its own, which would be saved unset
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -109,7 +109,10 @@ class JobSpec:
 
     kind: 'train' (full weights), 'lora', 'infer' (forward / generation) or 'linalg' (CPU, streaming).
     sequences: sequences per example (2: forget + retain batches, or DPO's chosen + rejected).
-    references: frozen model copies held during training (KL / NPO / DPO / FLAT: 1).
+    references: frozen model copies held during training (KL / NPO / DPO / FLAT in full mode: 1; in LoRA
+    mode the reference is the base with the adapter disabled: 0); memory.
+    reference_forwards: forward passes through a frozen reference per trained sequence, for the run
+    time (a held copy or the adapter-disabled base alike); None: ``references``.
     backend: the multi-process engine (``ddp`` | ``fsdp``; irrelevant with one process).
     section: the config key of the job's own section (e.g. ``tofu.baselines.ga``), named in notes;
     backend_key: the config key its backend comes from, or is best set at (``finetune.backend``);
@@ -132,6 +135,7 @@ class JobSpec:
     section: str = ""
     backend_key: str = ""
     hint: str = ""
+    reference_forwards: int | None = None
 
     def __post_init__(self):
         if self.kind not in ("train", "lora", "infer", "linalg"):

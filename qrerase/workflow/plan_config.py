@@ -95,7 +95,7 @@ def runtime_min(
     P = shape.count_params()
     active = P - (shape.experts - shape.experts_per_token) * 3 * shape.hidden * shape.intermediate * shape.layers
     per_token = {"train": 8 if job.checkpointing else 6, "lora": 4, "infer": 2}[job.kind] * active
-    per_token += 2 * active * job.references
+    per_token += 2 * active * (job.references if job.reference_forwards is None else job.reference_forwards)
     seconds = per_token * examples * job.sequences * job.max_length * max(1, epochs)
     seconds /= GPU_FLOPS * gpus if gpus else CPU_FLOPS * max(1, threads)
     if job.kind == "infer" and job.new_tokens:

@@ -73,6 +73,7 @@ class Stage:
     lora_rank: int = 0
     hint: str = ""
     planned: bool = True  # False: a baseline registered without a plan_shape (not in the plan)
+    reference_forwards: int | None = None  # JobSpec.reference_forwards
 
     def lookup(self, key: str, own_only: bool = False) -> tuple[Any, str]:
         """``(value, config key)`` of an engine key: the first section of the chain that sets it
@@ -115,7 +116,9 @@ def text_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
 
 def text_baseline_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
     """A text baseline's stage: ``<baselines_section>.<m>`` with the section's mode, max_length and LoRA
-    shape (rules/tofu_common.smk), the track's fine-tuning section after it in the chain."""
+    shape (rules/tofu_common.smk), the track's fine-tuning section after it in the chain. In ``lora``
+    mode a method's frozen reference is its own base with the adapter disabled, so the stage holds no
+    reference copy (``references`` 0, whatever the method's ``plan_shape`` says for full mode)."""
     ft = t.training_section(cfg, "finetune")
     plan_shape = registry.method(stage).plan_shape
     seqs, refs = plan_shape or (1, 0)
@@ -141,11 +144,12 @@ def text_baseline_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
         ((f"{where}.{stage}", own), *t.chain(cfg, "finetune")),
         1,
         seqs,
-        refs,
+        0 if lora_mode else refs,  # LoRA mode: π_ref is the trained model with its adapter disabled
         int(recipe["max_length"]),
         int(lora.get("r", 0)) if lora_mode else 0,
         "" if lora_mode else f"use {where}.mode: lora",
         plan_shape is not None,
+        refs,
     )
 
 
@@ -172,6 +176,7 @@ def stage_job(cfg: Mapping, track: str, stage: str) -> JobSpec:
         max_length=st.max_length,
         sequences=st.sequences,
         references=st.references,
+        reference_forwards=st.reference_forwards,
         lora_rank=st.lora_rank,
         checkpointing=bool(INHERITED_ENGINE_KEYS["gradient_checkpointing"] if ckpt is None else ckpt),
         micro_batch_size=micro,

@@ -24,7 +24,7 @@ from qrerase.workflow.launch import launcher
 from qrerase.workflow.plan import GIB, JobSpec, device_bytes
 from qrerase.workflow.plan_config import load_config, plan_config, refusal
 from qrerase.workflow.shapes import KNOWN_SHAPES, ModelShape
-from qrerase.workflow.stages import engine_settings, job_settings, stage_recipe
+from qrerase.workflow.stages import engine_settings, job_settings, stage_job, stage_recipe
 
 CONFIGS = [
     "config.yaml",
@@ -96,6 +96,37 @@ def test_ddp_keeps_a_full_replica_and_fsdp2_shards_it():
     one = device_bytes(shape, job, "bfloat16", 4, 8, "fsdp")  # 4 x 8 = 32: no accumulation
     accumulating = device_bytes(shape, JobSpec("ga", "train", 400, 500, checkpointing=True), "bfloat16", 4, 8, "fsdp")
     assert accumulating - one == 2 * P - 2 * (shape.layer_params() + shape.root_params())
+
+
+def test_a_lora_mode_baseline_holds_no_reference_copy_but_still_runs_its_forwards(tmp_path):
+    """In LoRA mode a baseline's π_ref is the trained model with its adapter disabled
+    (qrerase.baselines.text.AdapterDisabled): no second copy of the weights on the GPU or the host.
+    The defect: the plan counted a·P more for KL / NPO / DPO (8B on one H100: 57.2 GiB planned,
+    34.6 / 37.6 measured by `qrerase smoke`). The reference forwards still count in the run time."""
+    from dataclasses import replace
+
+    from qrerase.workflow.plan_config import runtime_min
+
+    over = tmp_path / "lora.yaml"
+    over.write_text("tofu:\n  baselines:\n    mode: lora\n")
+    lora_cfg = load_config(ROOT / "config/llama3-8b.yaml", over)
+    full_cfg = load_config(ROOT / "config/llama3-8b.yaml")
+    lora = {p.name: p for p in plan_config(lora_cfg)}
+    full = {p.name: p for p in plan_config(full_cfg)}
+    shape = KNOWN_SHAPES["meta-llama/Meta-Llama-3-8B"]
+    for name in ("tofu:kl", "tofu:npo", "tofu:dpo"):
+        spec = stage_job(lora_cfg, "tofu", name.split(":")[1])
+        assert (spec.kind, spec.references, spec.reference_forwards) == ("lora", 0, 1), name
+        assert stage_job(full_cfg, "tofu", name.split(":")[1]).references == 1, name
+        copy = replace(spec, references=1, reference_forwards=None)  # what was planned before
+        micro, n = lora[name].micro_batch, lora[name].processes
+        assert device_bytes(shape, copy, "bfloat16", micro, n) - device_bytes(shape, spec, "bfloat16", micro, n) >= (
+            2 * shape.count_params() // n
+        )
+        assert runtime_min(shape, spec, "train", 4000, 5, "bfloat16", 8, 8) == runtime_min(
+            shape, copy, "train", 4000, 5, "bfloat16", 8, 8
+        )
+    assert lora["tofu:kl"].host_bytes == lora["tofu:graddiff"].host_bytes < full["tofu:kl"].host_bytes
 
 
 def test_the_root_group_is_every_parameter_outside_the_decoder_layers():

@@ -51,6 +51,40 @@ def test_random_checkpoint_has_the_shape_and_loads_with_stock_transformers(tmp_p
         model_config(ModelShape("gpt", 2, 32, 64, 50, 4, 4, gated_mlp=False))
 
 
+@pytest.mark.parametrize(
+    ("overlay", "stages"),
+    [("one-h100-8b.yaml", ("lora", "npo", "kl")), ("one-h100-1b.yaml", ("finetune", "lora", "npo", "kl"))],
+)
+def test_the_one_gpu_overlays_plan_jobs_that_fit_one_gpu(overlay, stages):
+    """config/smoke/*.yaml: the overlays of docs/cluster.md's GPU measurement; every job they are run
+    with is one process on one GPU and fits it, and the 8B full fine-tune does not (so it is not run)."""
+    cfg = load_config(ROOT / "config/llama3-8b.yaml", ROOT / "config/smoke" / overlay)
+    jobs = smoke_jobs(cfg, stages)
+    assert sorted(j.stage for j in jobs) == sorted(stages)
+    for j in jobs:
+        assert (j.plan.processes, j.plan.gpus, j.plan.fits) == (1, 1, True), j
+    if overlay == "one-h100-8b.yaml":
+        assert not smoke_jobs(cfg, ("finetune",))[0].plan.fits
+
+
+def test_a_tied_shape_is_saved_tied_and_a_stamped_checkpoint_is_reused(tmp_path):
+    """The defect: `to_empty` gave the LM head of a tied shape (Llama-3.2-1B) storage of its own, which
+    was saved uninitialised; transformers then refused to tie it, so the model had V x h parameters
+    more than the shape (measured on an H100: 26.6 GiB against 23.5 planned for the tied shape)."""
+    shape = ModelShape("toy", layers=2, hidden=32, intermediate=64, vocab=50, heads=4, kv_heads=2, tied_embeddings=True)
+    out = write_random_checkpoint(shape, "bfloat16", tmp_path / "model")
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert sum(p.numel() for p in model.parameters()) == shape.count_params()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert abs(model.lm_head.weight.float().std().item() - 0.02) < 0.004
+    weights = out / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert write_random_checkpoint(shape, "bfloat16", out) == out and weights.stat().st_mtime_ns == before
+    write_random_checkpoint(shape, "bfloat16", out, seed=1)  # another stamp: written again
+    assert weights.stat().st_mtime_ns != before
+    assert not torch.equal(AutoModelForCausalLM.from_pretrained(out).lm_head.weight, model.lm_head.weight)
+
+
 @pytest.mark.slow
 def test_smoke_runs_two_process_fsdp_jobs_and_each_peak_is_within_a_quarter_of_the_plan(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
