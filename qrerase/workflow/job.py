@@ -205,18 +205,22 @@ def training_code_version() -> str:
 #: Inputs up to this size are fingerprinted by their sha256 in :func:`resume_key`; larger ones
 #: (model shards) by size and mtime, which a rewrite changes, so the key stays cheap at any scale.
 HASHED_INPUT_BYTES = 64 << 20
+#: Weight files, fingerprinted by size and mtime whatever their size: every rank of a job builds the
+#: key, and under FSDP2 only rank 0 may read the weights (:func:`qrerase.text.models.load_model`).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".distcp")
 
 
 def _file_fingerprint(f: Path) -> list:
     st = f.stat()
-    if st.st_size <= HASHED_INPUT_BYTES:
+    if st.st_size <= HASHED_INPUT_BYTES and f.suffix not in WEIGHT_SUFFIXES:
         return [st.st_size, hashlib.sha256(f.read_bytes()).hexdigest()]
     return [st.st_size, st.st_mtime_ns]
 
 
 def _input_fingerprint(path: str) -> list:
     """(relative path, fingerprint) of a file, or of every file under a folder (sorted): the sha256 of
-    files up to :data:`HASHED_INPUT_BYTES`, else (bytes, mtime in ns)."""
+    files up to :data:`HASHED_INPUT_BYTES`, else, and for weight files (:data:`WEIGHT_SUFFIXES`) of any
+    size, (bytes, mtime in ns)."""
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -237,3 +238,24 @@ def test_resume_key_changes_with_the_job_spec_and_inputs(tmp_path, monkeypatch):
     data.write_text('{"question": "q", "answer": "b"}\n')
     assert resume_dir(_launched(tmp_path, 2e-3, data)) != other_lr
     assert resume_key(_launched(tmp_path, 2e-3, data)) != resume_key(_launched(tmp_path, 1e-3, data))
+
+
+def test_resume_key_takes_weight_files_by_size_and_mtime_without_reading_them(tmp_path, monkeypatch):
+    """Every rank of a job builds the key, and under FSDP2 only rank 0 may read the weights: a weight
+    file of any size is keyed by (bytes, mtime), so a rank never opens it for the key."""
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "model"
+    model.mkdir()
+    weights, config = model / "model.safetensors", model / "config.json"
+    weights.write_bytes(b"a" * 64)
+    config.write_text("{}")
+    key = resume_key(_launched(tmp_path, 1e-3, model))
+    stat = weights.stat()
+    weights.write_bytes(b"b" * 64)  # other bytes, same size and mtime: not read, so the same key
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert resume_key(_launched(tmp_path, 1e-3, model)) == key
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # rewritten: another key
+    assert resume_key(_launched(tmp_path, 1e-3, model)) != key
+    config.write_text('{"a": 1}')  # a small non-weight file is keyed by its content
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert resume_key(_launched(tmp_path, 1e-3, model)) != key

@@ -96,12 +96,14 @@ def _relative_update_difference(a, b, start):
     return num / den
 
 
-# finetune: the trained model; npo: the model and its reference, both sharded, the reference's NLLs
-# computed after preparation and then dropped (the worker checks its shards are freed); npo-lora:
-# LoRA under FSDP2 (add_lora, train_steps, merge on rank 0, as train_lora) with π_ref the prepared
-# model's adapter-disabled self. A kept reference (kl) loads as npo's does (its FSDP2 training:
+# npo: the model and its reference, both sharded, the reference's NLLs computed after preparation
+# and then dropped (the worker checks its shards are freed); npo-lora: LoRA under FSDP2 (add_lora,
+# train_steps, merge on rank 0, as train_lora) with π_ref the prepared model's adapter-disabled self.
+# The fine-tune, LoRA, NPO and KL workflow jobs are traced the same way through the snakemake CLI
+# (tests/workflow/test_launch_workflow.py, which also found every rank hashing the weights for the
+# resume key); a kept reference (kl) loads as npo's does (its FSDP2 training:
 # tests/integration/test_engine_multiprocess.py).
-@pytest.mark.parametrize("kind", ["finetune", "npo", "npo-lora"])
+@pytest.mark.parametrize("kind", ["npo", "npo-lora"])
 def test_sharded_load_reads_the_weights_on_rank_0_only(kind, tok_dir, model_dir, tmp_path):
     trace = _strace()
     if trace is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -12,9 +13,22 @@ import yaml
 from support import CONFIGS, REPO
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, repo: Path = REPO) -> subprocess.CompletedProcess:
-    """The snakemake CLI on the workflow of checkout ``repo`` (default: this one) in ``workdir``."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(workdir), *args]
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, repo: Path = REPO, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess:
+    """The snakemake CLI on the workflow of checkout ``repo`` (default: this one) in ``workdir``;
+    ``prefix``: a command it runs under (e.g. :func:`support.rank_opens.strace_prefix`)."""
+    cmd = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(repo / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

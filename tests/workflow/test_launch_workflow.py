@@ -5,13 +5,15 @@ DDP.
 
 The processes-1 run trains everything up to the compared models; the processes-2 run starts from a copy
 of it and re-runs only the training rules under test (`--forcerun`), so both runs' updates start from
-the same checkpoints.
+the same checkpoints. The text pair's 2-process snakemake commands run under strace: only rank 0 opens
+weight files (support.rank_opens).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 from support import REPO
+from support.rank_opens import opens_by_rank, strace_prefix
 from support.snakemake_cli import snakemake, write_config, write_speech_config
 
 pytestmark = pytest.mark.workflow
@@ -66,7 +69,11 @@ def record(wd: Path, output: str) -> dict:
     return json.loads((wd / "results/provenance/records" / f"{rel}.json").read_text())
 
 
-def run_pair(tmp_path_factory, name: str, write, targets: dict, **two_overrides) -> tuple[Path, Path]:
+def run_pair(
+    tmp_path_factory, name: str, write, targets: dict, trace: bool = False, **two_overrides
+) -> tuple[Path, Path]:
+    """The 1-process run, then the 2-process re-run of the rules under test; ``trace``: the 2-process
+    snakemake commands run under strace (logs ``<two>/trace/<i>.log``; :mod:`support.rank_opens`)."""
     one = tmp_path_factory.mktemp(f"{name}_p1")
     snakemake(one, *[t for t, _ in targets.values()], "--cores", "2", "--configfile", str(write(one, **processes(1))))
     two = tmp_path_factory.mktemp(f"{name}_p2")
@@ -76,9 +83,11 @@ def run_pair(tmp_path_factory, name: str, write, targets: dict, **two_overrides)
     # the downstream rules first, then the upstream ones: each 2-process job starts from the checkpoint
     # its 1-process counterpart started from (a re-run fine-tune would move the baselines' start)
     upstream = [k for k in targets if k.split(":")[0] == "finetune"]
-    for rules in ([k for k in targets if k not in upstream], upstream):
+    (two / "trace").mkdir()
+    for i, rules in enumerate(([k for k in targets if k not in upstream], upstream)):
         if not rules:
             continue
+        prefix = (strace_prefix(two / "trace" / f"{i}.log") if trace else None) or ()
         snakemake(
             two,
             *[targets[k][0] for k in rules],
@@ -90,6 +99,7 @@ def run_pair(tmp_path_factory, name: str, write, targets: dict, **two_overrides)
             "mtime",
             "--forcerun",
             *dict.fromkeys(label.split(":")[0] for label in rules),  # the rules
+            prefix=prefix,
         )
     return one, two
 
@@ -102,7 +112,7 @@ def tofu_config(workdir: Path, **overrides) -> Path:
 def text_runs(tmp_path_factory):
     """The text rules with 2 processes under FSDP2 (`finetune.backend: fsdp`, which the LoRA and baseline
     jobs inherit): sharded parameters, gradients and optimiser states, rank 0 alone reading the weights."""
-    return run_pair(tmp_path_factory, "text", text_config, TEXT, finetune__backend="fsdp")
+    return run_pair(tmp_path_factory, "text", text_config, TEXT, trace=True, finetune__backend="fsdp")
 
 
 #: shorter training than the test config's (12 fine-tuning epochs): the comparison needs a few steps of
@@ -140,6 +150,26 @@ def assert_same_training(one: Path, two: Path, targets: dict) -> None:
         assert rel < 1e-2, f"{rule}: 2 processes moved the weights {rel:.3g} (relative) away from 1 process"
         log = (two / "results/logs" / rule).glob("*.log")
         assert any("finished" in f.read_text() for f in log)
+
+
+def test_only_rank_0_opens_the_weight_files_of_the_two_process_jobs(text_runs):
+    """Every 2-process text job above (FSDP2: fine-tune, LoRA, NPO, KL) through the CLI, traced with
+    strace: rank 0 opens the weights each job starts from, rank 1 opens no weight file at all (it
+    builds the model from config.json, and the job's resume key takes weight files by size and mtime).
+    The defect this caught: every rank hashed its inputs' weight files for the resume key."""
+    _, two = text_runs
+    logs = sorted((two / "trace").glob("*.log"))
+    if not logs:
+        pytest.skip("strace cannot trace processes here (needed to attribute file opens to ranks)")
+    opened = sum((opens_by_rank(log, two) for log in logs), Counter())
+    by_rank = {r: {p for (rank, p), n in opened.items() if rank == r and n} for r in (0, 1)}
+    starts = {str((two / start / "model.safetensors").resolve()) for _, start in TEXT.values() if start}
+    starts.add(str((two / f"results/{EXP}/models/full/model.safetensors").resolve()))  # LoRA's base
+    assert starts <= by_rank[0], sorted(starts - by_rank[0])
+    assert not [p for p in by_rank[1] if p.endswith((".safetensors", ".bin"))], sorted(by_rank[1])
+    # the trace does see rank 1: it read the job's data and the checkpoint's config and tokenizer
+    assert str((two / f"results/{EXP}/data/forget.jsonl").resolve()) in by_rank[1]
+    assert str((two / f"results/{EXP}/models/full/config.json").resolve()) in by_rank[1]
 
 
 def test_text_training_with_two_processes_matches_one(text_runs):
