@@ -39,9 +39,9 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
   checkpoints (``save_state`` / ``load_state``: weights, optimiser, scheduler, RNG states, step),
   each with a checksum manifest checked on load (:func:`check_state`), the newest
   :data:`KEEP_STATES` kept, and only for a run of the same identity (:func:`run_identity`). Under
-  FSDP2 with several processes a state is sharded (``SHARDED_STATE_DICT``: one
-  ``torch.distributed.checkpoint`` file per rank for the model and for the optimiser; frozen
-  weights included, since Accelerate's ``save_state`` cannot leave them out).
+  FSDP2 with several processes a state is sharded (one ``torch.distributed.checkpoint`` file per
+  rank); a state holds the trained parameters and their optimiser state only
+  (:func:`qrerase.resume.save_trained`: frozen weights are read again from the job's inputs).
 * **Process-group timeout**: ``dist_timeout_min`` (:func:`make_accelerator` ``timeout_min``).
 """
 
@@ -263,8 +263,9 @@ def make_accelerator(
     :func:`mixed_precision_policy` and ``cpu_ram_efficient_loading``: the model is moved to the meta
     device, sharded, and rank 0's weights are broadcast into the shards tensor by tensor (the other
     ranks' values are never read, so they may hold a sharded load's empty storage); its resume
-    states are sharded (``SHARDED_STATE_DICT``: ``save_state`` / ``load_state`` through
-    ``torch.distributed.checkpoint``, each rank writing and reading its own shards, no gather).
+    states are sharded (:func:`qrerase.resume.save_trained` through ``torch.distributed.checkpoint``,
+    each rank writing and reading its own shards, no gather; ``SHARDED_STATE_DICT`` is the plugin's
+    setting for any Accelerate save of the model).
     ``timeout_min`` (config ``dist_timeout_min``) is the process group's timeout
     (``InitProcessGroupKwargs``): how long a collective waits for the other ranks. It takes effect
     where the process group is created, i.e. in the job's first training run.

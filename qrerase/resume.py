@@ -1,10 +1,11 @@
 """Resumable training states: where a run keeps them, what they hold, and when one may be loaded.
 
 :func:`resuming` sets the directory under which :func:`qrerase.text.training.train_steps` keeps
-Accelerate checkpoints (``save_state`` / ``load_state``: weights, optimiser, scheduler, RNG states,
-step). Each state carries a checksum manifest (:data:`STATE_MANIFEST`) written last and checked on
-load (:func:`check_state`); the newest :data:`KEEP_STATES` are kept, so a state found corrupt leaves one
-to fall back on; and a run only loads states written by a run of the same identity
+resumable states: the trained parameters and their optimiser states (:func:`save_trained`,
+``torch.distributed.checkpoint``, frozen parameters left out) and Accelerate's ``save_state`` of the
+rest (scheduler, RNG states, step). Each state carries a checksum manifest (:data:`STATE_MANIFEST`)
+written last and checked on load (:func:`check_state`); the newest :data:`KEEP_STATES` are kept, so a
+state found corrupt leaves one to fall back on; and a run only loads states written by a run of the same identity
 (:func:`run_identity`: its settings, steps and starting weights), others are removed. The training
 engine (:mod:`qrerase.engine`) re-exports these names.
 """
@@ -42,6 +43,9 @@ __all__ = [
     "run_identity",
     "save_state",
     "load_latest",
+    "save_trained",
+    "load_trained",
+    "TRAINED_STATE",
 ]
 
 _RESUME: contextvars.ContextVar[str | None] = contextvars.ContextVar("qrerase_resume_dir", default=None)
@@ -179,17 +183,93 @@ def run_identity(settings: Any, steps: Sequence, model) -> str:
     return digest.hexdigest()
 
 
+#: The folder of a state that holds the trained parameters and their optimiser state
+#: (:func:`save_trained`): ``trained_<i>`` for the accelerator's i-th prepared model.
+TRAINED_STATE = "trained_{}"
+
+
+@contextlib.contextmanager
+def _without_models(accelerator) -> Iterator[None]:
+    """Accelerate's ``save_state`` / ``load_state`` with its prepared models and optimisers hidden, so
+    that it handles the rest (RNG states, registered objects: scheduler, progress) and
+    :func:`save_trained` / :func:`load_trained` the models, which Accelerate would save whole."""
+    models, optimizers = accelerator._models, accelerator._optimizers
+    accelerator._models, accelerator._optimizers = [], []
+    try:
+        yield
+    finally:
+        accelerator._models, accelerator._optimizers = models, optimizers
+
+
+@contextlib.contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """Without DCP's warning that a save / load with no process group is one process's (it is)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _trained_state(model, optimizer) -> dict[str, Any]:
+    """``{"model", "optim"}``: the trainable parameters of ``model`` (a plain, DDP- or FSDP2-wrapped
+    module; FSDP2: this rank's shards) and ``optimizer``'s state, by parameter name
+    (``torch.distributed.checkpoint.state_dict.get_state_dict`` with ``ignore_frozen_params``)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
+    return {"model": model_state, "optim": optim_state}
+
+
+def save_trained(accelerator, out: Path) -> None:
+    """Each prepared model's trainable parameters and its optimiser's state into ``out/trained_<i>``
+    (``torch.distributed.checkpoint``: each rank writes its own shards, ``__<rank>_0.distcp``, plus a
+    ``.metadata`` index). Frozen parameters (a LoRA base, a kept reference model) are left out: they
+    are read again from the job's inputs when it restarts."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    for i, (model, optimizer) in enumerate(zip(accelerator._models, accelerator._optimizers, strict=True)):
+        state = _trained_state(model, optimizer)
+        with _single_process_quiet():
+            dcp.save(state, checkpoint_id=str(out / TRAINED_STATE.format(i)), no_dist=not dist.is_initialized())
+
+
+def load_trained(accelerator, state_dir: Path) -> None:
+    """Load what :func:`save_trained` wrote into the prepared models and optimisers (in place, each
+    rank its own shards); the frozen parameters are left as they are."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    for i, (model, optimizer) in enumerate(zip(accelerator._models, accelerator._optimizers, strict=True)):
+        state = _trained_state(model, optimizer)
+        with _single_process_quiet():
+            dcp.load(state, checkpoint_id=str(state_dir / TRAINED_STATE.format(i)), no_dist=not dist.is_initialized())
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=StateDictOptions(ignore_frozen_params=True, strict=False),
+        )
+
+
 def save_state(accelerator, resume: Path, step: int) -> None:
-    """Accelerate ``save_state`` into ``resume/step-N``: written under a temporary name with its
-    checksum manifest last (:func:`write_state_manifest`), then renamed; then all but the newest
-    :data:`KEEP_STATES` states (and leftover temporaries) are removed."""
+    """A resume state in ``resume/step-N``: the trained parameters and optimiser states
+    (:func:`save_trained`), and Accelerate's ``save_state`` of the rest (RNG states, scheduler,
+    progress). Written under a temporary name with its checksum manifest last
+    (:func:`write_state_manifest`), then renamed; then all but the newest :data:`KEEP_STATES` states
+    (and leftover temporaries) are removed."""
     tmp = resume / f".tmp-step-{step}"
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp), safe_serialization=True)
+    with _without_models(accelerator):
+        accelerator.save_state(str(tmp), safe_serialization=True)
+    save_trained(accelerator, tmp)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         write_state_manifest(tmp)
@@ -255,7 +335,9 @@ def load_latest(accelerator, resume: Path, identity: str | None = None) -> Path 
     if good is None:
         return None
     try:
-        accelerator.load_state(str(good))
+        with _without_models(accelerator):
+            accelerator.load_state(str(good))
+        load_trained(accelerator, good)
     except Exception as exc:  # passed its checksums, yet not loadable: not this code's state
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise RuntimeError(

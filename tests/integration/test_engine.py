@@ -234,10 +234,11 @@ def _truncate(path):
 def test_corrupt_state_falls_back_to_the_previous_good_one(tok, records, tmp_path, uninterrupted, caplog, damage):
     resume = tmp_path / "resume"
     _killed_at_10(tok, records, _RESUME_CFG, resume)
-    damage(resume / "run" / "step-8" / "model.safetensors")
+    damage(resume / "run" / "step-8" / "trained_0" / "__0_0.distcp")  # the trained weights and optimiser state
     weights, frame, text = _resume(tok, records, _RESUME_CFG, resume, caplog)
     bad = [line for line in text.splitlines() if " is corrupt: " in line]
-    assert len(bad) == 1 and "step-8" in bad[0] and "model.safetensors" in bad[0] and "falling back to step-4" in bad[0]
+    assert len(bad) == 1 and "step-8" in bad[0] and "trained_0/__0_0.distcp" in bad[0]
+    assert "falling back to step-4" in bad[0]
     assert f"resumed training from {resume / 'run' / 'step-4'}" in text
     ref_weights, ref_frame = uninterrupted[3e-3]
     assert frame.equals(ref_frame)  # step-4's state is as good: the run ends bit-identical
@@ -247,7 +248,7 @@ def test_corrupt_state_falls_back_to_the_previous_good_one(tok, records, tmp_pat
 def test_all_states_corrupt_starts_over(tok, records, tmp_path, uninterrupted, caplog):
     resume = tmp_path / "resume"
     _killed_at_10(tok, records, _RESUME_CFG, resume)
-    _truncate(resume / "run" / "step-8" / "optimizer.bin")
+    _truncate(resume / "run" / "step-8" / "trained_0" / ".metadata")
     (resume / "run" / "step-4" / "checksums.sha256").unlink()  # as if killed before its manifest
     weights, frame, text = _resume(tok, records, _RESUME_CFG, resume, caplog)
     assert "step-4 is corrupt: checksums.sha256 is missing (state incomplete); removed, starting over" in text

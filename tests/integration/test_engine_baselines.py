@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -259,3 +260,50 @@ def test_resume_key_takes_weight_files_by_size_and_mtime_without_reading_them(tm
     config.write_text('{"a": 1}')  # a small non-weight file is keyed by its content
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert resume_key(_launched(tmp_path, 1e-3, model)) != key
+
+
+@pytest.mark.parametrize(("method", "mode"), [("kl", "full"), ("npo", "lora")])
+def test_a_resume_state_holds_the_trained_parameters_only(models, tok, sets, tmp_path, caplog, method, mode):
+    """A resume state (qrerase.resume.save_trained) holds the trained parameters and their optimiser
+    state, not the frozen ones: neither KL's reference kept through training nor a LoRA run's base,
+    which the restarted job reads again from its inputs; the resumed run equals an uninterrupted one."""
+    import torch.distributed.checkpoint as dcp
+
+    from qrerase.text import training
+
+    _, finetuned = models
+    forget, retain, _ = sets
+    cfg = TextBaselineConfig.of(
+        method=method, mode=mode, epochs=1, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=1,
+        **({"lora_r": 4, "lora_alpha": 8} if mode == "lora" else {}),
+    )  # fmt: skip
+    ref_model = copy.deepcopy(finetuned) if mode == "full" else None
+    ref, ref_curve = train_baseline(copy.deepcopy(finetuned), ref_model, tok, forget, retain, TPL, cfg)
+    original = training.train_steps
+
+    def abort_at_2(step):
+        if step == 2:
+            raise _Abort
+        return False
+
+    resume = tmp_path / "job"
+    import qrerase.baselines.text as text
+
+    text.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort_at_2})
+    try:
+        with pytest.raises(_Abort), engine.resuming(resume):
+            train_baseline(copy.deepcopy(finetuned), copy.deepcopy(ref_model), tok, forget, retain, TPL, cfg)
+    finally:
+        text.train_steps = original
+    state = resume / method / "step-1" / "trained_0"
+    saved = [k for k in dcp.FileSystemReader(str(state)).read_metadata().state_dict_metadata if k.startswith("model.")]
+    n_weights = len(finetuned.state_dict())
+    if mode == "full":  # the trained model's every weight once: no second copy (the reference)
+        assert len(saved) == n_weights and all(k.endswith(tuple(finetuned.state_dict())) for k in saved), saved
+    else:  # the adapters only
+        assert saved and all("lora_" in k for k in saved), saved
+    with caplog.at_level(logging.INFO, logger="qrerase"), engine.resuming(resume):
+        model, curve = train_baseline(copy.deepcopy(finetuned), copy.deepcopy(ref_model), tok, forget, retain, TPL, cfg)
+    assert f"resumed training from {resume / method / 'step-1'}" in caplog.text
+    assert curve == ref_curve
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in ref.state_dict().items())

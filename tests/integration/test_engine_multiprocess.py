@@ -158,19 +158,20 @@ def test_fsdp_resume_equals_uninterrupted(tok_dir, tmp_path, two_processes):
     assert sorted(p.name for p in run.glob("step-*")) == ["step-2", "step-3"]  # the newest two kept
     for state in run.glob("step-*"):
         files = {p.relative_to(state).as_posix() for p in state.rglob("*") if p.is_file()}
-        shards = {f"{part}/{name}" for part in ("pytorch_model_fsdp_0", "optimizer_0") for name in SHARD_FILES}
-        assert shards <= files, files
+        assert {f"trained_0/{name}" for name in SHARD_FILES} <= files, files  # model and optimiser shards
         assert not [f for f in files if f.endswith((".bin", ".safetensors"))], files  # no full model or optimiser
         assert check_state(state) is None
-        saved = dcp.FileSystemReader(str(state / "pytorch_model_fsdp_0")).read_metadata().state_dict_metadata
-        assert sorted(saved) == sorted(f"model.model.{k}" for k in _start(tok_dir)), sorted(saved)  # no π_ref
-    shard = run / "step-3" / "pytorch_model_fsdp_0" / "__1_0.distcp"  # rank 1's model shard
+        saved = dcp.FileSystemReader(str(state / "trained_0")).read_metadata().state_dict_metadata
+        model = sorted(k for k in saved if k.startswith("model."))
+        assert model == sorted(f"model.model.{k}" for k in _start(tok_dir)), model  # no π_ref
+        assert any(k.startswith("optim.state.") for k in saved), sorted(saved)
+    shard = run / "step-3" / "trained_0" / "__1_0.distcp"  # rank 1's shards
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     resumed = _launch("npo", "fsdp", tok_dir, out, 2, env)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert "step-3 is corrupt: pytorch_model_fsdp_0/__1_0.distcp fails its checksum" in resumed.stderr
+    assert "step-3 is corrupt: trained_0/__1_0.distcp fails its checksum" in resumed.stderr
     assert f"resumed training from {run / 'step-2'}" in resumed.stderr
     assert not resume.exists()  # removed once the job's outputs are written
     assert float(Path(f"{out}.timeout").read_text()) == 7.0

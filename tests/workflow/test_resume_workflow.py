@@ -152,9 +152,9 @@ def test_a_corrupt_state_is_named_and_skipped(base, clean):
     left = run_killed(base, cfg, "--forcerun", "finetune", min_step=2)
     newest, previous = left[0], (left[1] if len(left) > 1 else None)
     manifests = {state.name: (state / "checksums.sha256").is_file() for state in left}
-    weights = newest / "model.safetensors"
+    weights = newest / "trained_0" / "__0_0.distcp"  # the trained weights and their optimiser state
     data = bytearray(weights.read_bytes())
-    for i in range(len(data) - 64, len(data) - 56):  # tensor bytes, not the header: still a readable file
+    for i in range(len(data) // 2, len(data) // 2 + 8):  # bytes inside the file: still a readable file
         data[i] ^= 0xFF
     weights.write_bytes(bytes(data))
     (base / LOG).unlink(missing_ok=True)
@@ -162,7 +162,7 @@ def test_a_corrupt_state_is_named_and_skipped(base, clean):
     log = job_log(base)
     corrupt = [line for line in log.splitlines() if "is corrupt" in line]
     assert len(corrupt) == 1, f"expected one line naming the corrupt state:\n{log}"
-    assert f"{newest.relative_to(base)} is corrupt: model.safetensors fails its checksum" in corrupt[0], corrupt[0]
+    assert f"{newest.relative_to(base)} is corrupt: trained_0/__0_0.distcp fails its checksum" in corrupt[0], corrupt[0]
     then = f"falling back to {previous.name}" if previous else "starting over"
     assert corrupt[0].endswith(f"removed, {then}"), corrupt[0]
     if previous:
