@@ -64,16 +64,24 @@ def gather_to_main(model) -> dict[str, torch.Tensor]:
 
 
 def _strip_fsdp(model) -> None:
-    """Give each ``FSDP<Class>`` module of ``model`` its class back and remove FSDP's forward hooks."""
+    """Make ``model`` plain again: each ``FSDP<Class>`` module gets its class back, its FSDP state and
+    registry entry are removed (so that a later run may shard it again, as KGA's auxiliary models are
+    once trained, and so that FSDP lets go of the shards they hold), and every hook FSDP registered on
+    any module (forward and state-dict hooks, which hold its groups and shards) is removed."""
+    from torch.distributed import _composable_state  # torch's module -> state table, checked by fully_shard
+    from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY  # where fully_shard keeps them
     from torch.distributed.fsdp import FSDPModule
 
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.__class__ = next(b for b in type(module).__bases__ if b is not FSDPModule)
-            for hooks in (module._forward_pre_hooks, module._forward_hooks):
-                for key in [
-                    k for k, h in hooks.items() if "fsdp" in type(getattr(h, "__self__", None)).__module__.lower()
-                ]:
+            module.__dict__.pop(STATE_KEY, None)
+            module.__dict__.pop(REGISTRY_KEY, None)
+            _composable_state._module_state_mapping.pop(module, None)
+    for module in model.modules():
+        for name, hooks in list(vars(module).items()):
+            if name.endswith("hooks") and isinstance(hooks, dict):
+                for key in [k for k, h in hooks.items() if _from_fsdp(h)]:
                     del hooks[key]
 
 
@@ -133,21 +141,9 @@ def _plain(value: torch.Tensor, where: str, dtype: torch.dtype) -> torch.Tensor:
 
 def drop(model) -> None:
     """Free a frozen model of a sharded run without gathering it: FSDP stripped (with the per-module
-    FSDP states and FSDP's load hooks, which hold the local shards, so that these are freed), every
+    FSDP states and FSDP's hooks, which hold the local shards, so that these are freed), every
     parameter and buffer a meta tensor (it is not usable afterwards)."""
-    from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY  # where fully_shard keeps them
-    from torch.distributed.fsdp import FSDPModule
-
-    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
     unshard(model, None)
-    for module in units:
-        module.__dict__.pop(STATE_KEY, None)
-        module.__dict__.pop(REGISTRY_KEY, None)
-    for module in model.modules():  # FSDP's (state-dict) hooks on the modules hold its groups and shards
-        for name, hooks in list(vars(module).items()):
-            if name.endswith("hooks") and isinstance(hooks, dict):
-                for key in [k for k, h in hooks.items() if _from_fsdp(h)]:
-                    del hooks[key]
 
 
 def _from_fsdp(hook) -> bool:

@@ -3,7 +3,7 @@ KU or a plug-in's), its registered runner (qrerase.baselines.task_level_runners)
 
 import pandas as pd
 
-from qrerase.baselines.task_level_runners import TaskLevelBaselineJob, run_task_level_baseline
+from qrerase.baselines.task_level_runners import TaskLevelBaselineJob, loads_sharded, run_task_level_baseline
 from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
@@ -19,7 +19,8 @@ method = snakemake.wildcards.method
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     common = {"max_length": p.max_length, "seed": p.seed, "threads": snakemake.threads}
     dtype, device = model_options(p.model)
-    model, tokenizer = load_model(inp.model, dtype=dtype, device=device), load_tokenizer(inp.model)
+    shard = loads_sharded(method, p.engine["backend"])  # FSDP2 over several processes: rank 0 alone reads
+    model, tokenizer = load_model(inp.model, dtype=dtype, device=device, sharded=shard), load_tokenizer(inp.model)
     forget, retain, new = read_jsonl(inp.forget), read_jsonl(inp.retain), read_jsonl(inp.new)
     template = template_from(p.model)
     log.info("%s on %d forget / %d retain / %d new QA: %s", method, len(forget), len(retain), len(new), dict(p.cfg))
@@ -27,7 +28,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     def initial():
         """The checkpoint the fine-tuned model was trained from (KGA's auxiliary models start there)."""
         if "init" in inp.keys():
-            return load_model(inp.init, dtype=dtype, device=device)
+            return load_model(inp.init, dtype=dtype, device=device, sharded=shard)
         if p.model["name_or_path"] is None:
             return build_tiny_llama(TinyLlamaConfig(**p.model["tiny"]), tokenizer, seed=p.seed).to(model.device)
         return load_model(
@@ -35,6 +36,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
             dtype=dtype,
             device=device,
             local_files_only=p.model.get("local_files_only", True),
+            sharded=shard,
         )
 
     model, curve = run_task_level_baseline(

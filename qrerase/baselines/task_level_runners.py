@@ -16,7 +16,14 @@ from typing import Any
 
 from .. import registry
 
-__all__ = ["TaskLevelBaselineJob", "run_task_level_baseline", "run_text_objective", "run_kga", "run_ku"]
+__all__ = [
+    "TaskLevelBaselineJob",
+    "run_task_level_baseline",
+    "loads_sharded",
+    "run_text_objective",
+    "run_kga",
+    "run_ku",
+]
 
 
 @dataclass
@@ -52,6 +59,18 @@ def run_task_level_baseline(job: TaskLevelBaselineJob):
     return registry.implementation(job.method, "task_level")(job)
 
 
+def loads_sharded(method: str, backend: str) -> bool:
+    """Whether the job of task-level baseline ``method`` loads its models with rank 0 alone reading the
+    weights (:func:`qrerase.text.models.load_model` ``sharded``): under FSDP2 over several processes
+    (:func:`qrerase.engine.sharded`), for a runner that declares ``loads_sharded = True``, i.e. one
+    that uses no model before the engine's preparation broadcasts rank 0's weights. KU does not: its
+    stopping threshold and starting memorisation accuracy evaluate the fine-tuned model first, on
+    every rank. A runner that declares nothing loads whole on every rank."""
+    from ..engine import sharded
+
+    return sharded(backend) and bool(getattr(registry.implementation(method, "task_level"), "loads_sharded", False))
+
+
 def run_text_objective(job: TaskLevelBaselineJob):
     """A text baseline's objective (:func:`qrerase.baselines.text.train_baseline`) on the task sets,
     without a reference model (Gradient Ascent)."""
@@ -59,6 +78,9 @@ def run_text_objective(job: TaskLevelBaselineJob):
 
     cfg = TextBaselineConfig.from_dict({**job.settings, "method": job.method})
     return train_baseline(job.model, None, job.tokenizer, job.forget, job.retain, job.template, cfg, desc=job.desc)
+
+
+run_text_objective.loads_sharded = True  # as the TOFU baselines (qrerase.baselines.text.loads_sharded)
 
 
 def run_kga(job: TaskLevelBaselineJob):
@@ -72,6 +94,9 @@ def run_kga(job: TaskLevelBaselineJob):
     )
 
 
+run_kga.loads_sharded = True  # its auxiliary models train (and its references are prepared) before any use
+
+
 def run_ku(job: TaskLevelBaselineJob):
     """KU (:func:`qrerase.baselines.task_level.train_ku`); its memorisation criterion is logged."""
     from .task_level import TaskLevelBaselineConfig, train_ku
@@ -80,3 +105,6 @@ def run_ku(job: TaskLevelBaselineJob):
     model, curve, info = train_ku(job.model, job.tokenizer, job.forget, job.new, job.template, cfg, desc=job.desc)
     job.log.info("KU memorisation criterion: %s", info)
     return model, curve
+
+
+run_ku.loads_sharded = False  # the threshold and the starting accuracy evaluate the model before training

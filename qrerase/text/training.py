@@ -91,6 +91,14 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, **kwargs)
 
 
+def _stops(wrapped, stop: Callable[[int], bool], step: int) -> bool:
+    """``stop(step)`` run inside the wrapped module's forward, without gradients: a criterion that
+    evaluates the model (KU's memorisation accuracy) sees FSDP2's gathered root parameters, as the
+    loss does (:class:`qrerase.engine.LossModule`); every rank runs it."""
+    with torch.no_grad():
+        return bool(wrapped(lambda: (stop(step), {}))[0])
+
+
 def train_steps(
     model,
     cfg: TrainConfig,
@@ -116,8 +124,9 @@ def train_steps(
     (``<= 0``: off). Only parameters with ``requires_grad`` are trained. Returns one dict per step:
     ``step`` (1-based), ``epoch``, ``loss`` (before the update), ``lr`` (used for that update), then
     the terms. The model is left in eval mode; a tqdm bar on stderr shows progress. ``stop(step)``,
-    when given, is called after each update (model in train mode on return) and ends training
-    early when it returns ``True`` (the learning-rate schedule still spans all of ``steps``).
+    when given, is called after each update (model in train mode on return; inside the wrapped
+    module's forward, without gradients, on every rank) and ends training early when it returns
+    ``True`` (the learning-rate schedule still spans all of ``steps``).
 
     Engine (:mod:`qrerase.engine`): the step's global batch is split into ``world_size ×
     accumulation`` micro-batches (:func:`qrerase.engine.micro_plan` from ``cfg.batch_size`` and
@@ -271,7 +280,7 @@ def train_steps(
             bar.update(1)
             if step % 10 == 0 or step == total:
                 bar.set_postfix(epoch=epoch, loss=f"{value:.3f}", refresh=False)
-            if stop is not None and stop(step):
+            if stop is not None and _stops(wrapped, stop, step):
                 break
             if resume is not None and step % cfg.checkpoint_every == 0 and step < total:
                 engine.save_state(accelerator, resume, step)

@@ -94,9 +94,11 @@ def _start(tok_dir):
 @pytest.mark.parametrize(
     # DDP here; FSDP2 fine-tune, LoRA, NPO and KL (a reference kept through training) equal 1 process through
     # the CLI (tests/workflow/test_launch_workflow.py), NPO's reference NLLs after the sharded preparation
-    # (full and LoRA mode) in tests/integration/test_engine_placement.py, FSDP2 resume below
+    # (full and LoRA mode) in tests/integration/test_engine_placement.py, FSDP2 resume below. The task-level
+    # KGA (auxiliary models sharded for their own training, then again as KGA's frozen references) and KU
+    # (a stopping check that evaluates the model between steps) under FSDP2: both failed before.
     "kind,backend",
-    [("finetune", "ddp"), ("lora", "ddp")],
+    [("finetune", "ddp"), ("lora", "ddp"), ("kga", "fsdp"), ("ku", "fsdp")],
 )
 def test_two_processes_equal_one(kind, backend, tok_dir, one_process, two_processes):
     one = one_process(kind)

@@ -266,3 +266,16 @@ def test_snakemake_plans_a_plugin_baseline(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config key 'methods.tofu.9': 'toy_ga' is not one of" in text
     assert not (tmp_path / "results").exists()
+
+
+def test_task_level_jobs_load_sharded_where_their_runner_allows_it(monkeypatch):
+    """rule task_level_baseline loads with rank 0 alone reading the weights (FSDP2 over several processes)
+    for GA and KGA; KU evaluates the fine-tuned model before training, so every rank loads it; a runner that
+    declares nothing loads whole. One process: never sharded."""
+    from qrerase.baselines.task_level_runners import loads_sharded
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert [loads_sharded(m, "fsdp") for m in ("ga", "kga", "ku")] == [True, True, False]
+    assert not loads_sharded("ga", "ddp")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not loads_sharded("kga", "fsdp")

@@ -252,6 +252,23 @@ def train(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None
     elif kind == "lora":
         model, frame = train_lora(model, tok, records, PromptTemplate(), LoraTrainConfig(r=4, train=cfg))
         model = model.merge_and_unload()
+    elif kind in ("kga", "ku"):  # task-level baselines (qrerase.baselines.task_level)
+        from qrerase.baselines.task_level import TaskLevelBaselineConfig, train_kga, train_ku
+
+        hp = {"aux_epochs": 1, "aux_batch_size": 8} if kind == "kga" else {"check_every": 1}
+        tcfg = TaskLevelBaselineConfig.from_dict(
+            {"method": kind, "epochs": 1, "lr": 1e-3, "batch_size": 8, "micro_batch_size": 2, "seed": 9,
+             "threads": 1, "backend": backend, "max_length": 64, **hp, **keys}
+        )  # fmt: skip
+        forget, retain, new = records[:16], records[16:32], records[32:48]
+        if kind == "kga":  # A_f, A_n trained (FSDP2: sharded, then plain again), then frozen in KGA's own run
+            initial = build_tiny_llama(TINY, tok, seed=3)
+            model, curve = train_kga(model, initial, tok, forget, retain, new, PromptTemplate(), tcfg)
+        else:  # its stopping check evaluates the model between steps (FSDP2: inside the wrapped module)
+            model, curve, _ = train_ku(model, tok, forget, new, PromptTemplate(), tcfg)
+        import pandas as pd
+
+        frame = pd.DataFrame(curve)
     elif bcfg is not None:
         import copy
 
