@@ -130,6 +130,27 @@ class _Abort(Exception):
     pass
 
 
+def _killed_after(step: int, resume, *run_args, cfg) -> None:
+    """``train_baseline(*run_args, cfg)`` under ``resume`` dying right after ``step`` (its stop check
+    raises), as a killed job would: the states saved before it are left for the rerun."""
+    import qrerase.baselines.text as text
+    from qrerase.text import training
+
+    original = training.train_steps
+
+    def abort(at):
+        if at == step:
+            raise _Abort
+        return False
+
+    text.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort})
+    try:
+        with pytest.raises(_Abort), engine.resuming(resume):
+            train_baseline(*run_args, cfg)
+    finally:
+        text.train_steps = original
+
+
 def test_resumed_graddiff_is_bit_identical(models, tok, sets, tmp_path):
     """Retain batches are part of each step's payload, so a resumed run draws the same ones."""
     _, finetuned = models
@@ -138,27 +159,8 @@ def test_resumed_graddiff_is_bit_identical(models, tok, sets, tmp_path):
         method="graddiff", epochs=3, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2
     )
     ref, ref_curve = train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
-    from qrerase.text import training
-
-    original = training.train_steps
-
-    def abort_at_5(step):  # the process dies after step 5 (state saved at step 4)
-        if step == 5:
-            raise _Abort
-        return False
-
-    def aborting(*a, **k):
-        return original(*a, **{**k, "stop": abort_at_5})
-
-    resume = tmp_path / "job"
-    import qrerase.baselines.text as text
-
-    text.train_steps = aborting
-    try:
-        with pytest.raises(_Abort), engine.resuming(resume):
-            train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
-    finally:
-        text.train_steps = original
+    resume = tmp_path / "job"  # dies after step 5 (state saved at step 4)
+    _killed_after(5, resume, copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg=cfg)
     assert (resume / "graddiff" / "step-4").is_dir()
     with engine.resuming(resume):
         model, curve = train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
@@ -171,28 +173,13 @@ def test_a_baseline_setting_change_is_not_resumed(models, tok, sets, tmp_path, c
     """retain_weight is the loss's own setting (not the training config's): changed, the rerun starts over."""
     import logging
 
-    import qrerase.baselines.text as text
-    from qrerase.text import training
-
     _, finetuned = models
     forget, retain, _ = sets
     cfg = TextBaselineConfig.of(
         method="graddiff", epochs=1, lr=2e-3, batch_size=8, seed=4, threads=1, checkpoint_every=2
     )
-    original = training.train_steps
-
-    def abort_at_3(step):
-        if step == 3:
-            raise _Abort
-        return False
-
     resume = tmp_path / "job"
-    text.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort_at_3})
-    try:
-        with pytest.raises(_Abort), engine.resuming(resume):
-            train_baseline(copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg)
-    finally:
-        text.train_steps = original
+    _killed_after(3, resume, copy.deepcopy(finetuned), None, tok, forget, retain, TPL, cfg=cfg)
     assert (resume / "graddiff" / "step-2").is_dir()
     changed = dataclasses.replace(cfg, hparams=dataclasses.replace(cfg.hparams, retain_weight=0.5))
     with caplog.at_level(logging.INFO, logger="qrerase"), engine.resuming(resume):
@@ -269,8 +256,6 @@ def test_a_resume_state_holds_the_trained_parameters_only(models, tok, sets, tmp
     which the restarted job reads again from its inputs; the resumed run equals an uninterrupted one."""
     import torch.distributed.checkpoint as dcp
 
-    from qrerase.text import training
-
     _, finetuned = models
     forget, retain, _ = sets
     cfg = TextBaselineConfig.of(
@@ -279,22 +264,8 @@ def test_a_resume_state_holds_the_trained_parameters_only(models, tok, sets, tmp
     )  # fmt: skip
     ref_model = copy.deepcopy(finetuned) if mode == "full" else None
     ref, ref_curve = train_baseline(copy.deepcopy(finetuned), ref_model, tok, forget, retain, TPL, cfg)
-    original = training.train_steps
-
-    def abort_at_2(step):
-        if step == 2:
-            raise _Abort
-        return False
-
     resume = tmp_path / "job"
-    import qrerase.baselines.text as text
-
-    text.train_steps = lambda *a, **k: original(*a, **{**k, "stop": abort_at_2})
-    try:
-        with pytest.raises(_Abort), engine.resuming(resume):
-            train_baseline(copy.deepcopy(finetuned), copy.deepcopy(ref_model), tok, forget, retain, TPL, cfg)
-    finally:
-        text.train_steps = original
+    _killed_after(2, resume, copy.deepcopy(finetuned), copy.deepcopy(ref_model), tok, forget, retain, TPL, cfg=cfg)
     state = resume / method / "step-1" / "trained_0"
     saved = [k for k in dcp.FileSystemReader(str(state)).read_metadata().state_dict_metadata if k.startswith("model.")]
     n_weights = len(finetuned.state_dict())
