@@ -19,9 +19,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject.toml's addopts): one worker more than the cores this process may use,
     capped by ``--maxprocesses``; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where it is set.
-    A worker leaves its core idle while it waits (process start-up, snakemake between jobs, the Slurm
-    test's status polling); the extra worker fills those gaps. On the 2-core developer machine, 3
-    workers ran the suite in 31 min 09 s against 2 workers' 34 min 27 s (same commit, same machine)."""
+    A worker leaves its core idle while it waits (snakemake between jobs, file I/O, the Slurm
+    test's status polling); the extra worker fills those gaps. On the 2-core developer machine (commit
+    5d28bba, back to back), 2 workers left 13 % of the cores idle (555 of 4,134 core-seconds) and took
+    34 min 27 s; 3 workers kept them 0-3 % idle (vmstat) and took 31 min 09 s. That machine's speed
+    drifts: a fresh-clone `.ci/run` of 3 workers an hour later took 35 min 42 s for the same tests, its
+    CPU time 4,017 s with the install against 3,376 s."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
     return len(os.sched_getaffinity(0)) + 1
