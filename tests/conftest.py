@@ -17,17 +17,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (pyproject.toml's addopts): one worker more than the cores this process may use,
-    capped by ``--maxprocesses``; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where it is set.
+    """``-n auto`` (pyproject.toml's addopts): one worker more than pytest-xdist's own count of the
+    cores, capped by ``--maxprocesses``; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where it is set.
     A worker leaves its core idle while it waits (snakemake between jobs, file I/O, the Slurm
     test's status polling); the extra worker fills those gaps. On the 2-core developer machine (commit
     5d28bba, back to back), 2 workers left 13 % of the cores idle (555 of 4,134 core-seconds) and took
     34 min 27 s; 3 workers kept them 0-3 % idle (vmstat) and took 31 min 09 s. That machine's speed
     drifts: a fresh-clone `.ci/run` of 3 workers an hour later took 35 min 42 s for the same tests, its
     CPU time 4,017 s with the install against 3,376 s."""
+    from xdist.plugin import pytest_xdist_auto_num_workers as cores
+
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
-    return len(os.sched_getaffinity(0)) + 1
+    return cores(config) + 1
 
 
 def _cpu_seconds() -> float:
