@@ -207,6 +207,14 @@ def test_schema_file_lists_no_method_names_and_the_loader_injects_the_registry()
     assert "methods" in load_schema()["properties"]
 
 
+def test_the_schema_is_read_as_yaml_safe_load_reads_it():
+    """The loader's fast path (libyaml's CSafeLoader, where PyYAML has it) gives the schema that the
+    pure-Python ``yaml.safe_load`` gives, registry injection included."""
+    from qrerase.workflow.validation import _inject
+
+    assert load_schema() == _inject(yaml.safe_load(SCHEMA_PATH.read_text()))
+
+
 # ---------------------------------------------------------------------------------------------
 # Every object of the schema is closed: a misspelt key anywhere is refused, naming it.
 # ---------------------------------------------------------------------------------------------
