@@ -29,7 +29,16 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["MAIN_ADDR", "MAIN_PORT", "main_address", "main_port", "machine_rank", "node_command", "main"]
+__all__ = [
+    "MAIN_ADDR",
+    "MAIN_PORT",
+    "main_address",
+    "main_port",
+    "machine_rank",
+    "node_command",
+    "slurm_hostnames",
+    "main",
+]
 
 #: Environment variables that override the main node's address and the rendezvous port.
 MAIN_ADDR, MAIN_PORT = "QRERASE_MAIN_ADDR", "QRERASE_MAIN_PORT"
@@ -58,21 +67,36 @@ def machine_rank(env: Mapping[str, str], nodes: int) -> int:
 
 def main_address(env: Mapping[str, str], hostnames=None) -> str:
     """The main (machine rank 0) node's address: ``QRERASE_MAIN_ADDR``, else the first host of
-    ``SLURM_JOB_NODELIST`` as ``scontrol show hostnames`` expands it (``hostnames(nodelist)``: the
+    ``SLURM_JOB_NODELIST`` as :func:`slurm_hostnames` expands it (``hostnames(nodelist)``: another
     expansion, for tests)."""
     if env.get(MAIN_ADDR):
         return env[MAIN_ADDR]
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         raise ValueError(f"multinode: neither {MAIN_ADDR} nor SLURM_JOB_NODELIST is set")
-    if hostnames is None:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-        hosts = out.stdout.split()
-    else:
-        hosts = list(hostnames(nodelist))
+    hosts = list((hostnames or slurm_hostnames)(nodelist))
     if not hosts:
         raise ValueError(f"multinode: SLURM_JOB_NODELIST {nodelist!r} names no host")
     return hosts[0]
+
+
+def slurm_hostnames(nodelist: str) -> list[str]:
+    """The host names of a Slurm node list (``gpu[07-08]`` -> ``gpu07 gpu08``) as Slurm itself expands
+    them: ``scontrol show hostnames``, which reads only the node list (no controller). Slurm's own
+    parser, present on every node where ``srun`` started this module, rather than a second
+    implementation of its syntax (python-hostlist would be one more dependency to keep in step with
+    Slurm's). A one-line error where ``scontrol`` is missing or refuses the list."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ValueError(
+            f"multinode: scontrol (Slurm) is not installed here, so SLURM_JOB_NODELIST {nodelist!r} cannot be "
+            f"expanded; set {MAIN_ADDR} to the main node's address"
+        ) from None
+    if out.returncode or not out.stdout.split():  # scontrol exits 0 on an invalid list, saying so on stderr
+        reason = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        raise ValueError(f"multinode: scontrol show hostnames {nodelist!r} failed: {reason}")
+    return out.stdout.split()
 
 
 def main_port(env: Mapping[str, str]) -> int:

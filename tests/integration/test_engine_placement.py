@@ -31,6 +31,7 @@ import torch
 from safetensors.torch import load_file
 from support import PYTHONPATH
 from support import REPO as ROOT
+from support.rank_opens import strace_missing
 from support.tiny_text import TINY, TPL, tofu_qa
 
 from qrerase.checkpoints import save_model
@@ -107,7 +108,7 @@ def _relative_update_difference(a, b, start):
 def test_sharded_load_reads_the_weights_on_rank_0_only(kind, tok_dir, model_dir, tmp_path):
     trace = _strace()
     if trace is None:
-        pytest.skip("strace cannot trace processes here (needed to attribute file opens to ranks)")
+        pytest.skip(strace_missing())
     _run(kind, "fsdp", tok_dir, tmp_path / "one.safetensors", 1, model_dir)
     _run(kind, "fsdp", tok_dir, tmp_path / "two.safetensors", 2, model_dir, trace=trace)
     opened = _openers(tmp_path / "two.safetensors.strace", model_dir / "model.safetensors")

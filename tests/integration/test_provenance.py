@@ -421,7 +421,8 @@ def _forge_consistently(root: Path) -> None:
 
 
 needs_ssh_keygen = pytest.mark.skipif(
-    shutil.which("ssh-keygen") is None, reason="ssh-keygen (OpenSSH client) is not installed"
+    shutil.which("ssh-keygen") is None,
+    reason="ssh-keygen is not installed (apt-get install openssh-client, as .ci/run does)",
 )
 
 

@@ -5,6 +5,7 @@ for a thread or a child that did not set one, its parent's (``clone`` / ``fork``
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -18,12 +19,22 @@ _PATH = re.compile(r'^\s*(?:AT_FDCWD|\d+<[^>]*>|-?\d+),\s+"([^"]+)"')
 _FORKS = ("clone", "clone3", "fork", "vfork")
 
 
+def strace_missing() -> str | None:
+    """Why strace cannot attribute file opens to ranks here (a skip reason naming the package), or None."""
+    exe = shutil.which("strace")
+    if exe is None:
+        return "strace is not installed (apt-get install strace, as .ci/run does); it attributes file opens to ranks"
+    if subprocess.run([exe, "-f", "-qq", "-o", os.devnull, "true"], capture_output=True).returncode:
+        return "strace cannot trace processes here (ptrace is not permitted); it attributes file opens to ranks"
+    return None
+
+
 def strace_prefix(log: Path) -> list[str] | None:
     """The command prefix that writes ``log`` (successful opens, execs and forks of every process,
     environments in full), or None where strace is missing or cannot trace here."""
-    exe = shutil.which("strace")
-    if exe is None or subprocess.run([exe, "-f", "-qq", "-o", "/dev/null", "true"], capture_output=True).returncode:
+    if strace_missing():
         return None
+    exe = shutil.which("strace")
     syscalls = "trace=openat,execve," + ",".join(_FORKS)
     return [
         exe,

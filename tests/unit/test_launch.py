@@ -75,23 +75,17 @@ def test_a_job_over_several_nodes_starts_one_launcher_per_node_under_srun():
         launcher(12, "cuda", "p", "a", "c", nodes=8)
 
 
-def test_each_node_runs_accelerate_launch_with_its_slurm_machine_rank(tmp_path):
+def test_each_node_runs_accelerate_launch_with_its_slurm_machine_rank():
+    """The argv of each node's launcher from Slurm's variables; the main node's address from
+    QRERASE_MAIN_ADDR (SLURM_JOB_NODELIST's expansion by Slurm's scontrol: tests/integration/test_multinode.py)."""
     from qrerase.workflow.multinode import main_address, node_command
 
-    env = {"SLURM_NODEID": "1", "SLURM_NNODES": "2", "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"}
-    conf = tmp_path / "slurm.conf"  # scontrol show hostnames reads only a config, no controller
-    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=ALL\n")
-    import os
-
-    os.environ["SLURM_CONF"] = str(conf)
-    try:
-        argv = node_command(env, 2, 8, "accelerate", "c.yaml", ["train.py", "--job", "{}"])
-    finally:
-        del os.environ["SLURM_CONF"]
+    env = {"SLURM_NODEID": "1", "SLURM_NNODES": "2", "SLURM_JOB_ID": "123456", "QRERASE_MAIN_ADDR": "gpu07"}
+    argv = node_command(env, 2, 8, "accelerate", "c.yaml", ["train.py", "--job", "{}"])
     flags = dict(zip(argv[2:16:2], argv[3:16:2]))
     assert argv[:2] == ["accelerate", "launch"] and argv[-3:] == ["train.py", "--job", "{}"]
     assert flags["--num_machines"] == "2" and flags["--machine_rank"] == "1" and flags["--num_processes"] == "16"
-    assert flags["--main_process_ip"] == "gpu07"  # the first host: machine rank 0
+    assert flags["--main_process_ip"] == "gpu07"
     assert flags["--main_process_port"] == str(20000 + 123456 % 20000) and flags["--rdzv_backend"] == "static"
     local = {"SLURM_NODEID": "0", "QRERASE_MAIN_ADDR": "127.0.0.1", "QRERASE_MAIN_PORT": "29512"}
     assert main_address(local) == "127.0.0.1" and "29512" in node_command(local, 2, 1, "a", "c", ["t.py"])

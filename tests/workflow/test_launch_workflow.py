@@ -21,7 +21,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 from support import REPO
-from support.rank_opens import opens_by_rank, strace_prefix
+from support.rank_opens import opens_by_rank, strace_missing, strace_prefix
 from support.snakemake_cli import snakemake, write_config, write_speech_config
 
 pytestmark = pytest.mark.workflow
@@ -160,7 +160,7 @@ def test_only_rank_0_opens_the_weight_files_of_the_two_process_jobs(text_runs):
     _, two = text_runs
     logs = sorted((two / "trace").glob("*.log"))
     if not logs:
-        pytest.skip("strace cannot trace processes here (needed to attribute file opens to ranks)")
+        pytest.skip(strace_missing() or "strace wrote no trace")
     opened = sum((opens_by_rank(log, two) for log in logs), Counter())
     by_rank = {r: {p for (rank, p), n in opened.items() if rank == r and n} for r in (0, 1)}
     starts = {str((two / start / "model.safetensors").resolve()) for _, start in TEXT.values() if start}
