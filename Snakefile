@@ -55,3 +55,4 @@ rule all:
     input:
         all_targets(),
         path("manifest"),
+        manifest_holes(),

@@ -26,6 +26,9 @@ __all__ = [
     "CHECKED_MODEL_TYPES",
     "safetensors_shapes",
     "check_config_matches_weights",
+    "model_names",
+    "config_fingerprint",
+    "same_model",
 ]
 
 MODEL_CONFIG = "config.json"
@@ -163,3 +166,48 @@ def check_config_matches_weights(path: str | os.PathLike) -> None:
     norm = next((s for k, s in shapes.items() if k.endswith("encoder.layer_norm.weight") and len(s) == 1), None)
     if cfg["model_type"] == "hubert" and norm is not None:
         differs("hidden_size", norm[0], f"an encoder of width {norm[0]}")
+
+
+#: ``config.json`` keys that name or date a checkpoint rather than shape it (left out of :func:`config_fingerprint`).
+_VOLATILE_CONFIG_KEYS = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"})
+
+
+def model_names(name_or_path: str) -> set[str]:
+    """The names a model reference goes by, case-folded: the last component of a hub id or a path
+    (``meta-llama/Meta-Llama-3-8B`` and ``/models/Meta-Llama-3-8B`` both give ``meta-llama-3-8b``) and,
+    for a local folder, the last component of its ``config.json``'s ``_name_or_path`` (the hub id it
+    was saved from)."""
+    names = {Path(str(name_or_path).rstrip("/")).name.casefold()}
+    config = Path(name_or_path).expanduser() / MODEL_CONFIG
+    if config.is_file():
+        try:
+            saved_from = json.loads(config.read_text(encoding="utf-8")).get("_name_or_path")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            saved_from = None
+        if isinstance(saved_from, str) and saved_from.strip():
+            names.add(Path(saved_from.rstrip("/")).name.casefold())
+    return names - {""}
+
+
+def config_fingerprint(path: str | os.PathLike) -> str | None:
+    """The ``config.json`` of a local model folder without the keys that name or date it
+    (:data:`_VOLATILE_CONFIG_KEYS`), as canonical JSON; None where there is no readable one."""
+    config = Path(path).expanduser() / MODEL_CONFIG
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return json.dumps({k: v for k, v in data.items() if k not in _VOLATILE_CONFIG_KEYS}, sort_keys=True, default=str)
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model references (hub ids or local folders) name the same model: the same string,
+    a shared name (:func:`model_names`: a hub id and a local copy of it), or two local folders whose
+    ``config.json`` agree apart from names and versions (:func:`config_fingerprint`). The rule an
+    adapter's ``base_model_name_or_path`` is held to against ``model.name_or_path`` at planning time."""
+    if str(a) == str(b) or model_names(a) & model_names(b):
+        return True
+    fa, fb = config_fingerprint(a), config_fingerprint(b)
+    return fa is not None and fa == fb

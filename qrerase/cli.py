@@ -150,7 +150,7 @@ def _manifest(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from .workflow.plan_config import format_table, load_config, refusal
 
-    cfg = load_config(*args.configfile)  # a bad config: ConfigError (a ValueError), one line
+    cfg = load_config(*args.configfile, jobs=False)  # a bad config: ConfigError (a ValueError), one line
     print(f"# qrerase plan --configfile {' '.join(map(str, args.configfile))}")
     print(format_table(cfg))
     refused = refusal(cfg)  # a job that does not fit: the table, then one line naming it and the key

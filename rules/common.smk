@@ -29,6 +29,7 @@ from qrerase.workflow.launch import (
     launcher,
     shell_word,
 )
+from qrerase.workflow.manifest import missing_artifacts
 from qrerase.workflow.plan import nodes_of
 from qrerase.workflow.plan_config import refusal, rule_resources
 from qrerase.workflow.stages import (
@@ -511,3 +512,12 @@ def all_targets():
     if config.get("tradeoff", {}).get("in_default_target"):
         targets += tradeoff_targets()
     return targets
+
+
+def manifest_holes():
+    """Artifacts of the last run's manifest that are missing now and lead to a target
+    (qrerase.workflow.manifest.missing_artifacts): the default target names them, so that a plain rerun
+    remakes what a kill during a --forcerun, or a deletion, left missing (docs/recovery.md).
+    """
+    targets = all_targets()
+    return [p for p in missing_artifacts(targets) if p not in targets]

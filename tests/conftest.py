@@ -4,6 +4,14 @@ scheduling hooks. Helper functions live in tests/support/, the one place test mo
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+# The Hugging Face cache of the whole suite, set before anything imports huggingface_hub (which reads it
+# once): the presets' hub models as a user has them after "Fetch the model once" (docs/cluster.md), their
+# config.json alone, so that planning a preset finds its model cached (qrerase.workflow.validation's
+# check_hub_cache) and no test reads the cache of the machine it runs on. tests/unit/test_config.py
+# checks that it holds every preset's model.
+os.environ["HF_HUB_CACHE"] = str(Path(__file__).resolve().parent / "support" / "hub_cache")
 
 import pytest
 from support import REPO

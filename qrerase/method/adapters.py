@@ -43,6 +43,7 @@ __all__ = [
     "LoraAdapterConfig",
     "read_adapter_config",
     "check_adapter_dir",
+    "adapter_ranks",
     "checkpoint_shapes",
     "check_adapter_fits",
     "pattern_key",
@@ -176,6 +177,20 @@ def check_adapter_dir(adapter_dir: str | Path) -> LoraAdapterConfig:
     if not keys:
         raise ValueError(f"{wpath}: no LoRA weights found")
     return cfg
+
+
+def adapter_ranks(adapter_dir: str | Path) -> dict[str, int]:
+    """Module -> LoRA rank of an adapter, from ``adapter_config.json`` (``r`` with ``rank_pattern``
+    applied, :meth:`LoraAdapterConfig.rank_for`) for each module whose lora_A the weights file's header
+    lists; no tensor is read. For planning: a rank k above a module's rank cannot be kept."""
+    from safetensors import safe_open
+
+    cfg = check_adapter_dir(adapter_dir)
+    wpath = Path(adapter_dir) / ADAPTER_WEIGHTS
+    with safe_open(str(wpath), framework="numpy") as fh:
+        keys = list(fh.keys())
+    modules = {m.group("module") for m in map(_KEY_RE.match, keys) if m is not None and m.group("which") == "A"}
+    return {module: cfg.rank_for(module) for module in sorted(modules)}
 
 
 def _load_weights(path: Path) -> dict[str, np.ndarray]:

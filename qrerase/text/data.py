@@ -41,6 +41,10 @@ __all__ = [
     "normalise",
     "question_key",
     "check_distinct",
+    "check_fields",
+    "check_eval_set",
+    "check_not_trained",
+    "EVAL_FIELDS",
     "make_tofu_sets",
 ]
 
@@ -112,6 +116,63 @@ def normalise(record: dict, where: str) -> dict:
     if "perturbed_answer" in rec and isinstance(rec["perturbed_answer"], str):
         rec["perturbed_answer"] = [rec["perturbed_answer"]]
     return rec
+
+
+#: The fields a TOFU-format evaluation record must have, by its set: the forget and retain sets carry
+#: a paraphrased answer (the Truth Ratio's numerator) and a non-empty list of perturbed answers (its
+#: denominator). TOFU's real-authors and world-facts sets have no paraphrase in their format: there the
+#: evaluation scores the answer itself in its place (:func:`qrerase.text.evaluation.evaluate_set`).
+EVAL_FIELDS: dict[str, tuple[str, ...]] = {
+    "forget": ("paraphrased_answer", "perturbed_answer"),
+    "retain": ("paraphrased_answer", "perturbed_answer"),
+    "real_authors": ("perturbed_answer",),
+    "world_facts": ("perturbed_answer",),
+}
+
+
+def check_fields(record: Mapping, fields: Sequence[str], where: str) -> None:
+    """A ValueError naming ``where`` (``file:line``) and the field when ``record`` lacks one of
+    ``fields``: a string field must be a non-empty string, ``perturbed_answer`` a non-empty list of
+    non-empty strings."""
+    for key in fields:
+        value = record.get(key)
+        if key == "perturbed_answer":
+            ok = isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) and v.strip() for v in value)
+            what = "a non-empty list of strings"
+        else:
+            ok = isinstance(value, str) and bool(value.strip())
+            what = "a non-empty string"
+        if not ok:
+            raise ValueError(f"{where}: field '{key}' missing or not {what}")
+
+
+def check_eval_set(name: str, rows: Sequence[Mapping], where: Sequence[str]) -> None:
+    """Every record of evaluation set ``name`` has the fields :data:`EVAL_FIELDS` says it needs."""
+    for row, here in zip(rows, where):
+        check_fields(row, EVAL_FIELDS[name], here)
+
+
+def check_not_trained(
+    name: str,
+    rows: Sequence[Mapping],
+    where: Sequence[str],
+    training: Mapping[str, tuple[Sequence[Mapping], Sequence[str]]],
+) -> None:
+    """Refuse an evaluation or attack set (``name``: the holdout's non-members, say) that holds a row of
+    a training split. ``training`` maps a split's name to its records and their ``file:line``; rows
+    are compared by normalised question and answer (:func:`question_key`). A ValueError names the
+    ``file:line`` of both rows: a non-member that was trained on makes every membership AUC built on it wrong."""
+    trained: dict[tuple[str, str], tuple[str, str]] = {}
+    for split, (train_rows, train_where) in training.items():
+        for row, here in zip(train_rows, train_where):
+            trained.setdefault((question_key(row["question"]), question_key(row["answer"])), (split, here))
+    for row, here in zip(rows, where):
+        seen = trained.get((question_key(row["question"]), question_key(row["answer"])))
+        if seen is not None:
+            raise ValueError(
+                f"{here}: {name} row is a copy of the {seen[0]} split's {seen[1]} (a training row; the {name} "
+                "set must hold none)"
+            )
 
 
 def load_split(cfg: TofuDataConfig, name: str) -> list[dict]:
@@ -232,14 +293,27 @@ def _check_aligned(train: list[dict], evals: list[dict], train_where: list[str],
             raise ValueError(f"{wb}: question differs from the training split's {wa} (the files must be row-aligned)")
 
 
+def _training_splits(cfg: TofuDataConfig) -> dict[str, tuple[list[dict], list[str]]]:
+    """The whole files of a run's training splits: the forget split, the retain split (retain and
+    pretraining authors) and the knowledge sets, as records with their ``file:line``."""
+    splits = {
+        "forget": load_split_numbered(cfg, cfg.split),
+        "retain": load_split_numbered(cfg, f"retain{100 - SPLITS[cfg.split]}"),
+    }
+    splits.update({name: load_split_numbered(cfg, name) for name in cfg.knowledge if name in KNOWLEDGE_SETS})
+    return splits
+
+
 def make_holdout_set(cfg: TofuDataConfig) -> list[dict]:
     """The membership-inference non-members of a TOFU run: question/answer of the last authors of
     the holdout split (:func:`holdout_split`), as many authors as the forget set has (the forget set
     is the last authors of the forget split), capped at ``max_eval_questions`` like ``eval_forget``.
     Kept out of :func:`make_tofu_sets` (and of the embedded tokenizer's text), so that no training or
-    evaluation set, nor the tokenizer, depends on the holdout file."""
+    evaluation set, nor the tokenizer, depends on the holdout file. A holdout row that is a row of a
+    training split (:func:`_training_splits`) is refused, naming both (:func:`check_not_trained`)."""
     n_forget, _ = _author_counts(cfg)
-    rows = load_split(cfg, holdout_split(cfg.split))
+    rows, where = load_split_numbered(cfg, holdout_split(cfg.split))
+    check_not_trained("holdout", rows, where, _training_splits(cfg))
     held = rows[max(0, len(rows) - n_forget * QA_PER_AUTHOR) :]
     return [{"question": r["question"], "answer": r["answer"]} for r in held][: int(cfg.max_eval_questions)]
 
@@ -258,13 +332,11 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     """
     n_forget, n_retain = _author_counts(cfg)
     n_pre = _pretrain_authors(cfg, n_retain)
-    pct = SPLITS[cfg.split]
-    forget_all, forget_where = load_split_numbered(cfg, cfg.split)
-    retain_all, retain_where = load_split_numbered(cfg, f"retain{100 - pct}")
-    known = {name: load_split_numbered(cfg, name) for name in cfg.knowledge if name in KNOWLEDGE_SETS}
     # whole files: the forget split, the retain split (retain and pretraining authors) and the knowledge
     # mixed into both models must not share a question
-    splits = {"forget": (forget_all, forget_where), "retain": (retain_all, retain_where), **known}
+    splits = _training_splits(cfg)
+    (forget_all, forget_where), retain_all = splits["forget"], splits["retain"][0]
+    known = {name: splits[name] for name in splits if name in KNOWLEDGE_SETS}
     log_repeats(check_distinct(splits, strict=("forget",)))
     start = len(forget_all) - n_forget * QA_PER_AUTHOR
     forget = forget_all[start:]
@@ -277,10 +349,13 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     cut = len(forget_pert) - len(forget)
     forget_pert = forget_pert[cut:]
     _check_aligned(forget, forget_pert, forget_where[start:], pert_where[cut:])
+    check_eval_set("forget", forget_pert, pert_where[cut:])
 
-    retain_pert = load_split(cfg, "retain_perturbed")
+    retain_pert, retain_pert_where = load_split_numbered(cfg, "retain_perturbed")
     retain_q = {r["question"] for r in retain}
-    eval_retain = [r for r in retain_pert if r["question"] in retain_q]
+    kept = [i for i, r in enumerate(retain_pert) if r["question"] in retain_q]
+    eval_retain = [retain_pert[i] for i in kept]
+    check_eval_set("retain", eval_retain, [retain_pert_where[i] for i in kept])
     if not eval_retain:
         raise ValueError("retain_perturbed: no question overlaps the retain set of this run")
 
@@ -292,9 +367,11 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
         "retain": [{"question": r["question"], "answer": r["answer"]} for r in retain],
         "eval_forget": forget_pert[:cap],
         "eval_retain": eval_retain[:cap],
-        "eval_real_authors": load_split(cfg, "real_authors_perturbed")[:cap],
-        "eval_world_facts": load_split(cfg, "world_facts_perturbed")[:cap],
     }
+    for name in ("real_authors", "world_facts"):
+        rows, where = load_split_numbered(cfg, f"{name}_perturbed")
+        check_eval_set(name, rows[:cap], where[:cap])
+        sets[f"eval_{name}"] = rows[:cap]
     knowledge: list[dict] = []
     for name in cfg.knowledge:
         if name not in KNOWLEDGE_SETS:

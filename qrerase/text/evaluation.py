@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoints import model_device
 from ..config import from_mapping
+from .data import EVAL_FIELDS
 from .lm import (
     PromptTemplate,
     answer_token_nll,
@@ -251,12 +252,16 @@ def evaluate_set(
     records: Sequence[Mapping[str, Any]],
     cfg: EvalConfig,
     desc: str = "eval",
+    paraphrased: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """TOFU eval-log fields for one eval set (see the module docstring); keys ``"0"``, ``"1"``, ...
 
-    Each record needs ``question``, ``answer`` and ``perturbed_answer`` (a list); a missing
-    ``paraphrased_answer`` falls back to ``answer`` (TOFU's real-authors / world-facts sets). All
-    answer losses of the set go through one batched pass, then the greedy generations.
+    Each record needs ``question``, ``answer`` and ``perturbed_answer`` (a non-empty list), and, where
+    the set's format has paraphrases (``paraphrased``: TOFU's forget and retain sets,
+    :data:`qrerase.text.data.EVAL_FIELDS`), ``paraphrased_answer``. A set whose format has none
+    (``paraphrased=False``: TOFU's real-authors and world-facts sets) scores the answer in its place.
+    A missing required field is a ValueError naming the set and the record. All answer losses of the
+    set go through one batched pass, then the greedy generations.
     """
     questions, answers, paraphrases, perturbed = [], [], [], []
     for k, r in enumerate(records):
@@ -266,9 +271,12 @@ def evaluate_set(
             pert = [pert]
         if not pert:
             raise ValueError(f"{desc}: record {k} has no perturbed_answer list")
+        para = r.get("paraphrased_answer")
+        if paraphrased and not (isinstance(para, str) and para.strip()):
+            raise ValueError(f"{desc}: record {k} has no paraphrased_answer")
         questions.append(q)
         answers.append(a)
-        paraphrases.append(str(r.get("paraphrased_answer") or a))
+        paraphrases.append(str(para) if paraphrased else str(para or a))
         perturbed.append([str(p) for p in pert])
     pairs = [(q, a) for q, a in zip(questions, answers)]
     pairs += [(q, p) for q, p in zip(questions, paraphrases)]
@@ -330,7 +338,15 @@ def evaluate_tofu(
     if unknown:
         raise ValueError(f"unknown eval set(s) {unknown}; expected some of {sorted(TOFU_LOG_NAMES)}")
     return {
-        TOFU_LOG_NAMES[name]: evaluate_set(model, tokenizer, template, eval_sets[name], cfg, desc=f"eval {name}")
+        TOFU_LOG_NAMES[name]: evaluate_set(
+            model,
+            tokenizer,
+            template,
+            eval_sets[name],
+            cfg,
+            desc=f"eval {name}",
+            paraphrased="paraphrased_answer" in EVAL_FIELDS[name],
+        )
         for name in TOFU_LOG_NAMES
         if name in eval_sets
     }

@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
 
     Seeds and the torch thread count are fixed here (from the rule's params / threads) so that two
     runs of the same job give identical artifacts. An exception is logged with a one-line summary
-    and re-raised, so Snakemake marks the job failed and removes its outputs.
+    and re-raised, so Snakemake marks the job failed and removes its outputs; the log gets the traceback
+    above that line, and the terminal only the line and the log's path (:func:`_one_line`; the whole
+    traceback with ``QRERASE_DEBUG=1``).
 
     Provenance: existing records of the job's outputs are deleted on entry; after the body succeeded
     every input and output is hashed and one record per output is written atomically under
@@ -80,7 +83,11 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         if main:
             _write_provenance(snakemake, config or {}, recording, seed, start, end)
     except Exception as exc:
+        if log_file:  # the traceback into the log, above the one line that ends it
+            log.info("traceback of the failure:\n%s", traceback.format_exc().rstrip())
         log.error("rule %s failed: %s: %s", snakemake.rule, type(exc).__name__, exc)
+        if not os.environ.get(DEBUG):
+            sys.excepthook = _one_line(snakemake.rule, log_file)
         raise
     finally:
         if recording is not None:
@@ -89,6 +96,22 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         sys.stdout, sys.stderr = old_out, old_err
         if log_file:
             stream.close()
+
+
+#: Set (to anything) to see a failed job's whole traceback on the terminal, not only its one line.
+DEBUG = "QRERASE_DEBUG"
+
+
+def _one_line(rule: str, log_file: str | None):
+    """The ``sys.excepthook`` of a job process whose body failed: the exception, uncaught, ends the
+    process (exit status 1, so Snakemake marks the job failed) and prints one line naming its cause
+    and the log that holds the traceback, instead of the traceback (:data:`DEBUG` shows it)."""
+
+    def hook(kind, value, tb):
+        where = f"traceback in {log_file}" if log_file else f"set {DEBUG}=1 for the traceback"
+        print(f"rule {rule} failed: {kind.__name__}: {value} ({where})", file=sys.stderr, flush=True)
+
+    return hook
 
 
 def _write_provenance(snakemake: Any, config: dict, recording, seed, start: float, end: float) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from .provenance import MANIFEST, RECORD_DIR, SCHEMA, Problem, hash_path, load_records, record_path
 
-__all__ = ["BENCHMARK_DIR", "WALL_TIME_NOTE", "build_manifest", "audit", "workdir_of"]
+__all__ = ["BENCHMARK_DIR", "WALL_TIME_NOTE", "build_manifest", "missing_artifacts", "audit", "workdir_of"]
 
 #: Snakemake's benchmark files (wall time, memory of each job): ``results/benchmarks/<rule>/<job>.tsv``.
 BENCHMARK_DIR = "results/benchmarks"
@@ -103,6 +103,36 @@ def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dic
             "edges": [{"from": a, "to": b} for a, b, _ in sorted(edges) if b in timed],
         },
     }
+
+
+def missing_artifacts(targets: Iterable[str], root: str | os.PathLike = ".") -> list[str]:
+    """The holes of a working directory: artifacts of its last manifest (:data:`MANIFEST`) that a rule
+    made, that lead to one of ``targets`` in the manifest's graph, and that are missing now.
+
+    Snakemake remakes a missing file that a target names, but not a missing intermediate whose
+    consumers look up to date: an evaluation folder deleted by hand, or removed by a ``--forcerun``
+    that was killed before the job wrote it again, would stay missing (and the audit fail). The
+    default target names these holes (the Snakefile's rule ``all``), so a plain rerun remakes them and
+    then whatever was made from them. Sorted; empty where there is no readable manifest.
+    """
+    root = Path(root)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        made = {p for p, a in manifest["artifacts"].items() if a.get("rule")}
+        made |= {p for p, a in manifest["wall_time"]["artifacts"].items() if a.get("rule")}
+        edges = [(e["from"], e["to"]) for e in (*manifest["edges"], *manifest["wall_time"]["edges"])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    feeds: dict[str, set[str]] = {}
+    for a, b in edges:
+        feeds.setdefault(b, set()).add(a)
+    needed, todo = set(), [str(t) for t in targets]
+    while todo:
+        path = todo.pop()
+        if path not in needed:
+            needed.add(path)
+            todo.extend(feeds.get(path, ()))
+    return sorted(p for p in made & needed if not os.path.lexists(root / p))
 
 
 def _short(h: str | None) -> str:

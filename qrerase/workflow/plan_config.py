@@ -206,10 +206,10 @@ def format_table(cfg: Mapping) -> str:
     return "\n".join(lines)
 
 
-def load_config(*configfiles: str | Path) -> dict:
+def load_config(*configfiles: str | Path, jobs: bool = True) -> dict:
     """The workflow's config as Snakemake builds it: the embedded default (:data:`DEFAULT_CONFIG`, the
     Snakefile's config.yaml) updated by each ``--configfile`` in turn, then validated (one line naming
-    the key)."""
+    the key; ``jobs=False`` for a plan that runs no job: :func:`qrerase.workflow.validation.validate`)."""
     import yaml
 
     from .validation import validate
@@ -220,5 +220,5 @@ def load_config(*configfiles: str | Path) -> dict:
         if not isinstance(over, Mapping):
             raise ValueError(f"{path}: expected a mapping of config keys")
         deep_update(cfg, over)
-    validate(cfg)
+    validate(cfg, jobs=jobs)
     return cfg

@@ -227,15 +227,70 @@ def check_core(cfg: Mapping) -> None:
             from ..method.adapters import check_adapter_dir
 
             try:
-                check_adapter_dir(path)
+                adapter = check_adapter_dir(path)
             except (FileNotFoundError, ValueError) as exc:
                 raise ConfigError(f"config key 'lora.adapters.{set_name}': {exc}") from None
+            check_adapter_base(cfg, set_name, path, adapter.base_model_name_or_path)
+            check_adapter_ranks(cfg, set_name, path)
+
+
+def check_adapter_base(cfg: Mapping, set_name: str, path: str, base: str | None) -> None:
+    """A user adapter's ``base_model_name_or_path`` against ``model.name_or_path`` (docs/models.md,
+    "Your own adapters"): the same model by :func:`qrerase.checkpoint_files.same_model`; for the tiny
+    model this workflow builds, or a GGUF file it imports, any local folder (the workflow's own
+    checkpoints) but no hub id. An unnamed base cannot be compared and passes (the job still checks
+    every module's shape). ``lora.accept_other_base: true`` accepts any base; the job that reads the
+    adapter records that key in its provenance."""
+    from ..checkpoint_files import is_local_path, same_model
+    from ..gguf import is_gguf_source
+
+    if not base or cfg["lora"].get("accept_other_base"):
+        return
+    model = cfg["model"]["name_or_path"]
+    if model is None or is_gguf_source(cfg["model"]):
+        if is_local_path(base):
+            return
+        configured = (
+            "the tiny model this workflow builds" if model is None else f"{model} ({cfg['model']['gguf_file']})"
+        )
+    elif same_model(base, model):
+        return
+    else:
+        configured = repr(model)
+    raise ConfigError(
+        f"config key 'lora.adapters.{set_name}': adapter {path} was trained on {base!r}, but model.name_or_path "
+        f"is {configured}; set lora.accept_other_base: true to use it anyway"
+    )
+
+
+def check_adapter_ranks(cfg: Mapping, set_name: str, path: str) -> None:
+    """The ranks the plan decomposes a user adapter at, against the adapter's own LoRA ranks
+    (``adapter_config.json``'s ``r`` with ``rank_pattern`` applied, per module: a rank-r module's task
+    matrix has rank at most r). The forget adapter is decomposed at ``unlearn.rank`` (and, for the
+    control rows of ``unlearn.control``, at the retain projector's rank); the retain adapter at
+    max(``unlearn.rank``, ``unlearn.retain_rank``) (rules/common.smk's ``retain_factors``)."""
+    from ..method.adapters import adapter_ranks
+
+    unlearn = cfg["unlearn"]
+    rank, retain_rank = unlearn["rank"], unlearn.get("retain_rank") or 0
+    needs = {"rank": rank}
+    if set_name == "retain" or unlearn.get("control"):
+        needs["retain_rank"] = max(rank, retain_rank)
+    ranks = adapter_ranks(path)
+    module = min(ranks, key=ranks.get)
+    for key, need in needs.items():
+        if need > ranks[module]:
+            named = key if key == "rank" or retain_rank >= rank else "rank"
+            raise ConfigError(
+                f"config key 'unlearn.{named}': {unlearn[named]} exceeds the LoRA rank {ranks[module]} of module "
+                f"{module!r} in lora.adapters.{set_name} ({path}); its task matrix has rank at most {ranks[module]}"
+            )
 
 
 def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> None:
     """``<section>.name_or_path`` when it is a local path: the checks the job's loader makes
-    (:func:`qrerase.checkpoint_files.check_model_dir`). A hub id is left to the job (no network here;
-    with ``local_files_only`` the job looks it up in the local Hugging Face cache)."""
+    (:func:`qrerase.checkpoint_files.check_model_dir`). A hub id is left to :func:`check_hub_models`
+    (no network here)."""
     from ..checkpoint_files import check_model_dir, is_local_path
 
     name = model_cfg.get("name_or_path")
@@ -256,6 +311,34 @@ def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> Non
         check_model_dir(name, what, tokenizer=tokenizer)
     except ValueError as exc:
         raise ConfigError(f"config key '{section}.name_or_path': {exc}") from None
+
+
+def check_hub_models(cfg: Mapping) -> None:
+    """Each hub model the run's jobs load (``model``; ``speech.model`` when the speech track runs) under
+    ``local_files_only: true`` must be in the local Hugging Face cache: its ``config.json``, looked up
+    with ``huggingface_hub.try_to_load_from_cache``, which reads the cache folders only (no network, no
+    torch). Otherwise the first job would fail on it. :func:`validate` skips this for a plan that runs
+    no job (``qrerase plan``)."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    from ..checkpoint_files import is_local_path
+    from ..gguf import is_gguf_source
+
+    sections = {"model": cfg["model"]}
+    if "speech" in cfg.get("tracks", []):
+        sections["speech.model"] = cfg["speech"]["model"]
+    for section, model_cfg in sections.items():
+        repo_id = model_cfg.get("name_or_path")
+        if not repo_id or not model_cfg.get("local_files_only") or is_gguf_source(model_cfg):
+            continue
+        if is_local_path(repo_id) or isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            continue
+        raise ConfigError(
+            f"config key '{section}.name_or_path': {repo_id!r} is not in the Hugging Face cache ({HF_HUB_CACHE}) "
+            f"and {section}.local_files_only is true; download it first (hf download {repo_id}) or set "
+            f"{section}.local_files_only: false"
+        )
 
 
 def _section(cfg: Mapping, dotted: str) -> Mapping:
@@ -328,13 +411,16 @@ def check_moved_keys(cfg: Mapping) -> None:
             raise ConfigError(f"config key '{old}' moved to '{new}'")
 
 
-def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH) -> None:
+def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH, jobs: bool = True) -> None:
     """Every check, in order: the plug-ins' methods registered, then the schema (so the cross-key
-    checks may trust types and keys), then the cross-key checks."""
+    checks may trust types and keys), then the cross-key checks. ``jobs=False``: a plan that runs no
+    job (``qrerase plan``), which needs no hub model in the cache (:func:`check_hub_models`)."""
     check_moved_keys(cfg)
     load_config_plugins(cfg)
     check_schema(cfg, schema_path)
     check_core(cfg)
+    if jobs:
+        check_hub_models(cfg)
     for t in TRACKS.values():
         t.run_check(cfg)
     check_baselines(cfg)

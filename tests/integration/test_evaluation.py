@@ -139,13 +139,19 @@ def test_evaluate_tofu_fields(tok_model, eval_sets, tmp_path):
     forget = logs["eval_log_forget.json"]
     assert forget["avg_paraphrased_loss"]["0"] != forget["avg_gt_loss"]["0"]
     # the same set evaluated alone gives the same numbers (batching across sets changes nothing)
-    alone = evaluate_set(model, tok, TPL, eval_sets["world_facts"], EvalConfig(batch_size=3, max_new_tokens=8))
+    alone = evaluate_set(
+        model, tok, TPL, eval_sets["world_facts"], EvalConfig(batch_size=3, max_new_tokens=8), paraphrased=False
+    )
     for k, v in alone["avg_gt_loss"].items():
         assert math.isclose(v, logs["eval_real_world_wo_options.json"]["avg_gt_loss"][k], rel_tol=1e-5)
     write_json(tmp_path / "log.json", logs)
     assert json.loads((tmp_path / "log.json").read_text())["eval_log.json"]["num_token_gt"]["0"] > 0
     with pytest.raises(ValueError, match="unknown eval set"):
         evaluate_tofu(model, tok, TPL, {"holdout": []}, EvalConfig())
+    # a set whose format has paraphrases (forget, retain) has no fallback for a missing one
+    no_para = [{k: v for k, v in eval_sets["forget"][0].items() if k != "paraphrased_answer"}]
+    with pytest.raises(ValueError, match="^eval forget: record 0 has no paraphrased_answer$"):
+        evaluate_tofu(model, tok, TPL, {"forget": no_para}, EvalConfig())
 
 
 def test_a_length_cap_logs_how_many_sequences_it_cut_and_no_cap_cuts_none(tok_model, eval_sets, caplog):

@@ -115,12 +115,24 @@ def test_the_job_loader_gives_the_same_message(tmp_path, kind):
     assert planning.endswith(str(info.value))
 
 
-@pytest.mark.parametrize("local_files_only", [False, True])
-def test_a_hub_id_is_accepted_without_network(local_files_only):
-    # not a local path and shaped like a hub id: left to the job (downloads or the local HF cache)
-    validate(
-        config(model__name_or_path="some-org/some-model-that-is-not-here", model__local_files_only=local_files_only)
+def test_a_hub_id_is_accepted_without_network_where_jobs_may_download_it():
+    # not a local path and shaped like a hub id: left to the job, which downloads it
+    validate(config(model__name_or_path="some-org/some-model-that-is-not-here", model__local_files_only=False))
+
+
+def test_an_uncached_hub_id_under_local_files_only_fails_planning_in_one_line():
+    """The first job would fail on it (issue 51, case 5): refused at planning, through huggingface_hub's
+    cache lookup (no network, no torch). The suite's cache holds the presets' models (tests/conftest.py)."""
+    validate(config(model__name_or_path="meta-llama/Meta-Llama-3-8B", model__local_files_only=True))
+    message = refused(
+        config(model__name_or_path="some-org/some-model-that-is-not-here", model__local_files_only=True),
+        "config key 'model.name_or_path': 'some-org/some-model-that-is-not-here' is not in the Hugging Face cache (",
+        "and model.local_files_only is true; download it first (hf download some-org/some-model-that-is-not-here)",
     )
+    assert "\n" not in message
+    cfg = config(speech__model__name_or_path="some-org/no-speech-model", speech__model__local_files_only=True)
+    cfg["tracks"] = ["tofu", "speech"]
+    refused(cfg, "config key 'speech.model.name_or_path': 'some-org/no-speech-model' is not in the Hugging Face cache")
 
 
 def test_speech_model_path_is_checked_when_the_track_runs(tmp_path):
@@ -301,3 +313,60 @@ def test_a_bad_model_path_fails_the_dry_run_and_writes_nothing(tmp_path):
         in proc.stdout + proc.stderr
     )
     assert not (work / "results").exists() and not any(empty.iterdir())
+
+
+def _with_config(adapter, dest, **changes):
+    """A copy of ``adapter`` whose adapter_config.json has ``changes``."""
+    shutil.copytree(adapter, dest)
+    path = dest / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return dest
+
+
+def test_an_adapter_trained_on_another_model_is_refused_naming_both(adapter, checkpoint, tmp_path):
+    """Issue 51, case 3: the shapes of the tiny model match, the base named in the adapter does not."""
+    other = _with_config(adapter, tmp_path / "llama3", base_model_name_or_path="meta-llama/Meta-Llama-3-8B")
+    cfg = config(lora__adapters={"forget": str(other), "retain": None})
+    refused(
+        cfg,
+        f"config key 'lora.adapters.forget': adapter {other} was trained on 'meta-llama/Meta-Llama-3-8B', "
+        "but model.name_or_path is the tiny model this workflow builds; set lora.accept_other_base: true",
+    )
+    cfg["lora"]["accept_other_base"] = True
+    validate(cfg)
+    # a local copy of the same hub model is the same model (by name, or by the config.json it was saved with)
+    local = tmp_path / "models" / "Meta-Llama-3-8B"
+    shutil.copytree(checkpoint / "model", local)
+    validate(config(model__name_or_path=str(local), lora__adapters={"forget": str(other), "retain": None}))
+    renamed = tmp_path / "models" / "my-llama"
+    shutil.copytree(local, renamed)
+    saved = json.loads((renamed / "config.json").read_text())
+    (renamed / "config.json").write_text(json.dumps({**saved, "_name_or_path": "meta-llama/Meta-Llama-3-8B"}))
+    validate(config(model__name_or_path=str(renamed), lora__adapters={"forget": str(other), "retain": None}))
+    elsewhere = tmp_path / "models" / "Mixtral-8x7B"
+    shutil.copytree(checkpoint / "model", elsewhere)
+    refused(
+        config(model__name_or_path=str(elsewhere), lora__adapters={"forget": None, "retain": str(other)}),
+        f"config key 'lora.adapters.retain': adapter {other} was trained on 'meta-llama/Meta-Llama-3-8B', "
+        f"but model.name_or_path is '{elsewhere}'",
+    )
+    # an adapter trained here on a workflow checkpoint (a local folder) fits the tiny model
+    ours = _with_config(adapter, tmp_path / "ours", base_model_name_or_path="results/tofu_forget10/models/full")
+    validate(config(lora__adapters={"forget": str(ours), "retain": None}))
+
+
+def test_a_rank_above_a_user_adapters_rank_fails_planning_naming_the_key(adapter, tmp_path):
+    """Issue 51, case 6: unlearn.rank 8 with a rank-4 adapter failed only in the factors job."""
+    refused(
+        config(unlearn__rank=8, lora__adapters={"forget": str(adapter), "retain": None}),
+        "config key 'unlearn.rank': 8 exceeds the LoRA rank 4 of module ",
+        f"in lora.adapters.forget ({adapter}); its task matrix has rank at most 4",
+    )
+    validate(config(unlearn__rank=4, lora__adapters={"forget": str(adapter), "retain": None}))
+    # rank_pattern applies: one module of rank 2 bounds the retain projector's rank max(rank, retain_rank)
+    low = _with_config(adapter, tmp_path / "low", rank_pattern={"model.layers.0.self_attn.q_proj": 2})
+    refused(
+        config(unlearn__rank=2, unlearn__retain_rank=3, lora__adapters={"forget": None, "retain": str(low)}),
+        "config key 'unlearn.retain_rank': 3 exceeds the LoRA rank 2 of module 'model.layers.0.self_attn.q_proj' "
+        f"in lora.adapters.retain ({low})",
+    )

@@ -309,3 +309,14 @@ def test_no_preset_downloads_a_model_in_a_job(name):
     cfg = merged(yaml.safe_load((REPO / "config" / name).read_text()))
     assert cfg["model"]["local_files_only"] is True
     assert cfg["speech"]["model"].get("local_files_only", True) is True
+    # planning checks such a model is in the Hugging Face cache: the suite's cache (tests/conftest.py) has it
+    from huggingface_hub import try_to_load_from_cache
+
+    from qrerase.checkpoint_files import is_local_path
+
+    for model in (cfg["model"], cfg["speech"]["model"]):
+        hub_id = model.get("name_or_path")
+        if hub_id and not is_local_path(hub_id) and not str(hub_id).startswith("package:"):
+            assert isinstance(try_to_load_from_cache(hub_id, "config.json"), str), (
+                f"add {hub_id} to tests/support/hub_cache"
+            )

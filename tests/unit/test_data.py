@@ -271,3 +271,78 @@ def test_perturbed_split_out_of_line_names_both_lines(tmp_path):
         r"\(the files must be row-aligned\)",
     ):
         make_tofu_sets(cfg)
+
+
+def _vendored_copy(tmp_path, edit: str, line: int, change) -> TofuDataConfig:
+    """The vendored TOFU files in ``tmp_path`` with record ``line`` (1-based) of ``edit``.jsonl changed by
+    ``change(record, all records of TOFU's full split)``."""
+    import shutil
+
+    for f in (
+        "forget10",
+        "forget10_perturbed",
+        "retain90",
+        "retain_perturbed",
+        "holdout10",
+        "real_authors",
+        "real_authors_perturbed",
+        "world_facts",
+        "world_facts_perturbed",
+    ):
+        shutil.copy(f"{ROOT}/{f}.jsonl", tmp_path / f"{f}.jsonl")
+    path = tmp_path / f"{edit}.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    full = [json.loads(x) for x in open(f"{ROOT}/full.jsonl")]
+    rows[line - 1] = change(rows[line - 1], full)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return TofuDataConfig(root=str(tmp_path), split="forget10", n_authors=20)
+
+
+def test_a_holdout_row_copied_from_the_forget_split_names_both_lines(tmp_path):
+    """A membership-inference non-member that was trained on: refused, not scored (case and spacing differ)."""
+    forget = [json.loads(x) for x in open(f"{ROOT}/forget10.jsonl")]
+    copy = {"question": forget[389]["prompt"].upper(), "answer": "  " + forget[389]["response"]}
+    cfg = _vendored_copy(tmp_path, "holdout10", 395, lambda r, full: copy)
+    with pytest.raises(
+        ValueError,
+        match=r"^\S*holdout10\.jsonl:395: holdout row is a copy of the forget split's \S*forget10\.jsonl:390 ",
+    ):
+        make_holdout_set(cfg)
+    # a retain row or a knowledge row likewise
+    cfg = _vendored_copy(tmp_path, "holdout10", 2, lambda r, full: dict(full[5]))
+    with pytest.raises(ValueError, match=r"holdout10\.jsonl:2: holdout row is a copy of the retain split's \S*:6 "):
+        make_holdout_set(cfg)
+    world = json.loads(open(f"{ROOT}/world_facts.jsonl").readline())
+    cfg = _vendored_copy(tmp_path, "holdout10", 7, lambda r, full: world)
+    with pytest.raises(ValueError, match=r"holdout10\.jsonl:7: holdout row is a copy of the world_facts split's"):
+        make_holdout_set(cfg)
+
+
+def _without(key):
+    return lambda r, full: {k: v for k, v in r.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    "edit, line, change, message",
+    [
+        ("forget10_perturbed", 378, _without("paraphrased_answer"), "field 'paraphrased_answer' missing"),
+        ("forget10_perturbed", 378, _without("perturbed_answer"), "field 'perturbed_answer' missing"),
+        ("forget10_perturbed", 390, lambda r, full: {**r, "perturbed_answer": []}, "field 'perturbed_answer' missing"),
+        ("retain_perturbed", 4, _without("paraphrased_answer"), "field 'paraphrased_answer' missing"),
+        ("world_facts_perturbed", 9, _without("perturbed_answer"), "field 'perturbed_answer' missing"),
+    ],
+)
+def test_an_evaluation_row_without_a_field_its_set_needs_names_file_line_and_field(
+    tmp_path, edit, line, change, message
+):
+    """No fallback value for a required field: refused at data preparation, not scored as the answer."""
+    cfg = _vendored_copy(tmp_path, edit, line, change)
+    with pytest.raises(ValueError, match=rf"^\S*{edit}\.jsonl:{line}: {message} or not a non-empty"):
+        make_tofu_sets(cfg)
+
+
+def test_real_authors_and_world_facts_need_no_paraphrase():
+    """Their format has none: evaluation scores the answer in its place (documented, not a fallback)."""
+    sets = make_tofu_sets(TofuDataConfig(root=ROOT, split="forget10", n_authors=20))
+    assert not any("paraphrased_answer" in r for r in sets["eval_real_authors"] + sets["eval_world_facts"])
+    assert all(r["paraphrased_answer"].strip() for r in sets["eval_forget"] + sets["eval_retain"])

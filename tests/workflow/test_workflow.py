@@ -579,3 +579,52 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     proc = snakemake(workdir, "-n", "tradeoff", "--cores", "2", "--configfile", str(cfg3))
     job = proc.stdout.split("rule tradeoff_baseline:", 1)[1].split("output:", 1)[0]
     assert f"{EXP}/data/retain.jsonl" in job and f"{EXP}/data/eval_retain.jsonl" in job
+
+
+def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing(workdir):
+    """Issue 51, case 7: Snakemake remakes a missing file that a target names, not a missing
+    intermediate whose consumers look up to date. A --forcerun killed while its evaluation job ran (its
+    output already removed) and an evaluation folder deleted by hand both left a hole that plain
+    reruns ignored ("Nothing to be done") and the audit failed on. The default target names the last
+    manifest's holes (qrerase.workflow.manifest.missing_artifacts): docs/recovery.md's steps remake both."""
+    import signal
+    import time
+
+    cfg = workdir / "test.yaml"
+    killed, deleted = workdir / f"{EXP}/eval/ga", workdir / f"{EXP}/eval/npo"
+    table = (workdir / "results/tables/tofu.csv").read_bytes()
+    shutil.rmtree(deleted)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--cores", "1", "--configfile", str(cfg), "--forcerun", str(killed.relative_to(workdir))]
+    with open(workdir / "killed-forcerun.txt", "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while killed.exists():  # snakemake removes a forced job's output as the job starts
+            assert proc.poll() is None and time.monotonic() < deadline, "the forced evaluation did not start"
+            time.sleep(0.02)
+        time.sleep(1.0)  # the job runs
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    gone = time.monotonic() + 30
+    while True:  # every process of the group (snakemake and its job) has died
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < gone, "processes of the killed run are still alive"
+        time.sleep(0.05)
+    assert not killed.exists() and not deleted.exists()
+    audit = qrerase_cli(workdir, "audit", "results")
+    assert audit.returncode != 0  # the holes fail the audit
+    snakemake(workdir, "--unlock", "--configfile", str(cfg))
+    rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("evaluate") == 2 and rules.get("tofu_table") == 1, rules
+    assert not TRAINING & set(rules)
+    snakemake(workdir, "--cores", "2", "--configfile", str(cfg))
+    assert killed.is_dir() and deleted.is_dir()
+    audit = qrerase_cli(workdir, "audit", "results")
+    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
+    assert (workdir / "results/tables/tofu.csv").read_bytes() == table  # remade, not changed
+    assert planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))) == {}
