@@ -57,6 +57,7 @@ __all__ = [
     "load_audio",
     "split_train_test",
     "split_validation",
+    "check_held_out",
     "choose_forget_speakers",
     "partition",
     "train_mask",
@@ -376,6 +377,7 @@ def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict
             "split": np.select([test, val], ["test", "val"], "train"),
         }
     )
+    check_held_out(xs, index["split"].to_numpy(), [r.path for r in recs])
     index["sample_partition"] = partition(index, "sample", cfg.forget_fraction, seed=cfg.seed)
     index["class_partition"] = partition(index, "class", forget_speakers=forget_speakers, seed=cfg.seed)
     arrays = {"input_values": xs, "attention_mask": ms, "labels": index["label"].to_numpy(dtype=np.int64)}
@@ -386,6 +388,28 @@ def make_speech_data(cfg: SpeechDataConfig, progress: bool = True) -> tuple[dict
         "length": cfg.length,
     }
     return arrays, index, meta
+
+
+def check_held_out(xs: np.ndarray, split: np.ndarray, files: Sequence[str]) -> None:
+    """Refuse a held-out clip (``split`` val or test: the non-members of the membership attacks, the
+    evaluation of the test split) whose audio, as the models see it (``xs``: (N, length) float32 after
+    resampling and padding), equals a training clip's: a copy of a training recording under another
+    file name. A ValueError names both files."""
+    import hashlib
+
+    if not (len(xs) == len(split) == len(files)):
+        raise ValueError(f"check_held_out: {len(xs)} clips, {len(split)} splits and {len(files)} files")
+    trained: dict[str, str] = {}
+    for x, s, f in zip(xs, split, files):
+        if s == "train":
+            trained.setdefault(hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(), f)
+    for x, s, f in zip(xs, split, files):
+        if s != "train":
+            seen = trained.get(hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest())
+            if seen is not None:
+                raise ValueError(
+                    f"{f}: a {s} clip (held out of training) holds the same audio as the training clip {seen}"
+                )
 
 
 def load_speech_data(

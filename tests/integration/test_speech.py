@@ -110,6 +110,26 @@ def test_corrupt_file_in_a_corpus_names_the_file(tmp_path):
         sd.make_speech_data(cfg, progress=False)
 
 
+def test_a_held_out_clip_copied_from_a_training_clip_names_both_files(tmp_path):
+    """A non-member of the membership attacks that is a training recording under another name: refused."""
+    for digit in range(2):
+        for speaker in ("theo", "george"):
+            for i in range(4):
+                name = f"{digit}_{speaker}_{i}.wav"
+                (tmp_path / name).write_bytes((FSDD / "recordings" / name).read_bytes())
+    cfg = sd.SpeechDataConfig(root=str(tmp_path), max_seconds=0.1, test_fraction=0.5, forget_fraction=0.2)
+    _, index, _ = sd.make_speech_data(cfg, progress=False)
+    held, train = index.loc[index["split"] == "test", "file"].iloc[0], index.loc[index["split"] == "train", "file"]
+    copied = train[train.str.split("_").str[1] == held.split("_")[1]].iloc[0]  # the same speaker's
+    (tmp_path / held).write_bytes((tmp_path / copied).read_bytes())
+    with pytest.raises(
+        ValueError,
+        match=rf"^\S*{held}: a test clip \(held out of training\) holds the same audio as the training clip "
+        rf"\S*{copied}$",
+    ):
+        sd.make_speech_data(cfg, progress=False)
+
+
 def test_stratified_split_per_speaker_and_digit():
     recs = sd.list_recordings(FSDD, max_per_digit=10)
     assert len(recs) == 600
