@@ -593,7 +593,6 @@ def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing
     cfg = workdir / "test.yaml"
     killed, deleted = workdir / f"{EXP}/eval/ga", workdir / f"{EXP}/eval/npo"
     table = (workdir / "results/tables/tofu.csv").read_bytes()
-    shutil.rmtree(deleted)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
     cmd += ["--cores", "1", "--configfile", str(cfg), "--forcerun", str(killed.relative_to(workdir))]
     with open(workdir / "killed-forcerun.txt", "w") as out:
@@ -615,6 +614,7 @@ def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing
             break
         assert time.monotonic() < gone, "processes of the killed run are still alive"
         time.sleep(0.05)
+    shutil.rmtree(deleted)  # after the kill: the forced run's own default target would have re-made it
     assert not killed.exists() and not deleted.exists()
     audit = qrerase_cli(workdir, "audit", "results")
     assert audit.returncode != 0  # the holes fail the audit
