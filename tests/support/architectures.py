@@ -150,3 +150,89 @@ def as_old_peft(adapter_dir: Path) -> Path:
     old["some_future_option"] = None
     path.write_text(json.dumps(old, indent=2))
     return adapter_dir
+
+
+# Qwen3-Omni at tiny dimensions: every sub-config of the released multimodal config.json (thinker with
+# its audio encoder, vision encoder and MoE language model; talker and code2wav configs at their
+# defaults, unbuilt as enable_audio_output is false), saved sharded as the released checkpoints are.
+QWEN3_OMNI_AUDIO = dict(
+    num_mel_bins=32,
+    encoder_layers=2,
+    encoder_attention_heads=2,
+    encoder_ffn_dim=32,
+    d_model=16,
+    output_dim=24,
+    downsample_hidden_size=8,
+    max_source_positions=200,
+    n_window=50,
+    n_window_infer=100,
+)
+QWEN3_OMNI_TEXT = dict(
+    vocab_size=64,
+    hidden_size=24,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=12,
+    moe_intermediate_size=16,
+    num_experts=2,
+    num_experts_per_tok=1,
+    shared_expert_intermediate_size=16,
+)
+QWEN3_OMNI_VISION = dict(
+    depth=1,
+    hidden_size=16,
+    intermediate_size=32,
+    num_heads=2,
+    out_hidden_size=24,
+    patch_size=4,
+    num_position_embeddings=16,
+    deepstack_visual_indexes=[0],
+)
+
+
+def save_qwen3_omni(out_dir: Path, seed: int = 0, sampling_rate: int = 16000, audio: dict | None = None):
+    """A tiny random ``Qwen3OmniMoeForConditionalGeneration`` in the released layout: ``config.json``,
+    ``model-0000i-of-0000n.safetensors`` shards with ``model.safetensors.index.json`` (the audio tower
+    ``thinker.audio_tower.*`` in some shards, the thinker's language model and vision encoder in
+    others) and a ``WhisperFeatureExtractor`` ``preprocessor_config.json``. Returns the model (eval)."""
+    import torch
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, WhisperFeatureExtractor
+
+    audio = {**QWEN3_OMNI_AUDIO, **(audio or {})}
+    thinker = dict(audio_config=audio, vision_config=QWEN3_OMNI_VISION, text_config=QWEN3_OMNI_TEXT)
+    config = Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    model.save_pretrained(str(out_dir), max_shard_size="20KB")
+    WhisperFeatureExtractor(feature_size=audio["num_mel_bins"], sampling_rate=sampling_rate).save_pretrained(
+        str(out_dir)
+    )
+    return model
+
+
+def save_wav2vec2(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny random ``Wav2Vec2ForSequenceClassification`` checkpoint with its feature extractor (16 kHz)."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
+
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=[16, 32, 32, 32],
+        conv_stride=[5, 4, 4, 4],
+        conv_kernel=[10, 8, 4, 4],
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=16,
+        num_labels=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        Wav2Vec2ForSequenceClassification(config).save_pretrained(str(out_dir))
+    Wav2Vec2FeatureExtractor(sampling_rate=16000).save_pretrained(str(out_dir))
+    return out_dir
