@@ -178,6 +178,27 @@ def _linear_kinds(shapes: Mapping[str, Sequence[int]], prefix: str) -> list[str]
     ]
 
 
+def _encoder_shapes(p: Path, prefix: str) -> tuple[dict[str, list[int]], Path] | None:
+    """(name -> shape, weights file) of the ``prefix`` tensors, from the safetensors headers of only the
+    shards the index names for them (the others may be absent: the loader never opens them); all of a
+    single ``model.safetensors``; None for other weights."""
+    from ..checkpoint_files import _header_shapes, safetensors_shapes
+
+    index = p / "model.safetensors.index.json"
+    if not index.is_file():
+        return safetensors_shapes(p)
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"config key 'speech.model.name_or_path': {index}: not a readable index ({exc})") from None
+    shapes: dict[str, list[int]] = {}
+    for shard in sorted({v for k, v in weight_map.items() if k.startswith(prefix)}):
+        if not (p / shard).is_file():
+            raise ValueError(f"config key 'speech.model.name_or_path': {index}: shard {shard} not found")
+        shapes.update({k: v for k, v in _header_shapes(p / shard).items() if weight_map.get(k) == shard})
+    return shapes, index
+
+
 def check_speech_checkpoint(path: str | Path, sample_rate: int, targets: str | Sequence[str]) -> SpeechArchitecture:
     """Planning-time checks of a local speech checkpoint (headers and JSON only, no tensor read), each a
     one-line ValueError naming its config key and file:
@@ -188,19 +209,14 @@ def check_speech_checkpoint(path: str | Path, sample_rate: int, targets: str | S
     * ``speech.lora.target_modules``: every target (the family's preset for ``auto``) names a linear
       layer of the encoder.
     """
-    from ..checkpoint_files import safetensors_shapes
-
     p = Path(path).expanduser()
     try:
         arch = architecture_of_dir(p)
     except ValueError as exc:
         raise ValueError(f"config key 'speech.model.name_or_path': {exc}") from None
-    found = safetensors_shapes(p)
+    found = _encoder_shapes(p, arch.encoder)
     if found is not None:
         shapes, weights = found
-        if weights.name.endswith(".index.json"):  # the tensors the index lists (what a loader reads)
-            listed = json.loads(weights.read_text()).get("weight_map") or {}
-            shapes = {k: s for k, s in shapes.items() if k in listed}
         if not any(k.startswith(arch.encoder) for k in shapes):
             raise ValueError(
                 f"config key 'speech.model.name_or_path': {weights} holds no {arch.encoder}* tensors (no audio encoder)"
