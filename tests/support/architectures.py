@@ -152,9 +152,9 @@ def as_old_peft(adapter_dir: Path) -> Path:
     return adapter_dir
 
 
-# Qwen3-Omni at tiny dimensions: every sub-config of the released multimodal config.json (thinker with
-# its audio encoder, vision encoder and MoE language model; talker and code2wav configs at their
-# defaults, unbuilt as enable_audio_output is false), saved sharded as the released checkpoints are.
+# Qwen3-Omni at tiny dimensions: every sub-config of the released multimodal config.json (the thinker with
+# its audio encoder, vision encoder and MoE language model; the talker with its code predictor; code2wav),
+# saved sharded as the released checkpoints are.
 QWEN3_OMNI_AUDIO = dict(
     num_mel_bins=32,
     encoder_layers=2,
@@ -190,19 +190,55 @@ QWEN3_OMNI_VISION = dict(
     num_position_embeddings=16,
     deepstack_visual_indexes=[0],
 )
+QWEN3_OMNI_TALKER = dict(
+    text_config=dict(QWEN3_OMNI_TEXT, vocab_size=32),
+    code_predictor_config=dict(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        num_code_groups=2,
+    ),
+    num_code_groups=2,
+    thinker_hidden_size=24,
+    accept_hidden_layer=0,
+    spatial_merge_size=2,
+)
+QWEN3_OMNI_CODE2WAV = dict(
+    codebook_size=32,
+    hidden_size=16,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_quantizers=2,
+    decoder_dim=16,
+    upsample_rates=[2, 2],
+    upsampling_ratios=[2],
+    sliding_window=8,
+)
 
 
 def save_qwen3_omni(out_dir: Path, seed: int = 0, sampling_rate: int = 16000, audio: dict | None = None):
     """A tiny random ``Qwen3OmniMoeForConditionalGeneration`` in the released layout: ``config.json``,
-    ``model-0000i-of-0000n.safetensors`` shards with ``model.safetensors.index.json`` (the audio tower
-    ``thinker.audio_tower.*`` in some shards, the thinker's language model and vision encoder in
-    others) and a ``WhisperFeatureExtractor`` ``preprocessor_config.json``. Returns the model (eval)."""
+    ``model-000ii-of-000nn.safetensors`` shards with ``model.safetensors.index.json`` (the audio tower
+    ``thinker.audio_tower.*`` in some shards; the thinker's language model and vision encoder, the talker
+    and code2wav in others) and a ``WhisperFeatureExtractor`` ``preprocessor_config.json``. Returns the
+    model (eval)."""
     import torch
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, WhisperFeatureExtractor
 
     audio = {**QWEN3_OMNI_AUDIO, **(audio or {})}
     thinker = dict(audio_config=audio, vision_config=QWEN3_OMNI_VISION, text_config=QWEN3_OMNI_TEXT)
-    config = Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)
+    config = Qwen3OmniMoeConfig(
+        thinker_config=thinker,
+        talker_config=QWEN3_OMNI_TALKER,
+        code2wav_config=QWEN3_OMNI_CODE2WAV,
+        enable_audio_output=True,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3OmniMoeForConditionalGeneration(config).eval()
