@@ -1,4 +1,5 @@
-# Speech track (paper §4.3): speaker-identification unlearning with a HuBERT-architecture classifier.
+# Speech track (paper §4.3): speaker-identification unlearning with a speaker classifier
+# (the tiny HuBERT, or a checkpoint of a declared architecture: qrerase/speech/architectures.py).
 # Exp "speech" holds the data and the fine-tuned classifier; the shared linear-algebra chain
 # (task_matrices -> factors -> energy -> forget_update -> erase_merged) runs unchanged on the
 # speech_lora adapters of exps speech_sample / speech_class.
@@ -63,7 +64,7 @@ rule speech_pretrain:
 
 
 rule speech_finetune:
-    # The "fine-tuned model": HuBERT speaker classifier trained on the training split, from the
+    # The "fine-tuned model": the speaker classifier trained on the training split, from the
     # pretrained encoder (digit-pretrained here, or the hub checkpoint) with a new speaker head.
     input:
         **speech_data_inputs(),

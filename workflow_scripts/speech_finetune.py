@@ -1,4 +1,4 @@
-"""Rule speech_finetune: the HuBERT speaker classifier (the "fine-tuned model"), from the pretrained encoder."""
+"""Rule speech_finetune: the speaker classifier (the "fine-tuned model"), from the pretrained encoder."""
 
 import json
 
@@ -19,6 +19,15 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     speakers = json.loads(open(inp.meta, encoding="utf-8").read())["speakers"]
     # the pretrained model (digit-pretrained here, or the hub checkpoint) with a new, seeded speaker head
     model = load_pretrained(p.model, inp.get("pretrained"), speakers, seed=p.seed)
+    source = getattr(model.config, "source", None)  # an encoder taken out of a larger checkpoint (Qwen3-Omni)
+    if source:  # saved with the model's config.json, which the job's provenance record hashes
+        log.info(
+            "encoder: %d tensors %s* of %s (shards %s)",
+            len(source["tensors"]),
+            source["prefix"],
+            source["checkpoint"],
+            source["shards"],
+        )
     train = {**p.train, **p.engine}  # engine: the settings the memory plan planned
     if train.pop("freeze_feature_encoder", False):
         model.freeze_feature_encoder()

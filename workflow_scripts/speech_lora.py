@@ -3,6 +3,7 @@
 from qrerase.engine import resuming
 from qrerase.io import write_csv
 from qrerase.method.architectures import resolve_target_modules
+from qrerase.speech.architectures import speech_lora_targets
 from qrerase.speech.data import load_speech_data, train_mask
 from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
 from qrerase.speech.train import train_speech_lora
@@ -25,7 +26,11 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         r=lcfg["r"],
         alpha=lcfg["alpha"],
         dropout=lcfg.get("dropout", 0.0),
-        target_modules=tuple(resolve_target_modules(model, lcfg["target_modules"], "speech.lora.target_modules")),
+        target_modules=tuple(
+            resolve_target_modules(  # auto: the family's declared targets
+                model, speech_lora_targets(model.config.to_dict(), lcfg["target_modules"]), "speech.lora.target_modules"
+            )
+        ),
         train=TrainConfig.from_dict(
             {**{k: lcfg[k] for k in train_keys if k in lcfg}, "seed": p.seed, "threads": snakemake.threads}
         ),

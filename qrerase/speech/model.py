@@ -1,16 +1,19 @@
-"""Speech track model: a HuBERT-architecture speaker classifier (paper §4.3).
+"""Speech track model: a speaker classifier of any declared speech architecture (paper §4.3).
 
 :func:`build_tiny_hubert` (a small ``HubertForSequenceClassification`` trained here from scratch, the
 embedded default's "fine-tuned model") or :func:`load_speech_model` (a local / cached checkpoint such
-as ``facebook/hubert-xlarge-ll60k``, a new classification head when it has none); :func:`graft_encoder`
-copies a pretrained encoder into it. Training and evaluation are :mod:`qrerase.speech.train`.
+as ``facebook/hubert-xlarge-ll60k``, a wav2vec 2.0 one, or Qwen3-Omni's audio encoder; a new
+classification head when it has none; the families: :mod:`qrerase.speech.architectures`);
+:func:`graft_encoder` copies a pretrained encoder into it. Training and evaluation are :mod:`qrerase.speech.train`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..config import model_options
@@ -123,31 +126,48 @@ def load_speech_model(
     device: str = "cpu",
     seed: int = 0,
 ):
-    """``HubertForSequenceClassification.from_pretrained`` (any HuBERT checkpoint, e.g.
-    ``facebook/hubert-xlarge-ll60k`` from the local cache), in eval mode.
+    """The speaker classifier of a checkpoint, by its architecture family
+    (:func:`qrerase.speech.architectures.architecture_of_dir`), in eval mode.
 
+    ``audio-classification`` families (HuBERT, e.g. ``facebook/hubert-xlarge-ll60k`` from the local
+    cache; wav2vec 2.0, WavLM, Data2Vec-audio): ``AutoModelForAudioClassification.from_pretrained``.
     With ``speakers`` the classification head is sized to them (a new, seeded head where the checkpoint
     has none or another label set); without, the checkpoint's own head is used (a fine-tuned model).
-    SpecAugment and layer drop are switched off. A path that holds no model, or whose weights do not match
-    its ``config.json`` (:func:`qrerase.checkpoints.check_loading_info`): one-line ValueError. Allowed: the
-    new head's ``projector`` / ``classifier`` weights with ``speakers`` (missing, or of another shape), and a
+    SpecAugment and layer drop are switched off. Qwen3-Omni: a released checkpoint's audio encoder
+    (:func:`qrerase.speech.qwen3_omni.load_audio_tower`, a new seeded head) or a classifier saved here.
+    A path that holds no model, or whose weights do not match its ``config.json``
+    (:func:`qrerase.checkpoints.check_loading_info`): one-line ValueError. Allowed: the new head's
+    ``projector`` / ``classifier`` weights with ``speakers`` (missing, or of another shape), and a
     missing ``masked_spec_embed`` (SpecAugment's mask vector; SpecAugment is off).
     """
     import torch
-    from transformers import HubertForSequenceClassification
+    from transformers import AutoModelForAudioClassification
 
     from ..checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint, resolve_device
+    from .architectures import architecture_of_dir
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     where = resolve_checkpoint(name_or_path, local_files_only, ("config.json",), "speech model")
-    kwargs: dict[str, Any] = {"apply_spec_augment": False, "layerdrop": 0.0}
+    arch = architecture_of_dir(where)
+    released = json.loads((Path(where) / "config.json").read_text()).get("model_type") == "qwen3_omni_moe"
+    if released:  # a released Qwen3-Omni checkpoint: its audio encoder only
+        from .qwen3_omni import load_audio_tower
+
+        model = load_audio_tower(where, speakers, seed=seed, dtype=DTYPES[dtype], source_name=str(name_or_path))
+        return model.to(resolve_device(device)).eval()
+    if arch.loader == "qwen3-omni":
+        from .qwen3_omni import Qwen3OmniSpeakerClassifier as cls
+
+        kwargs: dict[str, Any] = {}
+    else:
+        cls, kwargs = AutoModelForAudioClassification, {"apply_spec_augment": False, "layerdrop": 0.0}
     if speakers is not None:
         kwargs.update(num_labels=len(speakers), **_label_maps(speakers))
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model, info = HubertForSequenceClassification.from_pretrained(
+            model, info = cls.from_pretrained(
                 where,
                 dtype=DTYPES[dtype],
                 local_files_only=local_files_only,
@@ -156,7 +176,7 @@ def load_speech_model(
                 **kwargs,
             )
     except Exception as exc:
-        raise ValueError(f"{name_or_path}: cannot load a HuBERT speech model ({first_line(exc)})") from exc
+        raise ValueError(f"{name_or_path}: cannot load a {arch.name} speech model ({first_line(exc)})") from exc
     head = HEAD_KEYS if speakers is not None else ()
     check_loading_info(
         name_or_path, info, allow_missing=(*head, SPEC_AUGMENT_KEY), allow_unexpected=(), allow_mismatched=head
@@ -171,7 +191,7 @@ def load_pretrained(
     seed: int = 0,
 ):
     """The pretrained speech model: ``checkpoint`` (the digit-pretrained encoder built here) when given,
-    else the configured ``model_cfg['name_or_path']`` (a hub / local HuBERT checkpoint, honouring its
+    else the configured ``model_cfg['name_or_path']`` (a hub / local speech checkpoint, honouring its
     ``local_files_only``, ``dtype`` and ``device``). With ``speakers``: a new seeded speaker head."""
     if checkpoint is None and not model_cfg.get("name_or_path"):
         raise ValueError(
@@ -198,9 +218,10 @@ def save_speech_model(model, out_dir: str | os.PathLike) -> None:
     save_model(model, None, out_dir)
 
 
-def graft_encoder(model, encoder_source, prefix: str = "hubert."):
-    """Replace ``model``'s encoder (every parameter and buffer under ``prefix``) by ``encoder_source``'s,
-    in place, keeping ``model``'s own head (projector, classifier). Returns ``model``.
+def graft_encoder(model, encoder_source, prefix: str | None = None):
+    """Replace ``model``'s encoder (every parameter and buffer under ``prefix``; None: its architecture's
+    ``classifier_encoder``, e.g. ``hubert.`` or ``audio_tower.``) by ``encoder_source``'s, in place,
+    keeping ``model``'s own head (projector, classifier). Returns ``model``.
 
     The forget / retain task adapters of ``speech.lora.base: pretrained`` train on the pretrained
     encoder carrying the fine-tuned speaker head. ValueError when the two encoders differ in a
@@ -208,6 +229,10 @@ def graft_encoder(model, encoder_source, prefix: str = "hubert."):
     """
     import torch
 
+    if prefix is None:
+        from .architectures import architecture_for
+
+        prefix = architecture_for(model.config.to_dict(), "graft_encoder").classifier_encoder
     own = {k: v for k, v in model.state_dict().items() if k.startswith(prefix)}
     new = {k: v for k, v in encoder_source.state_dict().items() if k.startswith(prefix)}
     if not own:

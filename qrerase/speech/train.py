@@ -2,7 +2,7 @@
 
 :func:`train_classifier` trains it (cross-entropy, AdamW, warmup + linear decay, deterministic);
 :func:`train_speech_lora` trains LoRA adapters on the attention projections
-(``hubert.encoder.layers.N.attention.{q,k,v,out}_proj``); :func:`evaluate_sets` reports top-k
+(e.g. HuBERT's ``hubert.encoder.layers.N.attention.{q,k,v,out}_proj``); :func:`evaluate_sets` reports top-k
 accuracy on D_t, D_f and D_r. Arrays as in :mod:`qrerase.speech.data`.
 """
 
@@ -99,7 +99,7 @@ def train_classifier(
 
 
 def speech_lora_config(r: int, alpha: float, dropout: float, target_modules: Sequence[str]):
-    """A PEFT ``LoraConfig`` for the HuBERT attention projections (no task head is added or trained)."""
+    """A PEFT ``LoraConfig`` for the encoder's attention projections (no task head is added or trained)."""
     from peft import LoraConfig
 
     return LoraConfig(

@@ -1,4 +1,5 @@
-"""The speech track: speaker unlearning on spoken digits with a HuBERT classifier.
+"""The speech track: speaker unlearning on spoken digits with a speaker classifier (the tiny HuBERT
+built here, or a checkpoint of a declared speech architecture: :mod:`qrerase.speech.architectures`).
 
 Its experiments are the shared ``speech`` (data and fine-tuned classifier) and ``speech_<setting>``
 (``sample`` / ``class``); its settings are all under ``speech`` (its own model, training sections,
@@ -13,15 +14,18 @@ from typing import Any
 
 from .base import Track, register_track
 
-#: Frames per second of the HuBERT feature encoder (a sequence is ``max_seconds x 50`` frames).
+#: Frames per second of the HuBERT feature encoder (a sequence is ``max_seconds x 50`` frames); other
+#: encoders declare theirs in their shape (Qwen3-Omni's audio encoder: 13).
 FRAMES_PER_SECOND = 50
 #: Training examples per epoch its memory plan assumes.
 PLAN_EXAMPLES = 3000
 
 
 def frames(cfg: Mapping) -> int:
-    """Sequence length of a clip: ``max(1, round(speech.data.max_seconds x 50))``."""
-    return max(1, int(round(float(cfg["speech"]["data"]["max_seconds"]) * FRAMES_PER_SECOND)))
+    """Sequence length of a clip: ``max(1, round(speech.data.max_seconds x f))``, f the encoder's
+    positions per second (:func:`speech_shape`; 50 where the shape declares none)."""
+    fps = speech_shape(cfg).frames_per_second or FRAMES_PER_SECOND
+    return max(1, int(round(float(cfg["speech"]["data"]["max_seconds"]) * fps)))
 
 
 def check(cfg: Mapping, runs: bool) -> None:
@@ -49,6 +53,15 @@ def check(cfg: Mapping, runs: bool) -> None:
     if not runs:
         return  # the checks below need the recordings and the model; a run without the track needs neither
     check_model_source("speech.model", sp["model"], tokenizer=False)
+    from ..checkpoint_files import is_local_path
+    from ..speech.architectures import check_speech_checkpoint
+
+    name = sp["model"].get("name_or_path")
+    if name is not None and is_local_path(name):
+        try:  # its architecture, encoder tensors, feature extractor's rate and LoRA targets
+            check_speech_checkpoint(name, sp["data"]["sample_rate"], sp["lora"]["target_modules"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     from ..speech.data import list_recordings
 
     root = sp["data"]["root"]
@@ -70,7 +83,13 @@ def check(cfg: Mapping, runs: bool) -> None:
 
 def speech_shape(cfg: Mapping) -> Any:
     """The :class:`~qrerase.workflow.shapes.ModelShape` of ``speech.model``: the embedded tiny HuBERT
-    (``speech.model.tiny``) when it names no checkpoint and no shape, else its resolved shape."""
+    (``speech.model.tiny``) when it names no checkpoint and no shape; ``speech.model.shape`` when
+    declared; a local checkpoint's by its architecture's declaration (Qwen3-Omni: the audio encoder
+    alone); a known hub checkpoint's (:data:`qrerase.speech.architectures.KNOWN_SPEECH_SHAPES`, then
+    :data:`qrerase.workflow.shapes.KNOWN_SHAPES`)."""
+    from pathlib import Path
+
+    from ..speech.architectures import KNOWN_SPEECH_SHAPES, architecture_for
     from ..workflow.shapes import ModelShape, resolve_shape
 
     m = cfg["speech"]["model"]
@@ -87,6 +106,18 @@ def speech_shape(cfg: Mapping) -> Any:
             gated_mlp=False,
             frames_per_second=FRAMES_PER_SECOND,
         )
+    name = m.get("name_or_path")
+    local = Path(str(name)).expanduser() / "config.json"
+    if not m.get("shape") and local.is_file():
+        import json
+
+        try:
+            config = json.loads(local.read_text())
+            return architecture_for(config, str(local)).shape(config, str(name))
+        except ValueError as exc:
+            raise ValueError(f"config key 'speech.model.name_or_path': {exc}") from None
+    if not m.get("shape") and name in KNOWN_SPEECH_SHAPES:
+        return KNOWN_SPEECH_SHAPES[name][1]
     return resolve_shape(m)
 
 

@@ -150,3 +150,125 @@ def as_old_peft(adapter_dir: Path) -> Path:
     old["some_future_option"] = None
     path.write_text(json.dumps(old, indent=2))
     return adapter_dir
+
+
+# Qwen3-Omni at tiny dimensions: every sub-config of the released multimodal config.json (the thinker with
+# its audio encoder, vision encoder and MoE language model; the talker with its code predictor; code2wav),
+# saved sharded as the released checkpoints are.
+QWEN3_OMNI_AUDIO = dict(
+    num_mel_bins=32,
+    encoder_layers=2,
+    encoder_attention_heads=2,
+    encoder_ffn_dim=32,
+    d_model=16,
+    output_dim=24,
+    downsample_hidden_size=8,
+    max_source_positions=200,
+    n_window=50,
+    n_window_infer=100,
+)
+QWEN3_OMNI_TEXT = dict(
+    vocab_size=64,
+    hidden_size=24,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=12,
+    moe_intermediate_size=16,
+    num_experts=2,
+    num_experts_per_tok=1,
+    shared_expert_intermediate_size=16,
+)
+QWEN3_OMNI_VISION = dict(
+    depth=1,
+    hidden_size=16,
+    intermediate_size=32,
+    num_heads=2,
+    out_hidden_size=24,
+    patch_size=4,
+    num_position_embeddings=16,
+    deepstack_visual_indexes=[0],
+)
+QWEN3_OMNI_TALKER = dict(
+    text_config=dict(QWEN3_OMNI_TEXT, vocab_size=32),
+    code_predictor_config=dict(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        num_code_groups=2,
+    ),
+    num_code_groups=2,
+    thinker_hidden_size=24,
+    accept_hidden_layer=0,
+    spatial_merge_size=2,
+)
+QWEN3_OMNI_CODE2WAV = dict(
+    codebook_size=32,
+    hidden_size=16,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_quantizers=2,
+    decoder_dim=16,
+    upsample_rates=[2, 2],
+    upsampling_ratios=[2],
+    sliding_window=8,
+)
+
+
+def save_qwen3_omni(out_dir: Path, seed: int = 0, sampling_rate: int = 16000, audio: dict | None = None):
+    """A tiny random ``Qwen3OmniMoeForConditionalGeneration`` in the released layout: ``config.json``,
+    ``model-000ii-of-000nn.safetensors`` shards with ``model.safetensors.index.json`` (the audio tower
+    ``thinker.audio_tower.*`` in some shards; the thinker's language model and vision encoder, the talker
+    and code2wav in others) and a ``WhisperFeatureExtractor`` ``preprocessor_config.json``. Returns the
+    model (eval)."""
+    import torch
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, WhisperFeatureExtractor
+
+    audio = {**QWEN3_OMNI_AUDIO, **(audio or {})}
+    thinker = dict(audio_config=audio, vision_config=QWEN3_OMNI_VISION, text_config=QWEN3_OMNI_TEXT)
+    config = Qwen3OmniMoeConfig(
+        thinker_config=thinker,
+        talker_config=QWEN3_OMNI_TALKER,
+        code2wav_config=QWEN3_OMNI_CODE2WAV,
+        enable_audio_output=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    model.save_pretrained(str(out_dir), max_shard_size="20KB")
+    WhisperFeatureExtractor(feature_size=audio["num_mel_bins"], sampling_rate=sampling_rate).save_pretrained(
+        str(out_dir)
+    )
+    return model
+
+
+def save_wav2vec2(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny random ``Wav2Vec2ForSequenceClassification`` checkpoint with its feature extractor (16 kHz)."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
+
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=[16, 32, 32, 32],
+        conv_stride=[5, 4, 4, 4],
+        conv_kernel=[10, 8, 4, 4],
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=16,
+        num_labels=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        Wav2Vec2ForSequenceClassification(config).save_pretrained(str(out_dir))
+    Wav2Vec2FeatureExtractor(sampling_rate=16000).save_pretrained(str(out_dir))
+    return out_dir
