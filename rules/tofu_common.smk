@@ -27,14 +27,17 @@ def tofu_data_files(wildcards):
 
 
 def tofu_holdout_file(wildcards):
-    """The vendored files the holdout rule reads (none for hub data): the holdout split, and the
-    training splits none of its rows may be in (qrerase.text.data.make_holdout_set)."""
+    """The vendored files tofu_holdout reads, none for hub data (the holdout split, and the
+    training splits none of its rows may be in, qrerase.text.data.make_holdout_set)."""
     data = config["tofu"]["data"]
     if data["source"] != "local":
         return []
     split, knowledge = data["split"], data.get("knowledge", [])
     training = [n for n in required_splits(split, knowledge) if "perturbed" not in n]
-    return [str(Path(data["root"]) / f"{n}.jsonl") for n in [holdout_split(split), *training]]
+    return [
+        str(Path(data["root"]) / f"{n}.jsonl")
+        for n in [holdout_split(split), *training]
+    ]
 
 
 TOFU_BASELINES = [m for m in TOFU_METHODS if m in BASELINES]
