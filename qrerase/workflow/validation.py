@@ -314,7 +314,7 @@ def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> Non
 
 
 def check_hub_models(cfg: Mapping) -> None:
-    """Each hub model the run's jobs load (``model``; ``speech.model`` when the speech track runs) under
+    """Each hub model the run's jobs load (``model``; a running track's ``<track>.model``) under
     ``local_files_only: true`` must be in the local Hugging Face cache: its ``config.json``, looked up
     with ``huggingface_hub.try_to_load_from_cache``, which reads the cache folders only (no network, no
     torch). Otherwise the first job would fail on it. :func:`validate` skips this for a plan that runs
@@ -325,9 +325,11 @@ def check_hub_models(cfg: Mapping) -> None:
     from ..checkpoint_files import is_local_path
     from ..gguf import is_gguf_source
 
-    sections = {"model": cfg["model"]}
-    if "speech" in cfg.get("tracks", []):
-        sections["speech.model"] = cfg["speech"]["model"]
+    sections = {"model": cfg["model"]}  # and each running track's own model section (speech.model)
+    for track in cfg.get("tracks", []):
+        own = cfg.get(track, {}).get("model") if isinstance(cfg.get(track), Mapping) else None
+        if isinstance(own, Mapping) and "name_or_path" in own:
+            sections[f"{track}.model"] = own
     for section, model_cfg in sections.items():
         repo_id = model_cfg.get("name_or_path")
         if not repo_id or not model_cfg.get("local_files_only") or is_gguf_source(model_cfg):
