@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import read_jsonl_numbered
-from .data import KNOWLEDGE_SETS, check_distinct, log_repeats, normalise
+from .data import KNOWLEDGE_SETS, check_distinct, check_fields, log_repeats, normalise
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -153,17 +153,7 @@ def check_records(
     if not rows:
         raise ValueError(f"{where}: no records")
     for i, rec in enumerate(rows):
-        line = lines[i] if lines is not None else i + 1
-        for key in REQUIRED_FIELDS[split]:
-            value = rec.get(key) if isinstance(rec, Mapping) else None
-            if key == "perturbed_answer":
-                ok = isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) and v.strip() for v in value)
-                what = "a non-empty list of strings"
-            else:
-                ok = isinstance(value, str) and bool(value.strip())
-                what = "a non-empty string"
-            if not ok:
-                raise ValueError(f"{where}:{line}: field '{key}' missing or not {what}")
+        check_fields(rec, REQUIRED_FIELDS[split], f"{where}:{lines[i] if lines is not None else i + 1}")
     want = ROW_COUNTS.get(split)
     if want is not None and len(rows) != want:
         raise ValueError(f"{where}: {len(rows)} records, expected {want} (TOFU {split}, row-aligned across languages)")

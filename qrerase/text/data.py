@@ -135,7 +135,7 @@ def check_fields(record: Mapping, fields: Sequence[str], where: str) -> None:
     ``fields``: a string field must be a non-empty string, ``perturbed_answer`` a non-empty list of
     non-empty strings."""
     for key in fields:
-        value = record.get(key)
+        value = record.get(key) if isinstance(record, Mapping) else None
         if key == "perturbed_answer":
             ok = isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) and v.strip() for v in value)
             what = "a non-empty list of strings"

@@ -79,24 +79,29 @@ def save_causal(arch: str, tokenizer, out_dir: Path, chat_template: str | None =
     return out_dir
 
 
+#: The tiny HuBERT / wav2vec 2.0 encoder of the tests (their configs take the same keys): 2 layers of
+#: width 32 behind a 4-layer convolutional front end of stride 320 (50 positions per second at 16 kHz).
+TINY_AUDIO_ENCODER = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=[16, 32, 32, 32],
+    conv_stride=[5, 4, 4, 4],
+    conv_kernel=[10, 8, 4, 4],
+    num_conv_pos_embeddings=8,
+    num_conv_pos_embedding_groups=2,
+    classifier_proj_size=16,
+    num_labels=2,
+)
+
+
 def save_hubert(out_dir: Path, seed: int = 0) -> Path:
     """A tiny random ``HubertForSequenceClassification`` checkpoint (2 labels; the workflow re-heads it)."""
     import torch
     from transformers import HubertConfig, HubertForSequenceClassification
 
-    config = HubertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        conv_dim=[16, 32, 32, 32],
-        conv_stride=[5, 4, 4, 4],
-        conv_kernel=[10, 8, 4, 4],
-        num_conv_pos_embeddings=8,
-        num_conv_pos_embedding_groups=2,
-        classifier_proj_size=16,
-        num_labels=2,
-    )
+    config = HubertConfig(**TINY_AUDIO_ENCODER)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         HubertForSequenceClassification(config).save_pretrained(str(out_dir))
@@ -254,19 +259,7 @@ def save_wav2vec2(out_dir: Path, seed: int = 0) -> Path:
     import torch
     from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
 
-    config = Wav2Vec2Config(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        conv_dim=[16, 32, 32, 32],
-        conv_stride=[5, 4, 4, 4],
-        conv_kernel=[10, 8, 4, 4],
-        num_conv_pos_embeddings=8,
-        num_conv_pos_embedding_groups=2,
-        classifier_proj_size=16,
-        num_labels=2,
-    )
+    config = Wav2Vec2Config(**TINY_AUDIO_ENCODER)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         Wav2Vec2ForSequenceClassification(config).save_pretrained(str(out_dir))

@@ -84,3 +84,23 @@ def write_speech_config(workdir: Path, name: str = "test_speech.yaml", **overrid
     cfg["speech"]["data"]["root"] = str(REPO / "data" / "fsdd")
     cfg.setdefault("tofu", {})["data"] = {"source": "local", "root": str(REPO / "data" / "tofu"), "split": "forget10"}
     return write_yaml_config(workdir, name, cfg, overrides)
+
+
+def kill_run(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGKILL a run started with ``start_new_session=True`` (snakemake and every job it started share its
+    process group) and wait until every process of the group has died."""
+    import os
+    import signal
+    import time
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=timeout)
+    gone = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < gone, "processes of the killed run are still alive"
+        time.sleep(0.05)

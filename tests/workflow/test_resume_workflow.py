@@ -15,10 +15,8 @@ run (no checkpoints, never killed) is made in a copy of the working directory.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +25,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 from support import REPO
-from support.snakemake_cli import snakemake, write_config
+from support.snakemake_cli import kill_run, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -79,17 +77,7 @@ def run_killed(wd: Path, cfg: Path, *args: str, min_step: int = 1, timeout: floa
                 raise AssertionError(f"no resume state of step {min_step} or later under {RESUME} after {timeout} s")
             time.sleep(0.02)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    gone = time.monotonic() + 30
-    while True:  # the job's processes share the group: wait until every one has died
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < gone, "processes of the killed run are still alive"
-        time.sleep(0.05)
+        kill_run(proc)  # the job's processes share the group: every one has died
     assert not (wd / MODEL).exists(), "the killed run wrote its model"
     snakemake(wd, "--unlock", "--configfile", str(cfg))
     return states(wd)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from support import REPO
 from support.localslurm import requested, slurm  # noqa: F401 (slurm: a fixture)
-from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_config
+from support.snakemake_cli import assert_config_error, kill_run, planned_rules, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -587,7 +587,6 @@ def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing
     output already removed) and an evaluation folder deleted by hand both left a hole that plain
     reruns ignored ("Nothing to be done") and the audit failed on. The default target names the last
     manifest's holes (qrerase.workflow.manifest.missing_artifacts): docs/recovery.md's steps remake both."""
-    import signal
     import time
 
     cfg = workdir / "test.yaml"
@@ -604,16 +603,7 @@ def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing
             time.sleep(0.02)
         time.sleep(1.0)  # the job runs
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    gone = time.monotonic() + 30
-    while True:  # every process of the group (snakemake and its job) has died
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < gone, "processes of the killed run are still alive"
-        time.sleep(0.05)
+        kill_run(proc)  # snakemake and its job
     shutil.rmtree(deleted)  # after the kill: the forced run's own default target would have re-made it
     assert not killed.exists() and not deleted.exists()
     audit = qrerase_cli(workdir, "audit", "results")
