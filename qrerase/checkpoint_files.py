@@ -24,6 +24,7 @@ __all__ = [
     "check_dir",
     "check_model_dir",
     "CHECKED_MODEL_TYPES",
+    "header_shapes",
     "safetensors_shapes",
     "check_config_matches_weights",
     "model_names",
@@ -98,7 +99,7 @@ def check_model_dir(path: str | os.PathLike, what: str = "model", tokenizer: boo
     return p
 
 
-def _header_shapes(file: Path) -> dict[str, list[int]]:
+def header_shapes(file: Path) -> dict[str, list[int]]:
     """Tensor name -> shape from one safetensors file's JSON header (its first 8 + n bytes)."""
     try:
         with file.open("rb") as f:
@@ -118,7 +119,7 @@ def safetensors_shapes(path: str | os.PathLike) -> tuple[dict[str, list[int]], P
     p = Path(path).expanduser()
     single, index = p / "model.safetensors", p / "model.safetensors.index.json"
     if single.is_file():
-        return _header_shapes(single), single
+        return header_shapes(single), single
     if not index.is_file():
         return None
     try:
@@ -129,7 +130,7 @@ def safetensors_shapes(path: str | os.PathLike) -> tuple[dict[str, list[int]], P
     for shard in shards:
         if not (p / shard).is_file():
             raise ValueError(f"{index}: shard {shard} not found")
-        shapes.update(_header_shapes(p / shard))
+        shapes.update(header_shapes(p / shard))
     return shapes, index
 
 

@@ -182,7 +182,7 @@ def _encoder_shapes(p: Path, prefix: str) -> tuple[dict[str, list[int]], Path] |
     """(name -> shape, weights file) of the ``prefix`` tensors, from the safetensors headers of only the
     shards the index names for them (the others may be absent: the loader never opens them); all of a
     single ``model.safetensors``; None for other weights."""
-    from ..checkpoint_files import _header_shapes, safetensors_shapes
+    from ..checkpoint_files import header_shapes, safetensors_shapes
 
     index = p / "model.safetensors.index.json"
     if not index.is_file():
@@ -195,7 +195,7 @@ def _encoder_shapes(p: Path, prefix: str) -> tuple[dict[str, list[int]], Path] |
     for shard in sorted({v for k, v in weight_map.items() if k.startswith(prefix)}):
         if not (p / shard).is_file():
             raise ValueError(f"config key 'speech.model.name_or_path': {index}: shard {shard} not found")
-        shapes.update({k: v for k, v in _header_shapes(p / shard).items() if weight_map.get(k) == shard})
+        shapes.update({k: v for k, v in header_shapes(p / shard).items() if weight_map.get(k) == shard})
     return shapes, index
 
 
