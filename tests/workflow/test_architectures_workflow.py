@@ -12,7 +12,14 @@ import torch
 import yaml
 from support import REPO
 from support.architectures import CAUSAL, LLAMA3_CHAT, as_old_peft, build_tokenizer, save_causal, save_hubert, save_lora
-from support.snakemake_cli import planned_rules, snakemake, write_config, write_speech_config, write_yaml_config
+from support.snakemake_cli import (
+    assert_config_error,
+    planned_rules,
+    snakemake,
+    write_config,
+    write_speech_config,
+    write_yaml_config,
+)
 
 pytestmark = [pytest.mark.workflow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
@@ -173,6 +180,15 @@ def test_adapter_for_another_model_fails_naming_both(tokenizer, tmp_path):
         tmp_path, model__name_or_path=str(ckpt), **SMALL, lora__adapters={"forget": str(wrong), "retain": None}
     )
     target = f"{EXP}/task_matrices/forget.safetensors"
+    # planning refuses the base it names (issue 51); accepted, the job still refuses the shapes
+    assert_config_error(tmp_path, cfg, f"config key 'lora.adapters.forget': adapter {wrong} was trained on '{other}'")
+    cfg = write_config(
+        tmp_path,
+        model__name_or_path=str(ckpt),
+        **SMALL,
+        lora__adapters={"forget": str(wrong), "retain": None},
+        lora__accept_other_base=True,
+    )
     proc = snakemake(tmp_path, target, "--cores", "2", "--configfile", str(cfg), check=False)
     assert proc.returncode != 0 and not (tmp_path / target).exists()
     log = (tmp_path / "results/logs/task_matrices/tofu_forget10_forget.log").read_text()
