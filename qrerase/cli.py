@@ -163,7 +163,7 @@ def _smoke(args: argparse.Namespace) -> int:
     from .smoke import run_smoke
     from .workflow.plan_config import load_config
 
-    cfg = load_config(*args.configfile)
+    cfg = load_config(*args.configfile, jobs=False)  # smoke builds a random-weight model: no hub model needed
     rows = run_smoke(cfg, args.out, args.work, steps=args.steps, only=tuple(args.only))
     for r in rows:
         print(

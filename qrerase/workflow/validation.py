@@ -415,8 +415,9 @@ def check_moved_keys(cfg: Mapping) -> None:
 
 def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH, jobs: bool = True) -> None:
     """Every check, in order: the plug-ins' methods registered, then the schema (so the cross-key
-    checks may trust types and keys), then the cross-key checks. ``jobs=False``: a plan that runs no
-    job (``qrerase plan``), which needs no hub model in the cache (:func:`check_hub_models`)."""
+    checks may trust types and keys), then the cross-key checks. ``jobs=False``: no job will load the
+    configured hub model (``qrerase plan``; ``qrerase smoke``, which builds a random-weight model of its
+    shape), so it need not be in the cache (:func:`check_hub_models`)."""
     check_moved_keys(cfg)
     load_config_plugins(cfg)
     check_schema(cfg, schema_path)
