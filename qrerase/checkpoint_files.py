@@ -25,6 +25,7 @@ __all__ = [
     "check_model_dir",
     "CHECKED_MODEL_TYPES",
     "header_shapes",
+    "weight_map",
     "safetensors_shapes",
     "check_config_matches_weights",
     "model_names",
@@ -110,6 +111,24 @@ def header_shapes(file: Path) -> dict[str, list[int]]:
         return {k: list(v["shape"]) for k, v in header.items() if k != "__metadata__"}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{file}: not a readable safetensors file ({exc})") from None
+
+
+def weight_map(path: str | os.PathLike) -> tuple[dict[str, str], Path]:
+    """(tensor name -> the file under ``path`` that holds it, the file named in messages) of a model
+    directory's safetensors weights: ``model.safetensors.index.json``'s ``weight_map``, or every tensor of
+    a single ``model.safetensors`` (its header). A one-line ValueError naming the file where neither is
+    readable; the shards themselves are not opened."""
+    p = Path(path).expanduser()
+    index, single = p / "model.safetensors.index.json", p / "model.safetensors"
+    if index.is_file():
+        try:
+            found = json.loads(index.read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{index}: not a readable safetensors index ({exc})") from None
+        return dict(found), index
+    if single.is_file():
+        return {k: single.name for k in header_shapes(single)}, single
+    raise ValueError(f"{p}: no model.safetensors.index.json or model.safetensors")
 
 
 def safetensors_shapes(path: str | os.PathLike) -> tuple[dict[str, list[int]], Path] | None:

@@ -182,20 +182,20 @@ def _encoder_shapes(p: Path, prefix: str) -> tuple[dict[str, list[int]], Path] |
     """(name -> shape, weights file) of the ``prefix`` tensors, from the safetensors headers of only the
     shards the index names for them (the others may be absent: the loader never opens them); all of a
     single ``model.safetensors``; None for other weights."""
-    from ..checkpoint_files import header_shapes, safetensors_shapes
+    from ..checkpoint_files import header_shapes, safetensors_shapes, weight_map
 
     index = p / "model.safetensors.index.json"
     if not index.is_file():
         return safetensors_shapes(p)
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"config key 'speech.model.name_or_path': {index}: not a readable index ({exc})") from None
+        tensors, _ = weight_map(p)
+    except ValueError as exc:
+        raise ValueError(f"config key 'speech.model.name_or_path': {exc}") from None
     shapes: dict[str, list[int]] = {}
-    for shard in sorted({v for k, v in weight_map.items() if k.startswith(prefix)}):
+    for shard in sorted({v for k, v in tensors.items() if k.startswith(prefix)}):
         if not (p / shard).is_file():
             raise ValueError(f"config key 'speech.model.name_or_path': {index}: shard {shard} not found")
-        shapes.update({k: v for k, v in header_shapes(p / shard).items() if weight_map.get(k) == shard})
+        shapes.update({k: v for k, v in header_shapes(p / shard).items() if tensors.get(k) == shard})
     return shapes, index
 
 

@@ -115,24 +115,11 @@ def audio_tower_plan(path: str | os.PathLike, prefix: str = PREFIX) -> dict[str,
     """Shard file → the ``prefix`` tensors it holds, from the checkpoint's ``model.safetensors.index.json``
     (or its single ``model.safetensors`` header); shards without such tensors are left out. A one-line
     ValueError naming the file when there is no index, or it lists no ``prefix`` tensor."""
-    p = Path(path)
-    index = p / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{index}: not a readable safetensors index ({exc})") from None
-        where = index
-    elif (p / "model.safetensors").is_file():
-        from safetensors import safe_open
+    from ..checkpoint_files import weight_map
 
-        with safe_open(str(p / "model.safetensors"), "pt") as f:
-            weight_map = {k: "model.safetensors" for k in f.keys()}
-        where = p / "model.safetensors"
-    else:
-        raise ValueError(f"{p}: no model.safetensors.index.json or model.safetensors")
+    tensors, where = weight_map(path)
     plan: dict[str, list[str]] = {}
-    for key, shard in sorted(weight_map.items()):
+    for key, shard in sorted(tensors.items()):
         if key.startswith(prefix):
             plan.setdefault(shard, []).append(key)
     if not plan:

@@ -272,17 +272,15 @@ def check_adapter_ranks(cfg: Mapping, set_name: str, path: str) -> None:
     from ..method.adapters import adapter_ranks
 
     unlearn = cfg["unlearn"]
-    rank, retain_rank = unlearn["rank"], unlearn.get("retain_rank") or 0
-    needs = {"rank": rank}
-    if set_name == "retain" or unlearn.get("control"):
-        needs["retain_rank"] = max(rank, retain_rank)
+    keys = ["rank"]  # the key whose value the adapter must reach: the larger of the two where both apply
+    if (set_name == "retain" or unlearn.get("control")) and (unlearn.get("retain_rank") or 0) > unlearn["rank"]:
+        keys.append("retain_rank")
     ranks = adapter_ranks(path)
     module = min(ranks, key=ranks.get)
-    for key, need in needs.items():
-        if need > ranks[module]:
-            named = key if key == "rank" or retain_rank >= rank else "rank"
+    for key in keys:
+        if unlearn[key] > ranks[module]:
             raise ConfigError(
-                f"config key 'unlearn.{named}': {unlearn[named]} exceeds the LoRA rank {ranks[module]} of module "
+                f"config key 'unlearn.{key}': {unlearn[key]} exceeds the LoRA rank {ranks[module]} of module "
                 f"{module!r} in lora.adapters.{set_name} ({path}); its task matrix has rank at most {ranks[module]}"
             )
 

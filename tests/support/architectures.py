@@ -96,6 +96,18 @@ TINY_AUDIO_ENCODER = dict(
 )
 
 
+#: Speech-track overrides for a run on a tiny speech checkpoint: one setting, one subspace method, one epoch
+#: each (the run checks plumbing, not numbers); the erase is results/speech_class/erase/k2/qr_erase_ll.
+SMALL_SPEECH = dict(
+    speech__lora__target_modules="auto",
+    speech__settings=["class"],
+    speech__rank_settings=[],
+    methods__speech=["qr_erase_ll"],
+    speech__finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 32},
+    speech__lora__epochs=1,
+)
+
+
 def save_hubert(out_dir: Path, seed: int = 0) -> Path:
     """A tiny random ``HubertForSequenceClassification`` checkpoint (2 labels; the workflow re-heads it)."""
     import torch

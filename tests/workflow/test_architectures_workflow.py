@@ -11,7 +11,16 @@ import pytest
 import torch
 import yaml
 from support import REPO
-from support.architectures import CAUSAL, LLAMA3_CHAT, as_old_peft, build_tokenizer, save_causal, save_hubert, save_lora
+from support.architectures import (
+    CAUSAL,
+    LLAMA3_CHAT,
+    SMALL_SPEECH,
+    as_old_peft,
+    build_tokenizer,
+    save_causal,
+    save_hubert,
+    save_lora,
+)
 from support.snakemake_cli import (
     assert_config_error,
     planned_rules,
@@ -203,12 +212,7 @@ def test_speech_track_on_a_hubert_checkpoint(tmp_path):
     cfg = write_speech_config(
         tmp_path,
         speech__model__name_or_path=str(ckpt),
-        speech__lora__target_modules="auto",
-        speech__settings=["class"],
-        speech__rank_settings=[],
-        methods__speech=["qr_erase_ll"],
-        speech__finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 32},
-        speech__lora__epochs=1,
+        **SMALL_SPEECH,
     )
     erase = "results/speech_class/erase/k2/qr_erase_ll"
     snakemake(

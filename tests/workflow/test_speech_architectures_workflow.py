@@ -13,25 +13,17 @@ import pytest
 import torch
 import yaml
 from support import REPO
-from support.architectures import save_qwen3_omni, save_wav2vec2
+from support.architectures import SMALL_SPEECH, save_qwen3_omni, save_wav2vec2
 from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_speech_config, write_yaml_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
 ERASE = "results/speech_class/erase/k2/qr_erase_ll"
-SMALL = dict(  # one setting, one subspace method, one epoch each: the run checks plumbing, not numbers
-    speech__lora__target_modules="auto",
-    speech__settings=["class"],
-    speech__rank_settings=[],
-    methods__speech=["qr_erase_ll"],
-    speech__finetune={"epochs": 1, "lr": 1.0e-3, "batch_size": 32},
-    speech__lora__epochs=1,
-)
 TARGETS = ("results/tables/speech.csv", f"{ERASE}/model", f"{ERASE}/adapter")
 
 
 def _run(workdir: Path, ckpt: Path) -> None:
-    cfg = write_speech_config(workdir, speech__model__name_or_path=str(ckpt), **SMALL)
+    cfg = write_speech_config(workdir, speech__model__name_or_path=str(ckpt), **SMALL_SPEECH)
     snakemake(workdir, *TARGETS, "--cores", "2", "--configfile", str(cfg))
 
 
