@@ -47,6 +47,8 @@ include: "rules/bench.smk"
 include: "rules/tradeoff.smk"
 include: "rules/size_study.smk"
 include: "rules/seeds.smk"
+include: "rules/robustness_common.smk"
+include: "rules/robustness.smk"
 include: "rules/provenance.smk"
 
 

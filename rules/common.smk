@@ -511,7 +511,7 @@ def all_targets():
     ]
     if config.get("tradeoff", {}).get("in_default_target"):
         targets += tradeoff_targets()
-    return targets
+    return targets + robustness_default_targets()
 
 
 def manifest_holes():

@@ -125,3 +125,43 @@ def crosslingual_sweep():
 
 def crosslingual_tradeoff_targets():
     return text_tradeoff_targets("crosslingual")
+
+
+def crosslingual_robustness():
+    """The cross-lingual track's robustness plan: per unlearning language, its models of
+    robustness.methods.crosslingual with the shared fine-tuned model (ceiling) and retain reference
+    (floor). Relearning trains on half A of the forget questions in the unlearning language (its
+    evaluated wording, crosslingual.data.forget_split) and scores half B in every language.
+    """
+    chosen = robustness_methods("crosslingual", XLING_METHODS)
+
+    def data(exp):
+        lang = parse_exp(exp).arg
+        return {
+            "forget": path("xling_sets", lang=lang, name="eval_forget"),
+            "retain": path("data", exp=exp, name="retain"),
+            "utility": path("xling_sets", lang=lang, name="eval_retain"),
+            **{
+                f"forget:{other}": path("xling_sets", lang=other, name="eval_forget")
+                for other in XLING_LANGS
+                if other != lang
+            },
+        }
+
+    return {
+        "exps": [xling_exp(c) for c in XLING_UNLEARN],
+        "models": ["base", "retain"]
+        + [m if m in BASELINES else format_model(m, RANK) for m in chosen],
+        "ceiling": "base",
+        "floor": "retain",
+        "weights": xling_model_inputs,
+        "data": data,
+        "languages": lambda exp: [x for x in XLING_LANGS if x != parse_exp(exp).arg],
+        "block": 20,
+        "rank": RANK,
+        "evaluate": {
+            k: config["crosslingual"]["evaluate"][k]
+            for k in ("batch_size", "max_length")
+        },
+        "statistic": "answer NLL",
+    }

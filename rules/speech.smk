@@ -431,3 +431,32 @@ rule speech_tradeoff:
 rule speech_tradeoff_all:
     input:
         speech_tradeoff_targets(),
+
+
+rule robustness_speech:
+    # Every attack of the robustness stage (docs/robustness.md) on one classifier of a setting:
+    # relearning on half A of D_f and benign fine-tuning on D_r (full, LoRA; each budget and lr
+    # factor), GGUF quantization; the subspace diagnostic of the update. Tables: rule robustness_table.
+    # The floor (model 'retain') is trained in its job: speech_finetune's recipe on D_r.
+    input:
+        unpack(speech_robustness_inputs),
+    output:
+        rows="results/{exp}/robustness/{model}.csv",
+        subspace="results/{exp}/robustness/{model}_subspace.csv",
+    log:
+        log_path("robustness_speech", "exp", "model"),
+    wildcard_constraints:
+        exp=SPEECH_EXPS,
+    conda:
+        "../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),  # it trains: the attacks, and the floor from the pretrained encoder
+    params:
+        job=speech_robustness_params,
+        model=config["speech"]["model"],
+        settings=speech_robustness_settings(),
+        seed=config["seed"],
+        threads=config["threads"],
+    script:
+        "../workflow_scripts/robustness_speech.py"

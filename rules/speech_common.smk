@@ -178,3 +178,101 @@ def speech_costs():
         )
         for s in SPEECH_SETTINGS
     }
+
+
+def speech_robustness():
+    """The speech track's robustness plan (rules/robustness.smk): per setting, the fine-tuned classifier
+    (ceiling), the retain reference (floor: the same recipe on D_r only, trained in its attack job by
+    qrerase.speech.robustness.retain_reference) and the table models of robustness.methods.speech. The
+    statistic is top-1 speaker accuracy; B is half of D_f (split by speaker in the class setting).
+    """
+    chosen = robustness_methods("speech", SPEECH_METHODS)
+
+    def weights(wildcards):
+        # the floor is trained in its job, from the encoder fine-tuning starts from
+        if wildcards.model == "retain":
+            return speech_pretrained_inputs()
+        return {"model": speech_checkpoint(wildcards)}
+
+    return {
+        "exps": [speech_exp(s) for s in SPEECH_SETTINGS],
+        "models": ["base", "retain"]
+        + [format_model(m, SPEECH_RANK) if m in DECOMP else m for m in chosen],
+        "ceiling": "base",
+        "floor": "retain",
+        "weights": weights,
+        "data": lambda exp: speech_data_inputs(),
+        "languages": lambda exp: [],
+        "block": None,
+        "rank": SPEECH_RANK,
+        "evaluate": {
+            "batch_size": config["speech"]["evaluate"]["batch_size"],
+            "top_k": 1,
+        },
+        "statistic": "accuracy",
+    }
+
+
+def speech_robustness_settings():
+    """The attack settings of config section robustness, defaults filled in: what the rows of a
+    robustness_speech job depend on (editing robustness.methods reruns none of them)."""
+    from dataclasses import asdict
+
+    from qrerase.robustness.settings import robustness_settings
+
+    settings = asdict(robustness_settings(config.get("robustness")))
+    return {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in settings.items()
+        if k != "utility_questions"  # the text tracks' utility set
+    }
+
+
+def speech_robustness_inputs(wildcards):
+    """Rule robustness_speech's inputs: the attacked classifier (the retain reference: what it is trained
+    from), the ceiling, the prepared data, the forget task matrix's SVD factors (the diagnostic's task
+    subspace) and, for a subspace method, its erase update."""
+    from types import SimpleNamespace
+
+    plan = speech_robustness()
+    inputs = {**plan["data"](wildcards.exp), **plan["weights"](wildcards)}
+    ceiling = SimpleNamespace(exp=wildcards.exp, model=plan["ceiling"])
+    inputs["ceiling"] = plan["weights"](ceiling)["model"]
+    inputs["task"] = path(
+        "factors", exp=wildcards.exp, rank=plan["rank"], decomp="svd", set="forget"
+    )
+    method, k = split_model(wildcards.model)
+    if k is not None:
+        inputs.update(
+            erase_inputs(SimpleNamespace(exp=wildcards.exp, rank=k, method=method))
+        )
+    return inputs
+
+
+def speech_robustness_params(wildcards):
+    """Rule robustness_speech's settings: the setting, the training rates (full: speech.finetune, lora:
+    speech.lora), the LoRA shape, the evaluation, and for the floor the fine-tuning recipe.
+    """
+    sp = config["speech"]
+    plan = speech_robustness()
+    job = {
+        "setting": speech_setting(wildcards),
+        "rates": {
+            "full": [sp["finetune"]["lr"], sp["finetune"]["batch_size"]],
+            "lora": [sp["lora"]["lr"], sp["lora"]["batch_size"]],
+        },
+        "lora_shape": {
+            "r": sp["lora"]["r"],
+            "alpha": sp["lora"]["alpha"],
+            "dropout": sp["lora"].get("dropout", 0.0),
+            "target_modules": sp["lora"]["target_modules"],
+        },
+        "evaluate": plan["evaluate"],
+        "rank": plan["rank"],
+    }
+    if wildcards.model == plan["floor"]:  # rule speech_finetune's recipe
+        job["reference"] = {
+            **sp["finetune"],
+            **engine_params("finetune", speech_exp()),
+        }
+    return job

@@ -137,3 +137,42 @@ def task_level_costs():
             adapters=config["lora"]["adapters"],
         )
     }
+
+
+def task_level_robustness():
+    """The task-level track's robustness plan: its table models of robustness.methods.task_level with the
+    fine-tuned model (ceiling) and, as the floor, the checkpoint fine-tuning started from (trained on the
+    retained skills, never on the forgotten one: `task_level.init: pretrained`; no floor otherwise). The
+    forget set is one skill (one entity); utility: the similar skill's evaluation set.
+    """
+    chosen = robustness_methods("task_level", TASK_LEVEL_METHODS)
+    init = task_level_init_model(SimpleNamespace(exp=TASK_LEVEL_EXP))
+
+    def weights(wildcards):
+        if wildcards.model == "init":
+            return {"model": init["init"]}
+        return task_level_checkpoint(wildcards)
+
+    return {
+        "exps": [TASK_LEVEL_EXP],
+        "models": ["base", *(["init"] if init else [])]
+        + [format_model(m, TASK_LEVEL_RANK) if m in DECOMP else m for m in chosen],
+        "ceiling": "base",
+        "floor": "init" if init else None,
+        "weights": weights,
+        "data": lambda exp: {
+            "forget": path("data", exp=exp, name="forget"),
+            "retain": path("data", exp=exp, name="retain"),
+            "utility": path("data", exp=exp, name="eval_retain"),
+        },
+        "languages": lambda exp: [],
+        "block": None,
+        "rank": TASK_LEVEL_RANK,
+        "evaluate": {
+            "batch_size": (TASK_LEVEL.get("evaluate") or {}).get("batch_size", 64),
+            "max_length": exp_section("finetune", TASK_LEVEL_EXP).get(
+                "max_length", 128
+            ),
+        },
+        "statistic": "answer NLL",
+    }

@@ -142,3 +142,31 @@ def tofu_sweep():
 
 def tofu_tradeoff_targets():
     return text_tradeoff_targets("tofu")
+
+
+def tofu_robustness():
+    """The TOFU track's robustness plan (rules/robustness.smk): its experiment's table models of
+    robustness.methods.tofu with the fine-tuned model (ceiling) and the retain reference (floor);
+    forget QA in blocks of 20 per author (TOFU's layout); utility: the retain evaluation set.
+    """
+    chosen = robustness_methods("tofu", TOFU_METHODS)
+    return {
+        "exps": [EXP],
+        "models": ["base", "retain"]
+        + [m if m in BASELINES else format_model(m, RANK) for m in chosen],
+        "ceiling": "base",
+        "floor": "retain",
+        "weights": eval_model_inputs,
+        "data": lambda exp: {
+            "forget": path("data", exp=exp, name="forget"),
+            "retain": path("data", exp=exp, name="retain"),
+            "utility": path("data", exp=exp, name="eval_retain"),
+        },
+        "languages": lambda exp: [],
+        "block": 20,
+        "rank": RANK,
+        "evaluate": {
+            k: config["tofu"]["evaluate"][k] for k in ("batch_size", "max_length")
+        },
+        "statistic": "answer NLL",
+    }

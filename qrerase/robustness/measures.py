@@ -96,14 +96,16 @@ def random_subspace(d_out: int, k: int, seed: int) -> np.ndarray:
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
-def split_halves(entities: Sequence[str], seed: int) -> np.ndarray:
+def split_halves(entities: Sequence[str], seed: int, share: float = 0.5) -> np.ndarray:
     """The seeded A/B split of a forget set by its entities (author, speaker, skill, language): a bool
     (N,) mask, True for half A (trained on by the relearning attack), False for B (scored).
 
-    Within each entity the items are permuted with a generator seeded by ``seed`` and ceil(n / 2) go
-    to A, so every entity is in both halves and B's items cannot be guessed from another entity's. A
-    one-line ValueError names an entity with fewer than 2 items (it cannot be in both halves).
+    Within each entity the items are permuted with a generator seeded by ``seed`` and ceil(n · share)
+    go to A (``share`` in (0, 1); 0.5: halves), so every entity is in both halves and B's items cannot be
+    guessed from another entity's. A one-line ValueError names an entity whose A or B would be empty.
     """
+    if not 0 < share < 1:
+        raise ValueError(f"split_halves: share must be in (0, 1), got {share!r}")
     entities = [str(e) for e in entities]
     if not entities:
         raise ValueError("split_halves: the forget set is empty")
@@ -111,7 +113,10 @@ def split_halves(entities: Sequence[str], seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     for entity in sorted(set(entities)):
         idx = np.flatnonzero(np.asarray(entities) == entity)
-        if len(idx) < 2:
-            raise ValueError(f"split_halves: entity {entity!r} has {len(idx)} item, so it cannot be in both halves")
-        in_a[rng.permutation(idx)[: math.ceil(len(idx) / 2)]] = True
+        n_a = math.ceil(len(idx) * share)
+        if not 0 < n_a < len(idx):
+            raise ValueError(
+                f"split_halves: entity {entity!r} has {len(idx)} item(s), so a share of {share} leaves a half empty"
+            )
+        in_a[rng.permutation(idx)[:n_a]] = True
     return in_a

@@ -59,14 +59,20 @@ def block_steps(w: np.ndarray, fmt: str) -> np.ndarray:
     return np.repeat(np.abs(scales.astype(np.float32)), block, axis=1)
 
 
-def edit_step_ratio(unlearned: np.ndarray, finetuned: np.ndarray, fmt: str) -> float:
-    """Median over the weights the edit changed of |W_unlearned − W_fine-tuned| / step, where step is the
-    quantization step of the weight's block in the unlearned weights (:func:`block_steps`). Below 1, most
-    of the edit is smaller than what quantizing the unlearned model rounds to. NaN when nothing changed."""
+def edit_step_ratios(unlearned: np.ndarray, finetuned: np.ndarray, fmt: str) -> np.ndarray:
+    """|W_unlearned − W_fine-tuned| / step of every weight the edit changed (1-D float64), where step is
+    the quantization step of the weight's block in the unlearned weights (:func:`block_steps`)."""
     unlearned, finetuned = np.asarray(unlearned, dtype=np.float32), np.asarray(finetuned, dtype=np.float32)
     if unlearned.shape != finetuned.shape:
         raise ValueError(f"edit_step_ratio: shapes {unlearned.shape} and {finetuned.shape} differ")
     edit = np.abs(unlearned.astype(np.float64) - finetuned.astype(np.float64))
     steps = block_steps(unlearned, fmt).astype(np.float64)
     changed = (edit > 0) & (steps > 0)
-    return float(np.median(edit[changed] / steps[changed])) if changed.any() else float("nan")
+    return edit[changed] / steps[changed]
+
+
+def edit_step_ratio(unlearned: np.ndarray, finetuned: np.ndarray, fmt: str) -> float:
+    """Median of :func:`edit_step_ratios`: below 1, most of the edit is smaller than what quantizing the
+    unlearned model rounds to. NaN when nothing changed."""
+    ratios = edit_step_ratios(unlearned, finetuned, fmt)
+    return float(np.median(ratios)) if ratios.size else float("nan")

@@ -69,6 +69,9 @@ class Track:
     built-in rules (absolute, or relative to the workflow directory; ``None``: the Snakefile includes
     it by name, the built-in tracks). schema: the JSON schema of its config section ``section``, added
     to the config schema (``None``: the section is in ``schemas/config.schema.yaml``).
+    robustness: a function of ``rules/<name>_common.smk`` returning its robustness plan
+    (rules/robustness.smk: the experiment, the attacked models, the ceiling and floor, the job's
+    inputs and params); ``None``: the track has no robustness stage.
     """
 
     name: str
@@ -97,6 +100,7 @@ class Track:
     metrics: bool
     rules: str | None
     schema: Mapping[str, Any] | None
+    robustness: str | None = None
 
     # ----- how its training sections compose (qrerase.workflow.stages) -----
     def chain(self, cfg: Mapping, name: str) -> list[tuple[str, Mapping]]:
@@ -159,7 +163,7 @@ class Track:
 
 #: The fields a track may leave empty (``None`` or ``()``).
 _MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "sweep", "finetune_start", "cost_group_header")
-_MAY_BE_EMPTY += ("rules", "schema")
+_MAY_BE_EMPTY += ("rules", "schema", "robustness")
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
 _NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))
 #: The workflow directory of this checkout (its Snakefile, ``rules/``): where a relative :attr:`Track.rules` lies.

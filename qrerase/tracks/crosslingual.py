@@ -99,5 +99,6 @@ TRACK = register_track(
         metrics=False,
         rules=None,
         schema=None,
+        robustness="crosslingual_robustness",
     )
 )

@@ -221,5 +221,6 @@ TRACK = register_track(
         metrics=True,
         rules=None,
         schema=None,
+        robustness="speech_robustness",
     )
 )

@@ -132,5 +132,6 @@ TRACK = register_track(
         metrics=False,
         rules=None,
         schema=None,
+        robustness="task_level_robustness",
     )
 )

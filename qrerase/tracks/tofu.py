@@ -65,5 +65,6 @@ TRACK = register_track(
         metrics=True,
         rules=None,
         schema=None,
+        robustness="tofu_robustness",
     )
 )

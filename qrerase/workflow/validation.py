@@ -41,6 +41,7 @@ __all__ = [
     "MOVED_KEYS",
     "check_method_settings",
     "check_tradeoff",
+    "check_robustness_config",
     "check_model_source",
 ]
 
@@ -374,6 +375,17 @@ def check_baselines(cfg: Mapping) -> None:
             check_method_settings(cfg, track)
 
 
+def check_robustness_config(cfg: Mapping) -> None:
+    """Config section ``robustness``: its settings (:func:`qrerase.robustness.settings.check_robustness`).
+    A track of ``robustness.in_default_target`` that ``tracks`` does not configure is skipped."""
+    from ..robustness.settings import check_robustness
+
+    try:
+        check_robustness(cfg)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_tradeoff(cfg: Mapping) -> None:
     """`tradeoff.scales` includes 0: the unedited model, every curve's utility reference."""
     from ..text.tradeoff import scale_name
@@ -426,3 +438,4 @@ def validate(cfg: Mapping, schema_path: str | Path = SCHEMA_PATH, jobs: bool = T
         t.run_check(cfg)
     check_baselines(cfg)
     check_tradeoff(cfg)
+    check_robustness_config(cfg)

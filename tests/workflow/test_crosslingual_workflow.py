@@ -190,3 +190,31 @@ def test_language_file_missing_a_field(tmp_path):
         "config key 'crosslingual.data.root'",
         "forget01_perturbed.jsonl:12: field 'paraphrased_answer' missing",
     )
+
+
+def test_robustness_relearns_in_one_language_and_scores_every_language(xling_workdir):
+    """`snakemake robustness` (docs/robustness.md): per unlearning language, relearning on half A in that
+    language, half B scored in it and (B:<lang>) in every other evaluated language, the same questions."""
+    from qrerase.io import read_jsonl
+
+    cfg = xling_config(xling_workdir, "xling_robustness.yaml", robustness__rule_lambda=False)
+    snakemake(xling_workdir, "robustness", "--cores", "2", "--configfile", str(cfg))
+    test_cfg = yaml.safe_load((REPO / "tests/configs/test_crosslingual.yaml").read_text())["crosslingual"]
+    frame = pd.read_csv(xling_workdir / "results/tables/crosslingual_robustness.csv")
+    assert sorted(frame["exp"].unique()) == sorted(f"xling_{x}" for x in test_cfg["unlearn"])
+    for lang in test_cfg["unlearn"]:
+        exp = frame[(frame["exp"] == f"xling_{lang}") & (frame["attack"] == "relearn")]
+        others = [x for x in test_cfg["languages"] if x != lang]
+        assert set(exp["set"]) == {"B", *(f"B:{x}" for x in others)}
+        assert (exp[exp["model"] == "base"]["recovery"] == 1).all() and (
+            exp[exp["model"] == "retain"]["recovery"] == 0
+        ).all()
+        halves = xling_workdir / f"results/xling_{lang}/robustness/halves"
+        forget = read_jsonl(xling_workdir / f"results/xling/languages/{lang}/eval_forget.jsonl")
+        b = read_jsonl(halves / "B.jsonl")
+        positions = [forget.index(r) for r in b]  # B's rows of the unlearning language's forget file
+        a = {r["question"] for r in read_jsonl(halves / "A.jsonl")}
+        assert not a & {r["question"] for r in b} and len(a) + len(b) == len(forget)
+        for x in others:  # the same positions of the other language's (aligned) forget file
+            other = read_jsonl(xling_workdir / f"results/xling/languages/{x}/eval_forget.jsonl")
+            assert read_jsonl(halves / f"B_{x}.jsonl") == [other[i] for i in positions]

@@ -194,3 +194,24 @@ def test_llama3_70b_config_plans(tmp_path):
 )
 def test_bad_task_config_is_an_error_before_anything_runs(tmp_path, overrides, message):
     assert_config_error(tmp_path, write_task_config(tmp_path, **overrides), message)
+
+
+def test_robustness_scales_by_the_fine_tuned_model_and_the_initial_checkpoint(workdir):
+    """`snakemake robustness` (docs/robustness.md): the forgotten skill is one entity split into halves; the
+    floor is the checkpoint fine-tuning started from (it never learned the skill), the ceiling the fine-tuned model."""
+    from qrerase.io import read_jsonl
+
+    snakemake(workdir, "robustness", "--cores", "2", "--configfile", str(write_task_config(workdir)))
+    frame = pd.read_csv(workdir / "results/tables/task_level_robustness.csv")
+    assert list(dict.fromkeys(frame["model"])) == ["base", "init", "ga", "qr_erase_k2"]
+    train = frame[frame["attack"] != "quantize"]
+    assert sorted(train["budget"].unique()) == [0, 2] and set(train["mode"]) == {"full"}
+    assert (train[train["model"] == "base"]["recovery"] == 1).all() and (
+        train[train["model"] == "init"]["recovery"] == 0
+    ).all()
+    halves = workdir / "results/task_level/robustness/halves"
+    a, b = ({r["question"] for r in read_jsonl(halves / f"{h}.jsonl")} for h in "AB")
+    forget = {r["question"] for r in read_jsonl(workdir / "results/task_level/data/forget.jsonl")}
+    assert a and b and not a & b and a | b == forget
+    sub = pd.read_csv(workdir / "results/tables/task_level_robustness_subspace.csv")
+    assert set(sub[sub["subspace"] == "erased"]["model"]) == {"qr_erase_k2"}

@@ -581,6 +581,100 @@ def test_tradeoff_sweeps_every_method_and_applies_the_lambda_rule(workdir):
     assert f"{EXP}/data/retain.jsonl" in job and f"{EXP}/data/eval_retain.jsonl" in job
 
 
+def test_robustness_table_attacks_each_chosen_model_against_its_references(workdir):
+    """The default target's TOFU robustness table (docs/robustness.md): every chosen model under every
+    attack, scaled by the fine-tuned model (1) and the retain reference (0) under the same attack."""
+    import numpy as np
+
+    from qrerase.io import read_jsonl
+
+    chosen = yaml.safe_load((REPO / "tests/configs/test.yaml").read_text())["robustness"]
+    frame = pd.read_csv(workdir / "results/tables/tofu_robustness.csv")
+    models = ["base", "retain", "npo", "unlearn_k2", "qr_erase_ll_k2"]
+    assert list(dict.fromkeys(frame["model"])) == models
+    train = frame[frame["attack"] != "quantize"]
+    assert sorted(train["budget"].unique()) == chosen["budgets"]
+    settings = set(train[["attack", "mode", "lr_factor"]].itertuples(index=False, name=None))
+    assert settings == {
+        (a, m, f) for a, fs in (("relearn", (1.0, 0.1)), ("benign", (1.0,))) for m in ("full", "lora") for f in fs
+    }
+    assert (train[train["model"] == "base"]["recovery"] == 1).all()
+    assert (train[train["model"] == "retain"]["recovery"] == 0).all()
+    assert train["recovery"].notna().all() and (train[train["budget"] == 0]["gain"] == 0).all()
+    # the halves are the job's own inputs: no question of B is trained on, and together they are the forget set
+    halves = workdir / EXP / "robustness" / "halves"
+    a, b = ({r["question"] for r in read_jsonl(halves / f"{h}.jsonl")} for h in "AB")
+    forget = read_jsonl(workdir / EXP / "data" / "forget.jsonl")
+    assert a and b and not a & b and a | b == {r["question"] for r in forget}
+    log = (workdir / "results/logs/robustness_text/tofu_forget10_npo.log").read_text()
+    assert f"halves: A {len(a)}, B {len(b)} questions" in log
+    # budget 0 on the whole forget set is the model as the TOFU evaluation scored it (mean answer NLL)
+    for m in models:
+        ev = json.loads((workdir / EXP / "eval" / m / "eval_log_forget.json").read_text())["avg_gt_loss"]
+        start = train[(train["model"] == m) & (train["budget"] == 0) & (train["set"] == "forget")]["statistic"]
+        assert np.allclose(start, np.mean(list(ev.values())), rtol=1e-5), m
+    quant = frame[frame["attack"] == "quantize"]
+    assert sorted(quant["format"].unique()) == ["q4_0", "q4_1", "q8_0"] and len(quant) == 3 * len(models)
+    methods = quant[~quant["model"].isin(["base", "retain"])]
+    assert methods["edit_step_ratio"].gt(0).all() and quant[quant["model"] == "base"]["edit_step_ratio"].isna().all()
+    assert methods["recovery"].notna().all() and quant[quant["model"].isin(["base", "retain"])]["recovery"].isna().all()
+    # the subspace diagnostic: the erased subspace for the subspace methods only, task and random for every model
+    sub = pd.read_csv(workdir / "results/tables/tofu_robustness_subspace.csv")
+    erased = set(sub[sub["subspace"] == "erased"]["model"])
+    assert erased == {"unlearn_k2", "qr_erase_ll_k2"} and set(sub[sub["subspace"] == "task"]["model"]) == set(models)
+    assert sub["mean_share"].between(0, 1).all()
+    for name in ("tofu_robustness", "tofu_robustness_subspace"):
+        assert (workdir / "results/figures" / f"{name}.png").stat().st_size > 5_000
+
+
+def test_robustness_at_the_lambda_rule_rescales_the_update_to_the_picked_lambda(workdir):
+    """`snakemake robustness` after the sweep (test_tradeoff_sweeps_...): each subspace method at the lambda its
+    lambda rule picked, built from the fine-tuned model; at the configured lambda it is the table's model, at 0
+    the fine-tuned model."""
+    scale = yaml.safe_load((REPO / "config.yaml").read_text())["unlearn"]["scale"]
+    cfg = run_config(  # the sweep's own config (test_tradeoff_sweeps_...): nothing of it runs again
+        workdir,
+        "tradeoff.yaml",
+        tradeoff__scales=[0, scale],
+        tradeoff__epochs=[2],
+        tradeoff__ranks=[2],
+        tradeoff__baselines=["ga", "simnpo"],
+    )
+    rules = planned_rules(snakemake(workdir, "-n", "robustness", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("robustness_text") == 2 and rules.get("robustness_rule_table") == 1, rules
+    snakemake(workdir, "robustness", "--cores", "2", "--configfile", str(cfg))
+    selection = pd.read_csv(workdir / "results/tables/tofu_tradeoff_selection.csv").set_index("method")
+    frame = pd.read_csv(workdir / "results/tables/tofu_robustness_rule.csv")
+    table = pd.read_csv(workdir / "results/tables/tofu_robustness.csv")
+    assert list(dict.fromkeys(frame["model"])) == ["base", "retain", "unlearn_k2_rule", "qr_erase_ll_k2_rule"]
+
+    def start(f, model):
+        return f[(f["model"] == model) & (f["budget"] == 0) & (f["set"] == "forget") & (f["attack"] == "relearn")][
+            "statistic"
+        ].iloc[0]
+
+    for method in ("unlearn", "qr_erase_ll"):
+        picked = selection.loc[method, "selected_scale"]
+        log = (workdir / f"results/logs/robustness_text/tofu_forget10_{method}_k2_rule.log").read_text()
+        assert f"at the lambda rule's pick: lambda {picked:g}" in log
+        same = f"{method}_k2" if picked == scale else "base"
+        assert picked in (0, scale) and start(frame, f"{method}_k2_rule") == pytest.approx(start(table, same), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        ({"robustness__budgets": [0, -1]}, "robustness.budgets"),
+        ({"robustness__budgets": [1, 2]}, "robustness.budgets"),
+        ({"robustness__formats": ["q3_k"]}, "robustness.formats"),
+        ({"robustness__a_share": 1.0}, "robustness.a_share"),
+        ({"robustness__methods": {"tofu": ["magic"]}}, "robustness.methods.tofu"),
+    ],
+)
+def test_bad_robustness_settings_fail_at_planning_naming_the_key(tmp_path, overrides, key):
+    assert_config_error(tmp_path, write_config(tmp_path, **overrides), f"config key '{key}")
+
+
 def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing(workdir):
     """Issue 51, case 7: Snakemake remakes a missing file that a target names, not a missing
     intermediate whose consumers look up to date. A --forcerun killed while its evaluation job ran (its

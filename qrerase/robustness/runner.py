@@ -1,0 +1,222 @@
+"""One job of the robustness stage: every attack on one model, in one process (docs/robustness.md).
+
+A track describes its model's data and scores as an :class:`AttackTarget`; :func:`run_attacks` runs the
+configured attacks (:data:`qrerase.robustness.settings.ATTACKS`) on copies of the model and returns
+tidy rows; :func:`subspace_rows` turns the relearning update into the subspace diagnostic. A training
+attack runs ``max(budgets)`` optimiser steps once, at a constant learning rate, through the project's
+training loop (:func:`qrerase.text.training.train_steps`) and is scored after each step of
+``budgets``: with a constant rate the first b steps of that run *are* the b-step attack, so one run
+serves every budget.
+"""
+
+from __future__ import annotations
+
+import copy
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .measures import random_subspace, subspace_share
+from .quantization import edit_step_ratios, quantize_roundtrip
+from .settings import ATTACKS, RobustnessSettings
+
+__all__ = ["AttackTarget", "ROW_COLUMNS", "SUBSPACE_COLUMNS", "run_attacks", "subspace_rows", "orthonormal_basis"]
+
+#: The columns of a job's attack rows (``value``: the set's statistic; ``edit_step_ratio`` rows: set ``weights``).
+ROW_COLUMNS = ["attack", "mode", "lr_factor", "lr", "budget", "format", "set", "value"]
+#: The columns of a job's subspace rows.
+SUBSPACE_COLUMNS = ["module", "subspace", "k", "d_out", "share"]
+
+
+@dataclass
+class AttackTarget:
+    """What a track gives :func:`run_attacks` for one model.
+
+    score(model) -> {set: statistic} for the model in eval mode, without gradients (sets: ``B``, the
+    whole ``forget`` set, ``utility``, and any other the track scores, e.g. ``B:fr``).
+    sizes: examples of each training set, ``A`` (half A of the forget set) and ``retain``.
+    loss(model, set, indices) -> the scalar training loss of those examples of a training set.
+    rates: mode (``full`` / ``lora``) -> (learning rate, batch size) at learning-rate factor 1.
+    add_lora(model) -> the model with fresh LoRA adapters of the track's shape (None: the track trains no LoRA).
+    weights(model) -> {module: its 2-D weight (d_out, d_in)}: the weights quantized and diffed.
+    """
+
+    score: Callable[[Any], dict[str, float]]
+    sizes: Mapping[str, int]
+    loss: Callable[[Any, str, list[int]], torch.Tensor]
+    rates: Mapping[str, tuple[float, int]]
+    add_lora: Callable[[Any], Any] | None
+    weights: Callable[[Any], dict[str, torch.Tensor]]
+
+
+def _scored(model, target: AttackTarget) -> dict[str, float]:
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return {k: float(v) for k, v in target.score(model).items()}
+    finally:
+        model.train(was)
+
+
+def _batches(n: int, batch_size: int, steps: int, seed: int) -> list[tuple[int, list[int]]]:
+    """``steps`` batches of ``batch_size`` (or all ``n``) indices: seeded permutations, epoch after epoch."""
+    out: list[tuple[int, list[int]]] = []
+    epoch = 0
+    while len(out) < steps:
+        order = np.random.default_rng([seed, epoch]).permutation(n).tolist()
+        size = min(batch_size, n)
+        out += [(epoch + 1, order[i : i + size]) for i in range(0, n - size + 1, size)]
+        epoch += 1
+    return out[:steps]
+
+
+def _rows(attack, mode, factor, lr, budget, fmt, scores) -> list[dict]:
+    return [
+        {
+            "attack": attack,
+            "mode": mode,
+            "lr_factor": factor,
+            "lr": lr,
+            "budget": budget,
+            "format": fmt,
+            "set": s,
+            "value": v,
+        }
+        for s, v in scores.items()
+    ]
+
+
+def _train_attack(model, target, attack, mode, factor, settings, seed, threads, start, delta_of):
+    from ..hparams import TrainConfig
+    from ..text.training import train_steps
+
+    data = ATTACKS[attack]["trains_on"]
+    lr, batch_size = target.rates[mode]
+    lr = lr * factor
+    m = copy.deepcopy(model)
+    if mode == "lora":
+        m = target.add_lora(m)
+    rows = _rows(attack, mode, factor, lr, 0, "", start)
+    budgets = set(settings.budgets) - {0}
+    if settings.max_budget == 0:
+        return rows, None
+    steps = _batches(target.sizes[data], batch_size, settings.max_budget, seed)
+    cfg = TrainConfig(epochs=1, lr=lr, batch_size=batch_size, warmup_ratio=0.0, seed=seed, threads=threads)
+
+    def stop(step: int) -> bool:
+        if step in budgets:
+            rows.extend(_rows(attack, mode, factor, lr, step, "", _scored(m, target)))
+        return False
+
+    train_steps(
+        m,
+        cfg,
+        steps,
+        lambda idx: (target.loss(m, data, idx), {}),
+        desc=f"{attack} {mode} x{factor}",
+        stop=stop,
+        schedule="constant",
+    )
+    delta = None
+    if delta_of is not None:
+        after = target.weights(m)
+        delta = {n: after[n].detach().cpu().double().numpy() - w for n, w in delta_of.items() if n in after}
+    return rows, delta
+
+
+def run_attacks(
+    model,
+    target: AttackTarget,
+    settings: RobustnessSettings,
+    seed: int,
+    threads: int = 1,
+    ceiling: Mapping[str, np.ndarray] | None = None,
+    diagnostic: Sequence[str] = (),
+    log: Callable[[str], None] = lambda _m: None,
+) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """Every configured attack on copies of ``model`` (left unchanged). Returns ``(rows, delta)``:
+
+    rows (:data:`ROW_COLUMNS`): for each training attack (``relearn`` on A, ``benign`` on retain), mode
+    and learning-rate factor, the scores at every budget (budget 0: the model as given); for each
+    quantization format, the scores of the round-tripped model (``budget`` 0) and, where ``ceiling``
+    (the fine-tuned model's weights) is given, the median edit-to-step ratio over every changed weight
+    of the quantized modules (set ``weights``). delta: ΔW = W_attacked − W of each module in
+    ``diagnostic`` after full-parameter relearning at the largest learning-rate factor and the largest
+    budget (float64, (d_out, d_in)); empty when that attack is not configured.
+    """
+    start = _scored(model, target)
+    rows: list[dict] = []
+    delta: dict[str, np.ndarray] = {}
+    top = max(settings.lr_factors)
+    base = {
+        n: w.detach().cpu().double().numpy().copy() for n, w in target.weights(model).items() if n in set(diagnostic)
+    }
+    for attack, factors in (("relearn", settings.lr_factors), ("benign", settings.benign_lr_factors)):
+        for mode in settings.modes:
+            if mode == "lora" and target.add_lora is None:
+                continue
+            for factor in factors:
+                want = base if (attack, mode, factor) == ("relearn", "full", top) else None
+                got, d = _train_attack(model, target, attack, mode, factor, settings, seed, threads, start, want)
+                rows += got
+                delta = d or delta
+                log(f"{attack} {mode} x{factor}: {got[-1]['set']} {got[-1]['value']:.4f} at budget {got[-1]['budget']}")
+    for fmt in settings.formats:
+        m = copy.deepcopy(model)
+        ratios = []
+        skipped = []
+        with torch.no_grad():
+            for name, w in target.weights(m).items():
+                if w.shape[1] % 32:
+                    skipped.append(name)
+                    continue
+                before = w.detach().cpu().float().numpy().copy()  # not a view: w is overwritten below
+                w.copy_(torch.from_numpy(quantize_roundtrip(before, fmt)).to(w.device, w.dtype))
+                if ceiling is not None and name in ceiling:
+                    ratios.append(edit_step_ratios(before, ceiling[name], fmt))
+        rows += _rows("quantize", "", 1.0, 0.0, 0, fmt, _scored(m, target))
+        if ceiling is not None:
+            pooled = np.concatenate(ratios) if ratios else np.zeros(0)
+            rows += _rows(
+                "quantize", "", 1.0, 0.0, 0, fmt, {"weights": float(np.median(pooled)) if pooled.size else float("nan")}
+            )
+        log(f"quantize {fmt}: {len(skipped)} module(s) kept in float (input width not a multiple of 32)")
+        del m
+    return rows, delta
+
+
+def orthonormal_basis(U: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    """An orthonormal basis (d_out, r) of the column space of ``U`` (d_out, k): its left singular vectors
+    with σ > rtol · σ_max (r ≤ k). For an erase update U V = λ T̃_f = λ Q̃_f R Πᵀ this is span(Q̃_f)."""
+    u, s, _ = np.linalg.svd(np.asarray(U, dtype=np.float64), full_matrices=False)
+    if not s.size or s[0] == 0:
+        return u[:, :0]
+    return u[:, s > rtol * s[0]]
+
+
+def subspace_rows(
+    delta: Mapping[str, np.ndarray], bases: Mapping[str, Mapping[str, np.ndarray]], k: int, seed: int
+) -> list[dict]:
+    """The subspace diagnostic of one model (:data:`SUBSPACE_COLUMNS`): for every module of ``delta``
+    the share of ΔW in each basis ``bases[subspace][module]`` (``erased``: span(Q̃_f); ``task``: the
+    forget task matrix's top-k left singular vectors) and in a random k-dimensional subspace
+    (``random``, seeded by ``seed`` and the module name; expected share k / d_out)."""
+    rows = []
+    for module, d in delta.items():
+        d_out = d.shape[0]
+        for name, by_module in bases.items():
+            if module in by_module:
+                q = by_module[module]
+                rows.append(
+                    {"module": module, "subspace": name, "k": q.shape[1], "d_out": d_out, "share": subspace_share(d, q)}
+                )
+        q = random_subspace(d_out, min(k, d_out), seed + zlib.crc32(module.encode()))
+        rows.append(
+            {"module": module, "subspace": "random", "k": q.shape[1], "d_out": d_out, "share": subspace_share(d, q)}
+        )
+    return rows

@@ -1,0 +1,90 @@
+"""The robustness stage on a text track's causal LM: its :class:`~qrerase.robustness.runner.AttackTarget`.
+
+The forget statistic is the answer NLL (nats per answer token, EOS included; the mean over questions
+of each question's token mean, as TOFU's loss), under the track's prompt template; utility is the same
+statistic on the first questions of the retain evaluation set. Training attacks use the fine-tuning
+loss (the answer-only NLL of :func:`qrerase.text.training.train_causal_lm`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..text.evaluation import EvalConfig, answer_losses
+from ..text.lm import PromptTemplate, answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
+from .runner import AttackTarget
+
+__all__ = ["text_target", "linear_weights", "rule_scale"]
+
+
+def rule_scale(selection_csv: str, method: str, rank: int) -> float:
+    """λ the track's λ rule picked for ``method`` at ``rank`` (rule tradeoff's
+    ``<track>_tradeoff_selection.csv``: columns method, rank, selected_scale); a one-line ValueError
+    naming the file where the row is missing."""
+    import pandas as pd
+
+    sel = pd.read_csv(selection_csv)
+    hit = sel[(sel["method"] == method) & (sel["rank"] == int(rank))]
+    if len(hit) != 1:
+        raise ValueError(f"{selection_csv}: no selected λ of {method} at k={rank}")
+    return float(hit["selected_scale"].iloc[0])
+
+
+def linear_weights(model) -> dict[str, torch.Tensor]:
+    """{module: weight} of every ``torch.nn.Linear`` (d_out, d_in), by the module names the erase uses."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {n: m.weight for n, m in inner.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def text_target(
+    tokenizer,
+    template: PromptTemplate,
+    scored: Mapping[str, Sequence[Mapping[str, Any]]],
+    training: Mapping[str, Sequence[Mapping[str, Any]]],
+    eval_cfg: EvalConfig,
+    rates: Mapping[str, tuple[float, int]],
+    max_length: int,
+    lora_cfg: Any = None,
+) -> AttackTarget:
+    """The attack target of a text model. ``scored``: set name -> QA rows scored after every budget;
+    ``training``: ``A`` and ``retain`` QA rows; ``rates``: mode -> (lr, batch size); ``max_length``:
+    the training token cap; ``lora_cfg``: a :class:`qrerase.text.training.LoraTrainConfig` (None: no
+    LoRA attack)."""
+    pairs = {name: [qa_pair(r) for r in rows] for name, rows in scored.items()}
+    for name, rows in training.items():
+        if not rows:
+            raise ValueError(f"robustness: training set {name!r} is empty")
+    examples = {
+        name: encode_qa_many(tokenizer, template, [qa_pair(r) for r in rows], max_length)
+        for name, rows in training.items()
+    }
+    pad_id = pad_token_id(tokenizer)
+
+    def score(model) -> dict[str, float]:
+        out = {}
+        for name, ps in pairs.items():
+            losses = answer_losses(model, tokenizer, template, ps, eval_cfg)
+            out[name] = float(np.mean([s / max(n, 1) for s, n in losses]))
+        return out
+
+    def loss(model, name: str, idx: list[int]) -> torch.Tensor:
+        nll, _ = answer_token_nll(model, collate([examples[name][i] for i in idx], pad_id))
+        return nll.mean()
+
+    def add_lora(model):
+        from ..text.training import add_lora as wrap
+
+        return wrap(model, lora_cfg)
+
+    return AttackTarget(
+        score=score,
+        sizes={name: len(ex) for name, ex in examples.items()},
+        loss=loss,
+        rates=rates,
+        add_lora=add_lora if lora_cfg is not None else None,
+        weights=linear_weights,
+    )

@@ -1,0 +1,172 @@
+# The robustness stage: constants and input functions (its rules: rules/robustness.smk). A track takes
+# part by naming a plan function (qrerase.tracks.Track.robustness) in its rules/<track>_common.smk.
+from types import SimpleNamespace
+
+from qrerase.robustness.settings import robustness_settings
+from qrerase.workflow.naming import track_of_exp
+
+ROBUSTNESS = config.get("robustness") or {}
+# the settings an attack job runs with (what to attack and which tables to build are not among them)
+ROBUSTNESS_JOB = {
+    k: v
+    for k, v in ROBUSTNESS.items()
+    if k not in ("tracks", "methods", "in_default_target", "rule_lambda")
+}
+# '<method>_k<rank>' + this: the subspace method at the lambda its track's lambda rule picks on the held-out
+# slice (results/tables/<track>_tradeoff_selection.csv), built in the job from the fine-tuned model
+RULE = "_rule"
+
+
+def robustness_methods(track, methods):
+    """The methods of a track the stage attacks: robustness.methods.<track> (null or absent: all)."""
+    chosen = (ROBUSTNESS.get("methods") or {}).get(track)
+    return list(methods) if chosen is None else [m for m in methods if m in chosen]
+
+
+def robustness_plan(track):
+    """A track's robustness plan (its Track.robustness function): dict with exps, models, ceiling,
+    floor, weights(wildcards), data(exp), languages(exp), block, rank, script."""
+    return globals()[registry.TRACKS[track].robustness]()
+
+
+def robustness_tracks():
+    """The tracks of `snakemake robustness`: robustness.tracks (null: the configured `tracks`) that declare a
+    robustness plan."""
+    chosen = ROBUSTNESS.get("tracks")
+    return [
+        t
+        for t in (config["tracks"] if chosen is None else chosen)
+        if registry.TRACKS[t].robustness
+    ]
+
+
+def robustness_rule_models(track):
+    """The subspace models of a track's robustness plan at its lambda rule's pick (robustness.rule_lambda
+    and a track with a text sweep; others: none, e.g. speech, whose table lambda is its rule's pick).
+    """
+    if not ROBUSTNESS.get("rule_lambda", True) or not registry.TRACKS[track].sweep:
+        return []
+    plan = robustness_plan(track)
+    return [m + RULE for m in plan["models"] if split_model(m)[1] is not None]
+
+
+def robustness_outputs(t, variant=""):
+    return [
+        *expand(PATHS["table"], table=f"{t}_robustness{variant}", ext=["csv", "md"]),
+        *expand(
+            PATHS["table"], table=f"{t}_robustness{variant}_subspace", ext=["csv", "md"]
+        ),
+        path("figure", name=f"{t}_robustness{variant}"),
+        path("figure", name=f"{t}_robustness{variant}_subspace"),
+    ]
+
+
+def robustness_targets(tracks=None):
+    """Each track's robustness tables and figures, and those at its lambda rule's pick where it has one."""
+    out = []
+    for t in robustness_tracks() if tracks is None else tracks:
+        out += robustness_outputs(t)
+        if robustness_rule_models(t):
+            out += robustness_outputs(t, RULE)
+    return out
+
+
+def robustness_default_targets():
+    """The robustness tables of the default target (robustness.in_default_target, configured tracks only;
+    the table models only: the lambda rule's need the trade-off sweep)."""
+    wanted = ROBUSTNESS.get("in_default_target") or []
+    return [
+        out for t in robustness_tracks() if t in wanted for out in robustness_outputs(t)
+    ]
+
+
+def _plan_of(exp):
+    return robustness_plan(track_of_exp(exp).name)
+
+
+def robustness_inputs(wildcards):
+    """The attacked model's weights, the ceiling's checkpoint, the track's data files, the forget task
+    matrix's SVD factors (the diagnostic's task subspace) and, for a subspace method, its erase update.
+    """
+    plan = _plan_of(wildcards.exp)
+    ceiling = SimpleNamespace(exp=wildcards.exp, model=plan["ceiling"])
+    model = wildcards.model.removesuffix(RULE)
+    if (
+        model != wildcards.model
+    ):  # built in the job: the ceiling's weights, the update at the rule's lambda
+        track = track_of_exp(wildcards.exp).name
+        inputs = {
+            "model": plan["weights"](ceiling)["model"],
+            "selection": path("tradeoff_selection", track=track),
+        }
+    else:
+        inputs = dict(plan["weights"](wildcards))
+    inputs["ceiling"] = plan["weights"](ceiling)["model"]
+    data = plan["data"](wildcards.exp)
+    inputs.update({k: data[k] for k in ("retain", "utility")})
+    inputs["halves"] = (
+        f"results/{wildcards.exp}/robustness/halves"  # A.jsonl, B.jsonl, B_<lang>.jsonl
+    )
+    rank = plan["rank"]
+    inputs["task"] = path(
+        "factors", exp=wildcards.exp, rank=rank, decomp="svd", set="forget"
+    )
+    method, k = split_model(model)
+    if k is not None:
+        method_wc = SimpleNamespace(exp=wildcards.exp, rank=k, method=method)
+        inputs.update(erase_inputs(method_wc))
+    return inputs
+
+
+def robustness_params(wildcards):
+    """The job's settings: the track's training rates, its LoRA shape and its evaluation batch."""
+    exp = wildcards.exp
+    plan = _plan_of(exp)
+    finetune, lora = exp_section("finetune", exp), exp_section("lora", exp)
+    return {
+        "rates": {
+            "full": [finetune["lr"], finetune["batch_size"]],
+            "lora": [lora["lr"], lora["batch_size"]],
+        },
+        "max_length": finetune.get("max_length", 128),
+        "lora_shape": {k: lora[k] for k in ("r", "alpha", "dropout", "target_modules")},
+        "evaluate": plan["evaluate"],
+        "languages": plan["languages"](exp),
+        "block": plan["block"],
+        "rank": plan["rank"],
+        "scale": erase_scale(
+            exp
+        ),  # the lambda of the erase update file (a _rule model rescales it)
+        "rule": dict(
+            zip(("method", "rank"), split_model(wildcards.model.removesuffix(RULE)))
+        ),
+    }
+
+
+def robustness_table_models(track, variant):
+    """The models of a robustness table: the plan's, or (variant RULE) its references and rule models."""
+    plan = robustness_plan(track)
+    if variant == RULE:
+        refs = [m for m in (plan["ceiling"], plan["floor"]) if m]
+        return refs + robustness_rule_models(track)
+    return plan["models"]
+
+
+def robustness_table_inputs(wildcards, variant=""):
+    plan = robustness_plan(wildcards.track)
+    return {
+        f"{exp}:{m}{suffix}": f"results/{exp}/robustness/{m}{suffix}.csv"
+        for exp in plan["exps"]
+        for m in robustness_table_models(wildcards.track, variant)
+        for suffix in ("", "_subspace")
+    }
+
+
+def robustness_table_params(wildcards, variant=""):
+    plan = robustness_plan(wildcards.track)
+    keep = ("exps", "ceiling", "floor", "statistic")
+    return {
+        **{k: v for k, v in plan.items() if k in keep},
+        "models": robustness_table_models(wildcards.track, variant),
+        "variant": variant,
+    }

@@ -1,0 +1,198 @@
+"""The robustness stage's job (qrerase.robustness.runner / .text / .table) on a real tiny Llama and TOFU rows."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from support.tiny_text import TINY, TPL, tofu_qa
+
+from qrerase.robustness.halves import text_halves
+from qrerase.robustness.quantization import edit_step_ratios, quantize_roundtrip
+from qrerase.robustness.runner import orthonormal_basis, run_attacks, subspace_rows
+from qrerase.robustness.settings import RobustnessSettings, robustness_settings
+from qrerase.robustness.table import recovery_frame, subspace_frame, summary_markdown
+from qrerase.robustness.text import linear_weights, text_target
+from qrerase.text.evaluation import EvalConfig, answer_losses
+from qrerase.text.lm import qa_pair
+from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.training import LoraTrainConfig
+
+SETTINGS = RobustnessSettings(
+    budgets=(0, 1, 3), lr_factors=(1.0, 0.1), benign_lr_factors=(1.0,), formats=("q8_0", "q4_0")
+)
+
+
+@pytest.fixture(scope="module")
+def forget():
+    return tofu_qa(0, 40)  # two authors, 20 questions each
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory, forget):
+    rows = forget + tofu_qa(360, 400)
+    return train_bpe_tokenizer(
+        [f"{r['question']} {r['answer']}" for r in rows], 500, tmp_path_factory.mktemp("tok") / "tok"
+    )
+
+
+def _target(tok, forget, in_a):
+    half_b = np.flatnonzero(~in_a)
+    scored = {"B": [forget[i] for i in half_b], "forget": forget, "utility": tofu_qa(360, 370)}
+    training = {"A": [forget[i] for i in np.flatnonzero(in_a)], "retain": tofu_qa(370, 400)}
+    lora = LoraTrainConfig.from_dict(
+        {
+            "r": 4,
+            "alpha": 8,
+            "target_modules": ["q_proj", "v_proj"],
+            "train": {"epochs": 1, "lr": 1e-3, "batch_size": 1},
+        }
+    )
+    return text_target(
+        tok, TPL, scored, training, EvalConfig(batch_size=16), {"full": (1e-3, 8), "lora": (1e-2, 8)}, 96, lora
+    )
+
+
+def test_halves_keep_every_author_in_both_and_share_no_question(forget):
+    in_a = text_halves(forget, 20, seed=0, share=0.5)
+    assert in_a.sum() == 20
+    for author in range(2):
+        block = in_a[author * 20 : (author + 1) * 20]
+        assert block.sum() == 10
+    a_questions = {forget[i]["question"] for i in np.flatnonzero(in_a)}
+    assert not a_questions & {forget[i]["question"] for i in np.flatnonzero(~in_a)}
+    with pytest.raises(ValueError, match="not in blocks of 20"):
+        text_halves(forget[:30], 20, seed=0, share=0.5)
+
+
+def test_run_attacks_scores_every_budget_and_leaves_the_model_unchanged(tok, forget):
+    model = build_tiny_llama(TINY, tok, seed=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    in_a = text_halves(forget, 20, seed=0, share=0.5)
+    target = _target(tok, forget, in_a)
+    ceiling = {n: (w.detach().numpy() + 0.01).astype(np.float32) for n, w in linear_weights(model).items()}
+    diag = ["model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"]
+    rows, delta = run_attacks(model, target, SETTINGS, seed=0, ceiling=ceiling, diagnostic=diag)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    frame = pd.DataFrame(rows)
+    # budget 0 of every training attack is the model as given: the answer NLL of B, by definition
+    b_pairs = [qa_pair(forget[i]) for i in np.flatnonzero(~in_a)]
+    want = np.mean([s / n for s, n in answer_losses(model, tok, TPL, b_pairs, EvalConfig(batch_size=16))])
+    start = frame[(frame["budget"] == 0) & (frame["set"] == "B") & (frame["attack"] != "quantize")]
+    assert len(start) == 2 * 2 + 2 * 1  # (relearn: 2 modes x 2 factors) + (benign: 2 modes x 1 factor)
+    np.testing.assert_allclose(start["value"], want, rtol=1e-6)
+    for (attack, mode, factor), g in frame[frame["attack"] != "quantize"].groupby(["attack", "mode", "lr_factor"]):
+        assert sorted(g["budget"].unique()) == [0, 1, 3], (attack, mode, factor)
+    # relearning on A at the full rate lowers B's NLL after 3 steps (the attack learns)
+    relearn = frame[
+        (frame["attack"] == "relearn") & (frame["mode"] == "full") & (frame["lr_factor"] == 1.0) & (frame["set"] == "B")
+    ]
+    assert relearn[relearn["budget"] == 3]["value"].iloc[0] < relearn[relearn["budget"] == 0]["value"].iloc[0]
+    # quantization: the scored model is the gguf round trip of every linear weight
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for w in linear_weights(q).values():
+            if w.shape[1] % 32 == 0:  # the runner keeps the others in float, as llama.cpp cannot block them
+                w.copy_(torch.from_numpy(quantize_roundtrip(w.numpy(), "q4_0")))
+    got = frame[(frame["attack"] == "quantize") & (frame["format"] == "q4_0") & (frame["set"] == "forget")][
+        "value"
+    ].iloc[0]
+    want_q = np.mean(
+        [s / n for s, n in answer_losses(q, tok, TPL, [qa_pair(r) for r in forget], EvalConfig(batch_size=16))]
+    )
+    assert got == pytest.approx(want_q, rel=1e-6)
+    # the edit-to-step ratio compares the unquantized weights with the ceiling's, pooled over the quantized modules
+    blocked = {n: w.detach().numpy() for n, w in linear_weights(model).items() if w.shape[1] % 32 == 0}
+    want_r = np.median(np.concatenate([edit_step_ratios(w, ceiling[n], "q4_0") for n, w in blocked.items()]))
+    got_r = frame[(frame["attack"] == "quantize") & (frame["format"] == "q4_0") & (frame["set"] == "weights")]["value"]
+    assert got_r.iloc[0] == pytest.approx(want_r, rel=1e-9)
+    # the diagnostic's update: full relearning at lr x1 after 3 steps, on the named modules only
+    assert sorted(delta) == sorted(diag) and all(np.abs(d).max() > 0 for d in delta.values())
+    sub = pd.DataFrame(
+        subspace_rows(delta, {"task": {diag[0]: orthonormal_basis(np.eye(48)[:, :2] * 3.0)}}, k=2, seed=0)
+    )
+    assert set(sub["subspace"]) == {"task", "random"} and sub["share"].between(0, 1).all()
+
+
+def test_table_scales_by_floor_and_ceiling_under_the_same_attack():
+    rows = []
+    for model, b0, b4 in (("base", 1.0, 0.8), ("retain", 3.0, 2.0), ("m", 2.5, 1.0)):
+        for budget, v in ((0, b0), (4, b4)):
+            rows += [
+                {
+                    "model": model,
+                    "attack": "relearn",
+                    "mode": "full",
+                    "lr_factor": 1.0,
+                    "lr": 1e-3,
+                    "budget": budget,
+                    "format": "",
+                    "set": s,
+                    "value": x,
+                }
+                for s, x in (("B", v), ("forget", v), ("utility", 0.5))
+            ]
+        rows += [
+            {
+                "model": model,
+                "attack": "quantize",
+                "mode": "",
+                "lr_factor": 1.0,
+                "lr": 0.0,
+                "budget": 0,
+                "format": "q4_0",
+                "set": s,
+                "value": x,
+            }
+            for s, x in (("forget", b0 - 0.3), ("utility", 0.6), ("weights", 0.7))
+        ]
+    frame = recovery_frame(pd.DataFrame(rows), "base", "retain", ["base", "retain", "m"])
+    rel = frame[frame["attack"] == "relearn"].set_index(["model", "budget"])
+    assert rel.loc[("base", 0), "recovery"] == 1 and rel.loc[("retain", 4), "recovery"] == 0
+    assert rel.loc[("m", 0), "recovery"] == pytest.approx((2.5 - 3.0) / (1.0 - 3.0))
+    assert rel.loc[("m", 4), "recovery"] == pytest.approx((1.0 - 2.0) / (0.8 - 2.0))
+    assert rel.loc[("m", 4), "gain"] == pytest.approx((1.0 - 2.0) / (0.8 - 2.0) - 0.25)
+    q = frame[frame["attack"] == "quantize"].set_index("model")
+    assert q.loc["m", "recovery"] == pytest.approx((2.2 - 2.5) / (1.0 - 2.5))
+    assert q.loc["m", "shift"] == pytest.approx(-0.3) and np.isnan(q.loc["base", "recovery"])
+    assert "| m |" in summary_markdown(frame, ["base", "retain", "m"], {}, "answer NLL")
+    # an attack that brings the floor to the ceiling: the recovery is undefined there (empty, gap 0), the rest stands
+    same = pd.DataFrame(rows)
+    at4 = (same["budget"] == 4) & (same["attack"] == "relearn")
+    same.loc[at4 & (same["model"] == "retain"), "value"] = same.loc[at4 & (same["model"] == "base"), "value"].to_numpy()
+    tied = recovery_frame(same, "base", "retain", ["base", "retain", "m"])
+    tied = tied[tied["attack"] == "relearn"].set_index(["model", "budget", "set"])
+    assert tied.loc[("m", 4, "B"), "gap"] == 0 and np.isnan(tied.loc[("m", 4, "B"), "recovery"])
+    assert tied.loc[("m", 0, "B"), "recovery"] == pytest.approx(0.25)
+
+
+def test_subspace_frame_reports_the_ratio_to_random():
+    sub = pd.DataFrame(
+        [
+            {"model": "m", "module": "a", "subspace": "erased", "k": 2, "d_out": 8, "share": 0.5},
+            {"model": "m", "module": "a", "subspace": "random", "k": 2, "d_out": 8, "share": 0.25},
+        ]
+    )
+    t = subspace_frame(sub, ["m"]).set_index("subspace")
+    assert t.loc["erased", "x_random"] == pytest.approx(2.0) and t.loc["random", "k_over_d_out"] == 0.25
+
+
+@pytest.mark.parametrize(
+    "section,key",
+    [
+        ({"budgets": [0, -1]}, "robustness.budgets"),
+        ({"budgets": [1, 2]}, "robustness.budgets"),
+        ({"formats": ["q3_k"]}, "robustness.formats"),
+        ({"a_share": 1.0}, "robustness.a_share"),
+        ({"a_share": 0}, "robustness.a_share"),
+        ({"modes": ["qlora"]}, "robustness.modes"),
+        ({"lr_factors": [0]}, "robustness.lr_factors"),
+    ],
+)
+def test_bad_settings_name_their_key(section, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        robustness_settings(section)
