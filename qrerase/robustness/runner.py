@@ -36,8 +36,9 @@ SUBSPACE_COLUMNS = ["module", "subspace", "k", "d_out", "share"]
 class AttackTarget:
     """What a track gives :func:`run_attacks` for one model.
 
-    score(model) -> {set: statistic} for the model in eval mode, without gradients (sets: ``B``, the
-    whole ``forget`` set, ``utility``, and any other the track scores, e.g. ``B:fr``).
+    score(model, names=None) -> {set: statistic} for the model in eval mode, without gradients, of the
+    sets ``names`` (None: every set: ``B``, the whole ``forget`` set, ``utility``, and any other the
+    track scores, e.g. ``B:fr``).
     sizes: examples of each training set, ``A`` (half A of the forget set) and ``retain``.
     loss(model, set, indices) -> the scalar training loss of those examples of a training set.
     rates: mode (``full`` / ``lora``) -> (learning rate, batch size) at learning-rate factor 1.
@@ -45,7 +46,7 @@ class AttackTarget:
     weights(model) -> {module: its 2-D weight (d_out, d_in)}: the weights quantized and diffed.
     """
 
-    score: Callable[[Any], dict[str, float]]
+    score: Callable[..., dict[str, float]]
     sizes: Mapping[str, int]
     loss: Callable[[Any, str, list[int]], torch.Tensor]
     rates: Mapping[str, tuple[float, int]]
@@ -53,12 +54,12 @@ class AttackTarget:
     weights: Callable[[Any], dict[str, torch.Tensor]]
 
 
-def _scored(model, target: AttackTarget) -> dict[str, float]:
+def _scored(model, target: AttackTarget, names: Sequence[str] | None = None) -> dict[str, float]:
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
-            return {k: float(v) for k, v in target.score(model).items()}
+            return {k: float(v) for k, v in target.score(model, names).items()}
     finally:
         model.train(was)
 
@@ -91,6 +92,13 @@ def _rows(attack, mode, factor, lr, budget, fmt, scores) -> list[dict]:
     ]
 
 
+def _wanted(attack: str, start: Mapping[str, float]) -> list[str]:
+    """The sets an attack is scored on after it has run: its own (relearning: B, and B in each other
+    language; benign fine-tuning and quantization: the whole forget set) and utility."""
+    own = ATTACKS[attack]["scores"]
+    return [s for s in start if s == own or (own == "B" and s.startswith("B:")) or s == "utility"]
+
+
 def _train_attack(model, target, attack, mode, factor, settings, seed, threads, start, delta_of):
     from ..hparams import TrainConfig
     from ..text.training import train_steps
@@ -108,9 +116,11 @@ def _train_attack(model, target, attack, mode, factor, settings, seed, threads, 
     steps = _batches(target.sizes[data], batch_size, settings.max_budget, seed)
     cfg = TrainConfig(epochs=1, lr=lr, batch_size=batch_size, warmup_ratio=0.0, seed=seed, threads=threads)
 
+    wanted = _wanted(attack, start)
+
     def stop(step: int) -> bool:
         if step in budgets:
-            rows.extend(_rows(attack, mode, factor, lr, step, "", _scored(m, target)))
+            rows.extend(_rows(attack, mode, factor, lr, step, "", _scored(m, target, wanted)))
         return False
 
     train_steps(
@@ -142,7 +152,8 @@ def run_attacks(
     """Every configured attack on copies of ``model`` (left unchanged). Returns ``(rows, delta)``:
 
     rows (:data:`ROW_COLUMNS`): for each training attack (``relearn`` on A, ``benign`` on retain), mode
-    and learning-rate factor, the scores at every budget (budget 0: the model as given); for each
+    and learning-rate factor, the scores at every budget (budget 0: the model as given, every set; later
+    budgets: the attack's own sets and utility, :func:`_wanted`); for each
     quantization format, the scores of the round-tripped model (``budget`` 0) and, where ``ceiling``
     (the fine-tuned model's weights) is given, the median edit-to-step ratio over every changed weight
     of the quantized modules (set ``weights``). delta: ΔW = W_attacked − W of each module in
@@ -179,7 +190,7 @@ def run_attacks(
                 w.copy_(torch.from_numpy(quantize_roundtrip(before, fmt)).to(w.device, w.dtype))
                 if ceiling is not None and name in ceiling:
                     ratios.append(edit_step_ratios(before, ceiling[name], fmt))
-        rows += _rows("quantize", "", 1.0, 0.0, 0, fmt, _scored(m, target))
+        rows += _rows("quantize", "", 1.0, 0.0, 0, fmt, _scored(m, target, _wanted("quantize", start)))
         if ceiling is not None:
             pooled = np.concatenate(ratios) if ratios else np.zeros(0)
             rows += _rows(

@@ -64,9 +64,11 @@ def text_target(
     }
     pad_id = pad_token_id(tokenizer)
 
-    def score(model) -> dict[str, float]:
+    def score(model, names=None) -> dict[str, float]:
         out = {}
         for name, ps in pairs.items():
+            if names is not None and name not in names:
+                continue
             losses = answer_losses(model, tokenizer, template, ps, eval_cfg)
             out[name] = float(np.mean([s / max(n, 1) for s, n in losses]))
         return out

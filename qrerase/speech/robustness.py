@@ -98,10 +98,11 @@ def speech_target(
             raise ValueError(f"robustness: training set {name!r} is empty")
         tensors[name] = as_tensors(arrays, _mask(n, idx), "cpu")  # in corpus order: the runner's indices index it
 
-    def score(model) -> dict[str, float]:
+    def score(model, names=None) -> dict[str, float]:
         return {
             name: topk_accuracy(predict_logits(model, arrays, mask, batch_size), arrays["labels"][mask], k)
             for name, mask in masks.items()
+            if names is None or name in names
         }
 
     def loss(model, name: str, idx: list[int]) -> torch.Tensor:

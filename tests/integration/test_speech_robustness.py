@@ -120,7 +120,7 @@ def test_every_attack_runs_on_a_copy_and_starts_from_the_model(corpus):
             assert sorted({r["budget"] for r in mine}) == [0, 1]
             assert {r["set"]: r["value"] for r in mine if r["budget"] == 0} == pytest.approx(start)
     quant = {r["set"]: r["value"] for r in rows if r["attack"] == "quantize"}
-    assert set(quant) == {"B", "forget", "utility"} and all(0 <= v <= 1 for v in quant.values())
+    assert set(quant) == {"forget", "utility"} and all(0 <= v <= 1 for v in quant.values())
     assert delta[module].shape == (32, 32) and np.abs(delta[module]).max() > 0
 
 
