@@ -639,6 +639,7 @@ def test_robustness_at_the_lambda_rule_rescales_the_update_to_the_picked_lambda(
         tradeoff__epochs=[2],
         tradeoff__ranks=[2],
         tradeoff__baselines=["ga", "simnpo"],
+        robustness__rule_lambda=True,
     )
     rules = planned_rules(snakemake(workdir, "-n", "robustness", "--cores", "2", "--configfile", str(cfg)))
     assert rules.get("robustness_text") == 2 and rules.get("robustness_rule_table") == 1, rules
