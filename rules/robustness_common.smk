@@ -76,7 +76,10 @@ def robustness_default_targets():
     the table models only: the lambda rule's need the trade-off sweep)."""
     wanted = ROBUSTNESS.get("in_default_target") or []
     return [
-        out for t in robustness_tracks() if t in wanted for out in robustness_outputs(t)
+        out
+        for t in config["tracks"]
+        if t in wanted and registry.TRACKS[t].robustness
+        for out in robustness_outputs(t)
     ]
 
 

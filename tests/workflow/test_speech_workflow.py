@@ -257,10 +257,7 @@ ROBUST_MODELS = ["base", "retain", "qr_erase_ll_k2"]
 @pytest.fixture(scope="module")
 def robustness(workdir):
     cfg = write_speech_config(workdir, "robustness.yaml", **{f"robustness__{k}": v for k, v in ROBUSTNESS.items()})
-    proc = snakemake(workdir, "robustness", "--cores", "2", "--configfile", str(cfg), check=False)
-    text = proc.stdout + proc.stderr
-    # every attack job succeeds; the table may trip on a floor and ceiling that tie (its test below)
-    assert proc.returncode == 0 or "Error in rule robustness_speech" not in text, text[-4000:]
+    proc = snakemake(workdir, "robustness", "--cores", "2", "--configfile", str(cfg))
     rows = {
         (setting, m): pd.read_csv(workdir / f"results/speech_{setting}/robustness/{m}.csv").fillna({"format": ""})
         for setting in ("sample", "class")
@@ -286,7 +283,7 @@ def test_robustness_rows_follow_the_protocol(workdir, robustness):
             assert sorted(set(g["budget"])) == [0, 1, 2] and set(g["set"]) == {"B", "forget", "utility"}
         start = train[train["budget"] == 0].groupby("set")["value"].agg(["min", "max"])
         assert (start["min"] == start["max"]).all()  # every attack starts from the same model
-        assert set(r.loc[r["attack"] == "quantize", "set"]) == {"B", "forget", "utility", "weights"}
+        assert set(r.loc[r["attack"] == "quantize", "set"]) == {"forget", "utility", "weights"}
         log = (workdir / f"results/logs/robustness_speech/speech_{setting}_{model}.log").read_text()
         a, retain = map(int, re.search(r"A (\d+), retain (\d+) clips", log).groups())
         scored, training = speech_sets(index, setting, seed, robustness_settings(ROBUSTNESS).a_share)
@@ -298,11 +295,7 @@ def test_robustness_rows_follow_the_protocol(workdir, robustness):
 
 
 def test_robustness_table_against_the_definitions(workdir, robustness):
-    proc, rows = robustness
-    text = proc.stdout + proc.stderr
-    if proc.returncode and "too small to scale a recovery" in text:
-        pytest.xfail("robustness_table raises where the floor and ceiling tie (accuracy on a few clips)")
-    assert proc.returncode == 0, text[-3000:]
+    _, rows = robustness
     table = pd.read_csv(workdir / "results/tables/speech_robustness.csv").fillna({"format": "", "mode": ""})
     assert set(table["exp"]) == {"speech_sample", "speech_class"} and set(table["model"]) == set(ROBUST_MODELS)
     train = table[table["attack"] != "quantize"]
@@ -322,7 +315,8 @@ def test_robustness_table_against_the_definitions(workdir, robustness):
         else:  # (attacked − floor) / (ceiling − floor): 1 for the ceiling, 0 for the floor
             assert row.recovery == pytest.approx((s - floor) / (ceiling - floor))
     quant = table[table["attack"] == "quantize"]
-    assert set(quant["format"]) == {"q4_0"} and quant["edit_step_ratio"].notna().all()
+    assert set(quant["format"]) == {"q4_0"} and quant.loc[quant["model"] != "base", "edit_step_ratio"].gt(0).all()
+    assert quant.loc[quant["model"] == "base", "edit_step_ratio"].isna().all()  # the ceiling has no edit
     assert quant.loc[quant["model"].isin(["base", "retain"]), "recovery"].isna().all()
     sub = pd.read_csv(workdir / "results/tables/speech_robustness_subspace.csv")
     got = sub.groupby(["exp", "model"])["subspace"].apply(set)

@@ -394,7 +394,7 @@ def _sha256(path: Path) -> str:
 
 
 def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_path_factory):  # noqa: F811 - skips before the run
-    """The test config with one method (QR-Erase (LL), no control row: 29 jobs, tables included) run
+    """The test config with one method (QR-Erase (LL), no control row: 35 jobs, tables included) run
     again on a real Slurm (slurmctld, slurmd and slurmdbd on localhost, tests/support/localslurm.py) through
     ``--profile profiles/slurm`` and the slurm executor plugin, with the profile's default resources and
     the local cluster's account: every job an sbatch job in its own process, asking Slurm for the memory,
@@ -432,7 +432,10 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
-    assert jobs["total"] == 29 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
+    # 29 jobs, and the robustness stage's 6: the halves, three attacked models, the table, and the SVD forget
+    # factors its diagnostic reads (QR-Erase (LL) alone uses CPQR factors)
+    assert jobs["total"] == 35 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
+    assert jobs["robustness_text"] == 3 and jobs["robustness_table"] == 1
     # Slurm's accounting (slurmdbd) has every job, completed under the account, with the memory, time
     # limit and CPUs of the resources Snakemake printed in that job's log
     logs = {p.stem: p.read_text() for p in (wd / ".snakemake/slurm_logs").rglob("*.log")}
@@ -650,7 +653,7 @@ def test_robustness_at_the_lambda_rule_rescales_the_update_to_the_picked_lambda(
     assert list(dict.fromkeys(frame["model"])) == ["base", "retain", "unlearn_k2_rule", "qr_erase_ll_k2_rule"]
 
     def start(f, model):
-        return f[(f["model"] == model) & (f["budget"] == 0) & (f["set"] == "forget") & (f["attack"] == "relearn")][
+        return f[(f["model"] == model) & (f["budget"] == 0) & (f["set"] == "forget") & (f["attack"] == "benign")][
             "statistic"
         ].iloc[0]
 
