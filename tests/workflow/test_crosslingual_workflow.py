@@ -197,7 +197,14 @@ def test_robustness_relearns_in_one_language_and_scores_every_language(xling_wor
     language, half B scored in it and (B:<lang>) in every other evaluated language, the same questions."""
     from qrerase.io import read_jsonl
 
-    cfg = xling_config(xling_workdir, "xling_robustness.yaml", robustness__rule_lambda=False)
+    cfg = xling_config(  # one method and a small grid: what differs from the TOFU track's test is the languages
+        xling_workdir,
+        "xling_robustness.yaml",
+        robustness__methods={"crosslingual": ["qr_erase_ll"]},
+        robustness__lr_factors=[1.0],
+        robustness__modes=["full"],
+        robustness__formats=["q4_0"],
+    )
     snakemake(xling_workdir, "robustness", "--cores", "2", "--configfile", str(cfg))
     test_cfg = yaml.safe_load((REPO / "tests/configs/test_crosslingual.yaml").read_text())["crosslingual"]
     frame = pd.read_csv(xling_workdir / "results/tables/crosslingual_robustness.csv")
