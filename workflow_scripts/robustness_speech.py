@@ -10,9 +10,7 @@ import pandas as pd
 from qrerase.config import model_options
 from qrerase.io import write_csv
 from qrerase.method.architectures import resolve_target_modules
-from qrerase.method.energy import selected_updates
-from qrerase.method.formats import load_decompositions, load_updates
-from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, orthonormal_basis, run_attacks, subspace_rows
+from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, run_attacks, subspace_bases, subspace_rows
 from qrerase.robustness.settings import robustness_settings
 from qrerase.robustness.text import linear_weights
 from qrerase.speech.architectures import speech_lora_targets
@@ -62,21 +60,17 @@ with job(snakemake, seed=p.seed) as log:
     ceiling = load_speech_model(inp.ceiling, dtype=dtype, device=device)
     ceiling_w = {n: w.detach().float().cpu().numpy() for n, w in linear_weights(ceiling).items()}
     del ceiling
-    task = {m: d.Q for m, d in load_decompositions(inp.task).items()}
-    missing = sorted(set(task) - set(ceiling_w))
+    bases = subspace_bases(inp.task, inp.get("tilde"), inp.get("selected"))
+    missing = sorted(set(bases["task"]) - set(ceiling_w))
     if missing:
         raise ValueError(f"{inp.task}: module {missing[0]!r} is no linear layer of the classifier")
-    bases = {"task": task}
-    if "tilde" in inp.keys():
-        updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
-        bases["erased"] = {m: orthonormal_basis(u.U) for m, u in updates.items()}
     log.info(
         "%s setting: A %d, retain %d clips; scored %s",
         j["setting"],
         *(len(training[s]) for s in ("A", "retain")),
         {k: len(v) for k, v in scored.items()},
     )
-    rows, delta = run_attacks(model, target, settings, p.seed, p.threads, ceiling_w, list(task), log.info)
+    rows, delta = run_attacks(model, target, settings, p.seed, p.threads, ceiling_w, list(bases["task"]), log.info)
     sub = subspace_rows(delta, bases, j["rank"], p.seed)
     write_csv(snakemake.output.rows, pd.DataFrame(rows, columns=ROW_COLUMNS))
     write_csv(snakemake.output.subspace, pd.DataFrame(sub, columns=SUBSPACE_COLUMNS))

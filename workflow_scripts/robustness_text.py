@@ -10,8 +10,8 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.method.architectures import resolve_target_modules
 from qrerase.method.energy import selected_updates
 from qrerase.method.erase import apply_updates
-from qrerase.method.formats import load_decompositions, load_updates
-from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, orthonormal_basis, run_attacks, subspace_rows
+from qrerase.method.formats import load_updates
+from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, run_attacks, subspace_bases, subspace_rows
 from qrerase.robustness.settings import robustness_settings
 from qrerase.robustness.text import linear_weights, rule_scale, text_target
 from qrerase.text.evaluation import EvalConfig
@@ -63,15 +63,11 @@ with job(snakemake, seed=p.seed) as log:
     ceiling, _ = load_for_eval(inp.ceiling, None, p.model)
     ceiling_w = {n: w.detach().cpu().float().numpy() for n, w in linear_weights(ceiling).items()}
     del ceiling
-    task = {m: d.Q for m, d in load_decompositions(inp.task).items()}
-    bases = {"task": task}
-    if "tilde" in inp.keys():
-        updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
-        bases["erased"] = {m: orthonormal_basis(u.U) for m, u in updates.items()}
+    bases = subspace_bases(inp.task, inp.get("tilde"), inp.get("selected"))
     log.info(
         "halves: A %d, B %d questions; scored sets %s", len(half_a), len(half_b), {k: len(v) for k, v in scored.items()}
     )
-    rows, delta = run_attacks(model, target, settings, p.seed, p.threads, ceiling_w, list(task), log.info)
+    rows, delta = run_attacks(model, target, settings, p.seed, p.threads, ceiling_w, list(bases["task"]), log.info)
     sub = subspace_rows(delta, bases, j["rank"], p.seed)
     write_csv(snakemake.output.rows, pd.DataFrame(rows, columns=ROW_COLUMNS))
     write_csv(snakemake.output.subspace, pd.DataFrame(sub, columns=SUBSPACE_COLUMNS))

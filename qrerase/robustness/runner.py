@@ -24,7 +24,15 @@ from .measures import random_subspace, subspace_share
 from .quantization import edit_step_ratios, quantize_roundtrip
 from .settings import ATTACKS, RobustnessSettings
 
-__all__ = ["AttackTarget", "ROW_COLUMNS", "SUBSPACE_COLUMNS", "run_attacks", "subspace_rows", "orthonormal_basis"]
+__all__ = [
+    "AttackTarget",
+    "ROW_COLUMNS",
+    "SUBSPACE_COLUMNS",
+    "run_attacks",
+    "subspace_rows",
+    "orthonormal_basis",
+    "subspace_bases",
+]
 
 #: The columns of a job's attack rows (``value``: the set's statistic; ``edit_step_ratio`` rows: set ``weights``).
 ROW_COLUMNS = ["attack", "mode", "lr_factor", "lr", "budget", "format", "set", "value"]
@@ -208,6 +216,20 @@ def orthonormal_basis(U: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
     if not s.size or s[0] == 0:
         return u[:, :0]
     return u[:, s > rtol * s[0]]
+
+
+def subspace_bases(task_file: str, tilde_file: str | None = None, selected_file: str | None = None) -> dict:
+    """The diagnostic's bases by module: ``task``, the forget task matrix's top-k left singular vectors
+    (rule factors' SVD file ``task_file``); with a subspace method's update file ``tilde_file`` (and its LL
+    selection ``selected_file``), ``erased``: span(Q̃_f) of every module it edits (:func:`orthonormal_basis`)."""
+    from ..method.energy import selected_updates
+    from ..method.formats import load_decompositions, load_updates
+
+    bases = {"task": {m: d.Q for m, d in load_decompositions(task_file).items()}}
+    if tilde_file is not None:
+        updates = selected_updates(load_updates(tilde_file), selected_file)
+        bases["erased"] = {m: orthonormal_basis(u.U) for m, u in updates.items()}
+    return bases
 
 
 def subspace_rows(
