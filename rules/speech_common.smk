@@ -213,21 +213,6 @@ def speech_robustness():
     }
 
 
-def speech_robustness_settings():
-    """The attack settings of config section robustness, defaults filled in: what the rows of a
-    robustness_speech job depend on (editing robustness.methods reruns none of them)."""
-    from dataclasses import asdict
-
-    from qrerase.robustness.settings import robustness_settings
-
-    settings = asdict(robustness_settings(config.get("robustness")))
-    return {
-        k: list(v) if isinstance(v, tuple) else v
-        for k, v in settings.items()
-        if k != "utility_questions"  # the text tracks' utility set
-    }
-
-
 def speech_robustness_inputs(wildcards):
     """Rule robustness_speech's inputs: the attacked classifier (the retain reference: what it is trained
     from), the ceiling, the prepared data, the forget task matrix's SVD factors (the diagnostic's task
