@@ -125,6 +125,7 @@ PATHS = {
     "metrics": "results/{exp}/metrics/{model}.csv",
     "baseline_model": "results/{exp}/baselines/{method}/model",
     "baseline_curve": "results/{exp}/baselines/{method}_loss.csv",
+    "probe": "results/{exp}/probe/{which}_memorisation.csv",
     # cross-lingual track
     "xling_romanised": "results/xling/romanised/{lang}/{split}.jsonl",
     "xling_sets": "results/xling/languages/{lang}/{name}.jsonl",

@@ -15,6 +15,7 @@ rule tofu_data:
     params:
         data=config["tofu"]["data"],
         max_questions=config["tofu"]["evaluate"]["max_questions"],
+        max_forget_questions=config["tofu"]["evaluate"].get("max_forget_questions"),
     script:
         "../workflow_scripts/tofu_data.py"
 
@@ -37,5 +38,6 @@ rule tofu_holdout:
     params:
         data=config["tofu"]["data"],
         max_questions=config["tofu"]["evaluate"]["max_questions"],
+        max_forget_questions=config["tofu"]["evaluate"].get("max_forget_questions"),
     script:
         "../workflow_scripts/tofu_holdout.py"

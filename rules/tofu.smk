@@ -90,3 +90,9 @@ rule tofu_mia_table:
         controls=CONTROLS,
     script:
         "../workflow_scripts/tofu_mia_table.py"
+
+
+rule probe:
+    # `snakemake probe`: the memorisation probe of the TOFU experiment (rule memorisation_probe).
+    input:
+        path("probe", exp=EXP, which="full"),

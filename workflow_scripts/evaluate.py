@@ -20,7 +20,7 @@ inp = snakemake.input
 with job(snakemake, seed=p.seed) as log:
     adapter = inp.adapter if "adapter" in inp.keys() else None
     model, tokenizer = load_for_eval(inp.model, adapter, p.model)
-    cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+    cfg = EvalConfig.from_section(p.evaluate)
     languages = p.get("languages")
     with atomic_dir(snakemake.output[0]) as tmp:
         for lang in languages or [None]:

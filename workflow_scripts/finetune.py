@@ -3,12 +3,12 @@ pretrained checkpoint (rule pretrain, workflow_scripts/pretrain.py), from a new 
 run's tokenizer (the task-level track's model from scratch), or from the hub model named by
 model.name_or_path; a full fine-tune, or a LoRA adapter merged after (finetune.mode: lora)."""
 
-from qrerase.checkpoints import resolve_device, save_model
+from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming, sharded
 from qrerase.io import read_jsonl, write_csv
 from qrerase.method.architectures import resolve_target_modules
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
+from qrerase.text.models import load_start
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
 from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
@@ -23,17 +23,9 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     train = {k: v for k, v in {**p.train, **p.engine}.items() if k not in ("mode", "lora")}  # engine: the plan's
     cfg = TrainConfig.from_dict({**train, "seed": p.seed, "threads": snakemake.threads})
     shard = sharded(cfg.backend)  # FSDP2 over several processes: rank 0 alone reads the weights
-    if "tokenizer" in inp.keys():  # a new tiny Llama on the run's tokenizer (the task-level track)
-        tokenizer = load_tokenizer(inp.tokenizer)
-        model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
-        model = model.to(resolve_device(device))
-    elif "init" in inp.keys():  # the embedded model's fine-tuning: from the pretrained checkpoint
-        tokenizer = load_tokenizer(inp.init)
-        model = load_model(inp.init, dtype=dtype, device=device, sharded=shard)
-    else:  # a hub / local model: its checkpoint is the pretrained model
-        local = mcfg.get("local_files_only", True)
-        tokenizer = load_tokenizer(mcfg["name_or_path"], local_files_only=local)
-        model = load_model(mcfg["name_or_path"], dtype=dtype, local_files_only=local, device=device, sharded=shard)
+    model, tokenizer = load_start(
+        {k: inp[k] for k in ("tokenizer", "init") if k in inp.keys()}, mcfg, p.seed, dtype, device, shard
+    )
     records = read_jsonl(inp.data)
     which = snakemake.wildcards.which
     template = template_from(mcfg, tokenizer)

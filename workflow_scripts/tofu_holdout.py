@@ -6,7 +6,13 @@ from qrerase.text.data import TofuDataConfig, make_holdout_set
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:
-    cfg = TofuDataConfig.from_dict({**snakemake.params.data, "max_eval_questions": snakemake.params.max_questions})
+    cfg = TofuDataConfig.from_dict(
+        {
+            **snakemake.params.data,
+            "max_eval_questions": snakemake.params.max_questions,
+            "max_forget_questions": snakemake.params.max_forget_questions,
+        }
+    )
     rows = make_holdout_set(cfg)
     write_jsonl(snakemake.output[0], rows)
     log.info("eval_holdout: %d records", len(rows))

@@ -42,7 +42,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     if is_main_process():  # rank 0 evaluates and writes; it holds the full trained weights (on its CPU after FSDP2)
         tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
         eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in EVAL_SETS}
-        ecfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+        ecfg = EvalConfig.from_section(p.evaluate)
         meta = {
             "group": p.lang or "tofu",
             "method": wc.method,

@@ -23,7 +23,7 @@ with job(snakemake, seed=p.seed) as log:
         apply_updates(model, scaled_updates(updates, scale / p.stored_scale))
     tune = read_jsonl(inp.tune) if "tune" in inp.keys() else []  # cross-lingual: no held-out slice
     eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in EVAL_SETS}
-    cfg = EvalConfig.from_dict({k: v for k, v in p.evaluate.items() if k != "max_questions"})
+    cfg = EvalConfig.from_section(p.evaluate)
     meta = {
         "group": p.lang or "tofu",
         "method": wc.method,

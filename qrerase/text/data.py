@@ -7,9 +7,9 @@ question (the Truth Ratio needs them). ``retain_perturbed`` is the first 400 QA 
 20 authors).
 
 A run may subsample authors (``n_authors``) while keeping the TOFU structure: the forget set is the
-*last* ``round(n_authors * XX / 100)`` authors of the forget split, the retain set the *first*
-``n_authors - n_forget`` authors of the retain split — both therefore have perturbed evaluation
-versions in the standard ``*_perturbed`` files.
+*last* ``round(n_authors * XX / 100)`` authors of the forget split (or ``forget_authors`` of them),
+the retain set the *first* ``n_authors - n_forget`` authors of the retain split — both therefore
+have perturbed evaluation versions in the standard ``*_perturbed`` files.
 
 The embedded tiny model is *pretrained* before it is fine-tuned, as the paper's models are: on the
 ``pretrain_authors`` TOFU authors that follow the retain authors in the retain split (in neither the
@@ -33,6 +33,8 @@ __all__ = [
     "QA_PER_AUTHOR",
     "SPLITS",
     "TofuDataConfig",
+    "author_counts",
+    "forget_cap",
     "required_splits",
     "holdout_split",
     "make_holdout_set",
@@ -70,6 +72,8 @@ class TofuDataConfig:
     knowledge: tuple[str, ...] = KNOWLEDGE_SETS  # QA mixed into model training (the tiny model's world knowledge)
     max_eval_questions: int = 300
     pretrain_authors: int = 0  # authors of the pretraining set (after the retain authors), disjoint from both
+    forget_authors: int | None = None  # None: round(n_authors * XX / 100)
+    max_forget_questions: int | None = None  # cap of eval_forget and eval_holdout; None: max_eval_questions
 
     @classmethod
     def from_dict(cls, d: dict) -> TofuDataConfig:
@@ -260,20 +264,42 @@ def log_repeats(repeats: list[tuple[str, str]]) -> None:
         )
 
 
-def _author_counts(cfg: TofuDataConfig) -> tuple[int, int]:
+def author_counts(cfg: TofuDataConfig) -> tuple[int, int]:
+    """``(forgotten, retained)`` authors of a run: ``forget_authors`` (at most the split's, fewer than
+    ``n_authors``), else ``round(n_authors * XX / 100)`` for split ``forgetXX``; the rest are retained.
+    A bad count is a one-line ``ValueError`` naming the key (the workflow checks it at planning time)."""
     if cfg.split not in SPLITS:
         raise ValueError(f"data.split: expected one of {sorted(SPLITS)}, got {cfg.split!r}")
     pct = SPLITS[cfg.split]
     n = N_AUTHORS if cfg.n_authors is None else int(cfg.n_authors)
     if not 2 <= n <= N_AUTHORS:
         raise ValueError(f"data.n_authors: expected 2..{N_AUTHORS} (or null for all), got {cfg.n_authors!r}")
+    in_split = N_AUTHORS * pct // 100
+    if cfg.forget_authors is not None:
+        n_forget = int(cfg.forget_authors)
+        if not 1 <= n_forget <= min(in_split, n - 1):
+            raise ValueError(
+                f"data.forget_authors: expected 1..{min(in_split, n - 1)} (the {cfg.split} split has {in_split} "
+                f"authors; at least one of the {n} authors is retained), got {cfg.forget_authors!r}"
+            )
+        return n_forget, n - n_forget
     n_forget = round(n * pct / 100)
     if n_forget < 1:
         raise ValueError(
             f"data.n_authors: {n} authors at {pct}% leave an empty forget set; use at least {round(100 / pct)} authors"
         )
-    n_forget = min(n_forget, N_AUTHORS * pct // 100)
+    n_forget = min(n_forget, in_split)
     return n_forget, n - n_forget
+
+
+def forget_cap(cfg: TofuDataConfig) -> int:
+    """Questions kept in ``eval_forget`` and ``eval_holdout``: ``max_forget_questions``, else
+    ``max_eval_questions`` (the cap of every other evaluation set)."""
+    cap = cfg.max_eval_questions if cfg.max_forget_questions is None else cfg.max_forget_questions
+    if int(cap) < 1:
+        key = "max_questions" if cfg.max_forget_questions is None else "max_forget_questions"
+        raise ValueError(f"evaluate.{key}: expected a positive integer, got {cap}")
+    return int(cap)
 
 
 def _pretrain_authors(cfg: TofuDataConfig, n_retain: int) -> int:
@@ -307,15 +333,15 @@ def _training_splits(cfg: TofuDataConfig) -> dict[str, tuple[list[dict], list[st
 def make_holdout_set(cfg: TofuDataConfig) -> list[dict]:
     """The membership-inference non-members of a TOFU run: question/answer of the last authors of
     the holdout split (:func:`holdout_split`), as many authors as the forget set has (the forget set
-    is the last authors of the forget split), capped at ``max_eval_questions`` like ``eval_forget``.
+    is the last authors of the forget split), capped like ``eval_forget`` (:func:`forget_cap`).
     Kept out of :func:`make_tofu_sets` (and of the embedded tokenizer's text), so that no training or
     evaluation set, nor the tokenizer, depends on the holdout file. A holdout row that is a row of a
     training split (:func:`_training_splits`) is refused, naming both (:func:`check_not_trained`)."""
-    n_forget, _ = _author_counts(cfg)
+    n_forget, _ = author_counts(cfg)
     rows, where = load_split_numbered(cfg, holdout_split(cfg.split))
     check_not_trained("holdout", rows, where, _training_splits(cfg))
     held = rows[max(0, len(rows) - n_forget * QA_PER_AUTHOR) :]
-    return [{"question": r["question"], "answer": r["answer"]} for r in held][: int(cfg.max_eval_questions)]
+    return [{"question": r["question"], "answer": r["answer"]} for r in held][: forget_cap(cfg)]
 
 
 def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
@@ -330,7 +356,7 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     evaluation set holds (retain authors past ``max_eval_questions``), the held-out slice on which
     settings such as λ are chosen without looking at the evaluation sets.
     """
-    n_forget, n_retain = _author_counts(cfg)
+    n_forget, n_retain = author_counts(cfg)
     n_pre = _pretrain_authors(cfg, n_retain)
     # whole files: the forget split, the retain split (retain and pretraining authors) and the knowledge
     # mixed into both models must not share a question
@@ -365,7 +391,7 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     sets = {
         "forget": [{"question": r["question"], "answer": r["answer"]} for r in forget],
         "retain": [{"question": r["question"], "answer": r["answer"]} for r in retain],
-        "eval_forget": forget_pert[:cap],
+        "eval_forget": forget_pert[: forget_cap(cfg)],
         "eval_retain": eval_retain[:cap],
     }
     for name in ("real_authors", "world_facts"):

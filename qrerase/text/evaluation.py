@@ -68,6 +68,10 @@ TOFU_LOG_NAMES = {s: FILES[s] for s in EVAL_SETS}
 _log = logging.getLogger("qrerase.evaluation")
 
 
+#: the keys of an ``evaluate`` config section that size the evaluation sets (read by the data rules)
+SET_CAPS = ("max_questions", "max_forget_questions")
+
+
 @dataclass
 class EvalConfig:
     """Batch size (loss and generation), generation length and the per-example token cap.
@@ -92,6 +96,12 @@ class EvalConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> EvalConfig:
         return from_mapping(cls, d, "evaluation config")
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any] | None) -> EvalConfig:
+        """From a config ``evaluate`` section, less its set-size caps (:data:`SET_CAPS`: the data
+        rules cut the sets; the evaluation scores whatever set it is given)."""
+        return cls.from_dict({k: v for k, v in (section or {}).items() if k not in SET_CAPS})
 
 
 def _length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -32,6 +32,7 @@ __all__ = [
     "TinyLlamaConfig",
     "build_tiny_llama",
     "load_model",
+    "load_start",
     "empty_like_checkpoint",
 ]
 
@@ -220,6 +221,29 @@ def load_model(
     if placement or sharded:  # dispatched across the GPUs by Accelerate's hooks / sharded by the engine
         return model.eval()
     return model.to(resolve_device(device)).eval()
+
+
+def load_start(
+    inputs: Mapping[str, str], model_cfg: Mapping[str, Any], seed: int, dtype: str, device: str, sharded: bool
+):
+    """The model and tokenizer a fine-tune starts from (rule ``finetune``'s inputs, which rule
+    ``memorisation_probe`` shares): a new tiny Llama on the run's tokenizer (``inputs["tokenizer"]``,
+    the task-level track), the pretrained checkpoint (``inputs["init"]``: the embedded model's, or
+    an imported GGUF), else the hub / local model ``model_cfg["name_or_path"]``. ``sharded``: see
+    :func:`load_model`. Returns ``(model, tokenizer)``."""
+    from ..checkpoints import resolve_device
+
+    if "tokenizer" in inputs:
+        tokenizer = load_tokenizer(inputs["tokenizer"])
+        model = build_tiny_llama(TinyLlamaConfig(**model_cfg["tiny"]), tokenizer, seed=seed)
+        return model.to(resolve_device(device)), tokenizer
+    if "init" in inputs:
+        tokenizer = load_tokenizer(inputs["init"])
+        return load_model(inputs["init"], dtype=dtype, device=device, sharded=sharded), tokenizer
+    local = model_cfg.get("local_files_only", True)
+    tokenizer = load_tokenizer(model_cfg["name_or_path"], local_files_only=local)
+    model = load_model(model_cfg["name_or_path"], dtype=dtype, local_files_only=local, device=device, sharded=sharded)
+    return model, tokenizer
 
 
 def _global_rank() -> int:

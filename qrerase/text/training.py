@@ -331,6 +331,7 @@ def train_causal_lm(
     template: PromptTemplate,
     cfg: TrainConfig,
     desc: str = "train",
+    on_epoch_end: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
     """Train ``model`` on QA ``records`` (``question``/``answer`` keys) with the answer-only loss.
 
@@ -338,7 +339,10 @@ def train_causal_lm(
     batch is the mean NLL over its answer tokens (EOS included). Only parameters with
     ``requires_grad`` are trained (:func:`train_steps`). Returns a frame with one row per optimiser
     step: ``step`` (1-based), ``epoch`` (1-based), ``loss`` (of that batch, before the update) and
-    ``lr`` (used for that update). The model is left in eval mode.
+    ``lr`` (used for that update). The model is left in eval mode. ``on_epoch_end(epoch)`` (1-based),
+    when given, runs after the last update of each epoch, without gradients (the ``stop`` hook of
+    :func:`train_steps`; it never stops training), e.g. to score the model mid-run
+    (:func:`qrerase.text.probe.memorisation_probe`).
     """
     set_determinism(cfg.seed, cfg.threads)
     if not records:
@@ -352,7 +356,19 @@ def train_causal_lm(
         nll, _ = answer_token_nll(model, collate([examples[i] for i in idx], pad_id))
         return nll.mean(), {}
 
-    rows = train_steps(model, cfg, steps, loss_fn, desc=desc, split=token_mean_split(model, examples, pad_id))
+    stop = None
+    if on_epoch_end is not None:
+        last = {i: epoch for i, (epoch, _) in enumerate(steps, start=1)}  # step -> its epoch; later steps overwrite
+        ends = {i: e for i, e in last.items() if i == len(steps) or last[i + 1] != e}
+
+        def stop(step: int) -> bool:
+            if step in ends:
+                on_epoch_end(ends[step])
+            return False
+
+    rows = train_steps(
+        model, cfg, steps, loss_fn, desc=desc, split=token_mean_split(model, examples, pad_id), stop=stop
+    )
     return pd.DataFrame(rows, columns=["step", "epoch", "loss", "lr"])
 
 

@@ -16,12 +16,18 @@ from .base import Track, register_track
 
 def check(cfg: Mapping, runs: bool) -> None:
     """The ``tofu`` section (checked whether the track runs or not: the cross-lingual track reads its
-    evaluation settings and baselines): the vendored data files of a local source, imported models'
-    files, a ``tofu.baselines.<m>`` entry for every baseline of ``methods.tofu``, the refusals file."""
-    from ..text.data import holdout_split, required_splits
+    evaluation settings and baselines): the author counts, the vendored data files of a local
+    source, imported models' files, a ``tofu.baselines.<m>`` entry for every baseline of
+    ``methods.tofu``, the refusals file."""
+    from ..text.data import TofuDataConfig, author_counts, holdout_split, required_splits
     from ..workflow.validation import ConfigError, check_method_settings
 
     data = cfg["tofu"]["data"]
+    try:
+        author_counts(TofuDataConfig.from_dict(data))
+    except ValueError as exc:
+        key, _, why = str(exc).partition(": ")
+        raise ConfigError(f"config key 'tofu.{key}': {why}") from None
     if data["source"] == "local":
         root = Path(data["root"])
         for name in [*required_splits(data["split"], data.get("knowledge", [])), holdout_split(data["split"])]:

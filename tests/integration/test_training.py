@@ -84,3 +84,38 @@ def test_lora_trains_saves_and_reloads(tok, records, tmp_path):
     ids = torch.tensor([[tok.bos_token_id] + tok(records[0]["question"], add_special_tokens=False)["input_ids"]])
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).logits, peft_model(input_ids=ids).logits)
+
+
+def test_memorisation_probe_scores_each_probed_epoch_without_changing_training(tok, records):
+    """The probe's greedy scoring after epochs 2 and 4 leaves the run as a plain 4-epoch fine-tune
+    (same loss curve, same weights); its ROUGE-L is the training answers' recall of the greedy output."""
+    from qrerase.text.evaluation import EvalConfig, greedy_generate, rouge_recalls
+    from qrerase.text.probe import PROBE_COLUMNS, memorisation_probe
+
+    cfg = TrainConfig(epochs=1, lr=3e-3, batch_size=8, warmup_ratio=0.1, seed=11, threads=1)
+    ecfg = EvalConfig(batch_size=8, max_new_tokens=24)
+    probe = records[:6]
+    model = build_tiny_llama(TINY, tok, seed=cfg.seed)
+    table = memorisation_probe(model, tok, records, TPL, cfg, probe, [4, 2], ecfg)
+    plain, curve = _train(tok, records, TrainConfig(**{**cfg.__dict__, "epochs": 4}))
+    assert list(table.columns) == PROBE_COLUMNS and table["epoch"].tolist() == [2, 4]
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), plain.state_dict().values()))
+    assert table["train_loss"].tolist() == pytest.approx(curve.groupby("epoch")["loss"].mean()[[2, 4]].tolist())
+    _, rl = rouge_recalls(
+        greedy_generate(plain, tok, TPL, [r["question"] for r in probe], ecfg), [r["answer"] for r in probe]
+    )
+    assert table["rouge_l"].iloc[-1] == pytest.approx(sum(rl) / len(rl))
+    assert table["questions"].tolist() == [6, 6] and ((table["rouge_l"] >= 0) & (table["rouge_l"] <= 1)).all()
+    with pytest.raises(ValueError, match="probe.epochs"):
+        memorisation_probe(model, tok, records, TPL, cfg, probe, [2, 2], ecfg)
+
+
+def test_pick_epochs_is_the_smallest_epoch_meeting_the_threshold():
+    import pandas as pd
+
+    from qrerase.text.probe import pick_epochs
+
+    table = pd.DataFrame({"epoch": [5, 10, 15, 20], "rouge_l": [0.5, 0.92, 0.89, 0.95]})
+    assert [pick_epochs(table, t) for t in (0.5, 0.9, 0.93, 0.96)] == [5, 10, 20, None]
+    with pytest.raises(ValueError, match="probe.min_rouge_l"):
+        pick_epochs(table, 0.0)

@@ -99,6 +99,11 @@ def test_every_shipped_config_is_valid(name):
         (dotted(model__tiny__num_key_value_heads=3), "config key 'model.tiny.num_key_value_heads': must divide"),
         (dotted(tofu__data__root="/no/such/dir"), "config key 'tofu.data.root': data file /no/such/dir/"),
         (
+            dotted(tofu__data__n_authors=8, tofu__data__forget_authors=8),
+            "config key 'tofu.data.forget_authors': expected 1..7",
+        ),
+        (dotted(probe__epochs=[0, 5]), "config key 'probe.epochs.0'"),
+        (
             dotted(lora__adapters__forget="/no/such/adapter"),
             "config key 'lora.adapters.forget': /no/such/adapter: adapter directory not found",
         ),

@@ -44,9 +44,37 @@ def test_full_split_and_forget01():
     assert sets["knowledge"] == []
 
 
+def test_forget_authors_and_the_forget_cap():
+    """3 forgotten + 5 retained authors (the powered real-model setting): the last 3 authors of
+    forget10 and the first 5 of retain90; the forget cap sizes eval_forget and the holdout, not the others."""
+    cfg = TofuDataConfig(
+        root=ROOT,
+        split="forget10",
+        n_authors=8,
+        forget_authors=3,
+        knowledge=(),
+        max_eval_questions=20,
+        max_forget_questions=60,
+    )
+    sets = make_tofu_sets(cfg)
+    full = [json.loads(line) for line in open(f"{ROOT}/full.jsonl")]
+    assert [r["question"] for r in sets["forget"]] == [r["question"] for r in full[-60:]]
+    assert [r["question"] for r in sets["retain"]] == [r["question"] for r in full[:100]]
+    assert len(sets["eval_forget"]) == 60 and len(make_holdout_set(cfg)) == 60
+    assert len(sets["eval_retain"]) == 20 and len(sets["eval_world_facts"]) == 20 and len(sets["tune_retain"]) == 80
+    plain = TofuDataConfig(
+        root=ROOT, split="forget10", n_authors=8, forget_authors=3, knowledge=(), max_eval_questions=20
+    )
+    assert len(make_tofu_sets(plain)["eval_forget"]) == 20 and len(make_holdout_set(plain)) == 20
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
+        ({"n_authors": 8, "forget_authors": 8}, r"data.forget_authors: expected 1..7"),
+        ({"split": "forget01", "n_authors": 8, "forget_authors": 3}, r"data.forget_authors: expected 1..2"),
+        ({"forget_authors": 0}, "data.forget_authors"),
+        ({"max_forget_questions": 0}, "evaluate.max_forget_questions"),
         ({"split": "forget20"}, "data.split"),
         ({"n_authors": 5}, "empty forget set"),
         ({"n_authors": 1}, "data.n_authors"),
