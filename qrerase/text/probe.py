@@ -17,6 +17,7 @@ memorisation (the forget set's ROUGE-L in the TOFU table).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,6 +30,8 @@ from .lm import PromptTemplate
 from .training import train_causal_lm
 
 __all__ = ["PROBE_COLUMNS", "memorisation_probe", "pick_epochs"]
+
+_log = logging.getLogger(__name__)
 
 #: the probe table's columns: epochs trained, probe questions, mean ROUGE-L / ROUGE-1 recall, the
 #: share of answers reproduced whole (ROUGE-L recall 1), and the mean training loss of that epoch.
@@ -75,6 +78,13 @@ def memorisation_probe(
                 "rouge1": sum(r1) / len(r1),
                 "verbatim": sum(1 for v in rl if v >= 1.0) / len(rl),
             }
+        )
+        _log.info(
+            "%s: after epoch %d, ROUGE-L recall %.4f on %d training answers",
+            desc,
+            epoch,
+            scores[-1]["rouge_l"],
+            len(rl),
         )
 
     curve = train_causal_lm(
