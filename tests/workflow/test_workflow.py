@@ -537,12 +537,13 @@ def test_changing_lambda_reruns_no_training(workdir):
 def test_memorisation_probe_scores_the_forget_training_answers_at_each_probed_epoch(workdir):
     """`snakemake probe`: one fine-tune from the pretrained checkpoint on the full training set, scored
     on the forget set's training answers after each probed epoch; no evaluation set is read."""
-    cfg = run_config(workdir, "probe.yaml", probe__epochs=[4, 2], probe__min_rouge_l=0.05)
+    cfg = run_config(workdir, "probe.yaml", probe__epochs=[4, 2], probe__min_rouge_l=0.01)
     out = snakemake(workdir, "probe", "--cores", "2", "--configfile", str(cfg))
-    assert planned_rules(out) == {"memorisation_probe": 1, "probe": 1}
+    assert planned_rules(out) == {"memorisation_probe": 1, "probe": 1, "total": 2}
     table = pd.read_csv(workdir / "results/tofu_forget10/probe/full_memorisation.csv")
-    assert table["epoch"].tolist() == [2, 4] and (table["questions"] == 40).all()  # the 2 forget authors
-    assert table["meets"].tolist() == (table["rouge_l"] >= 0.05).tolist()
+    forget = (workdir / "results/tofu_forget10/data/forget.jsonl").read_text().splitlines()
+    assert table["epoch"].tolist() == [2, 4] and (table["questions"] == len(forget)).all()
+    assert table["meets"].tolist() == (table["rouge_l"] >= 0.01).tolist()
     met = table.loc[table["meets"], "epoch"]
     assert table.loc[table["picked"], "epoch"].tolist() == ([int(met.min())] if len(met) else [])
     record = json.loads(
