@@ -3,11 +3,11 @@ tokenizer and trained on the pretraining set (authors in neither the forget nor 
 the knowledge sets). A hub model (model.name_or_path) skips this rule: its checkpoint is the
 pretrained model. Fine-tuning from this checkpoint: workflow_scripts/finetune.py."""
 
-from qrerase.checkpoints import resolve_device, save_model
+from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_tokenizer
+from qrerase.text.models import load_start
 from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
@@ -18,10 +18,8 @@ p = snakemake.params
 inp = snakemake.input
 with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
     mcfg = p.model
-    _, device = model_options(mcfg)
-    tokenizer = load_tokenizer(inp.tokenizer)
-    model = build_tiny_llama(TinyLlamaConfig(**mcfg["tiny"]), tokenizer, seed=p.seed)
-    model = model.to(resolve_device(device))
+    dtype, device = model_options(mcfg)
+    model, tokenizer = load_start({"tokenizer": inp.tokenizer}, mcfg, p.seed, dtype, device, False)
     records = read_jsonl(inp.data)
     cfg = TrainConfig.from_dict({**p.train, **p.engine, "seed": p.seed, "threads": snakemake.threads})
     log.info("training pretrained on %d QA pairs: %s", len(records), cfg)

@@ -226,11 +226,11 @@ def load_model(
 def load_start(
     inputs: Mapping[str, str], model_cfg: Mapping[str, Any], seed: int, dtype: str, device: str, sharded: bool
 ):
-    """The model and tokenizer a fine-tune starts from (rule ``finetune``'s inputs, which rule
-    ``memorisation_probe`` shares): a new tiny Llama on the run's tokenizer (``inputs["tokenizer"]``,
-    the task-level track), the pretrained checkpoint (``inputs["init"]``: the embedded model's, or
-    an imported GGUF), else the hub / local model ``model_cfg["name_or_path"]``. ``sharded``: see
-    :func:`load_model`. Returns ``(model, tokenizer)``."""
+    """The model and tokenizer a training job starts from (rule ``finetune``'s inputs, which rule
+    ``memorisation_probe`` shares; rule ``pretrain`` gives the tokenizer): a new tiny Llama on the run's
+    tokenizer (``inputs["tokenizer"]``: pretraining, the task-level track), the pretrained checkpoint
+    (``inputs["init"]``: the embedded model's, or an imported GGUF), else the hub / local model
+    ``model_cfg["name_or_path"]``. ``sharded``: see :func:`load_model`. Returns ``(model, tokenizer)``."""
     from ..checkpoints import resolve_device
 
     if "tokenizer" in inputs:
