@@ -11,8 +11,16 @@ rule cost:
     input:
         cost_inputs,
     output:
-        csv=path("table", table="{track}_cost", ext="csv"),
-        md=path("table", table="{track}_cost", ext="md"),
+        **{
+            ext: report(
+                path("table", table="{track}_cost", ext=ext),
+                caption="../report/cost_table.rst",
+                category="Cost",
+                subcategory="{track}",
+                labels={"table": "{track}_cost", "format": ext},
+            )
+            for ext in ("csv", "md")
+        },
     log:
         log_path("cost", "track"),
     wildcard_constraints:

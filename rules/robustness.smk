@@ -66,12 +66,7 @@ rule robustness_table:
     input:
         unpack(robustness_table_inputs),
     output:
-        table_csv=path("table", table="{track}_robustness", ext="csv"),
-        table_md=path("table", table="{track}_robustness", ext="md"),
-        subspace_csv=path("table", table="{track}_robustness_subspace", ext="csv"),
-        subspace_md=path("table", table="{track}_robustness_subspace", ext="md"),
-        figure=path("figure", name="{track}_robustness"),
-        subspace_figure=path("figure", name="{track}_robustness_subspace"),
+        **robustness_table_outputs(""),
     log:
         log_path("robustness_table", "track"),
     wildcard_constraints:
@@ -92,12 +87,7 @@ rule robustness_rule_table:
     input:
         unpack(lambda wc: robustness_table_inputs(wc, RULE)),
     output:
-        table_csv=path("table", table="{track}_robustness_rule", ext="csv"),
-        table_md=path("table", table="{track}_robustness_rule", ext="md"),
-        subspace_csv=path("table", table="{track}_robustness_rule_subspace", ext="csv"),
-        subspace_md=path("table", table="{track}_robustness_rule_subspace", ext="md"),
-        figure=path("figure", name="{track}_robustness_rule"),
-        subspace_figure=path("figure", name="{track}_robustness_rule_subspace"),
+        **robustness_table_outputs(RULE),
     log:
         log_path("robustness_rule_table", "track"),
     wildcard_constraints:

@@ -173,3 +173,27 @@ def robustness_table_params(wildcards, variant=""):
         "models": robustness_table_models(wildcards.track, variant),
         "variant": variant,
     }
+
+
+def robustness_table_outputs(suffix):
+    """A robustness table rule's outputs ("" or "_rule": at the lambda rule), each in the report: the
+    recovery and the subspace tables (csv, md) and their figures."""
+    outputs = {}
+    for part, name in (("table", ""), ("subspace", "_subspace")):
+        stem = f"{{track}}_robustness{suffix}{name}"
+        kw = dict(
+            caption=f"../report/robustness_{part}.rst",
+            category="Robustness",
+            subcategory="{track}",
+        )
+        for ext in ("csv", "md"):
+            outputs[f"{part}_{ext}"] = report(
+                path("table", table=stem, ext=ext),
+                labels={"table": stem, "format": ext},
+                **kw,
+            )
+        figure = "figure" if part == "table" else "subspace_figure"
+        outputs[figure] = report(
+            path("figure", name=stem), labels={"figure": stem}, **kw
+        )
+    return outputs

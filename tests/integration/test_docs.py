@@ -130,3 +130,31 @@ def test_config_comments_point_to_existing_docs_sections(config):
     for page, anchor in re.findall(r"\b(docs/[\w./-]+\.md)(?:#([\w-]+))?", text):
         assert (REPO / page).is_file(), f"{config}: {page} does not exist"
         assert not anchor or anchor in _anchors(REPO / page), f"{config}: {page} has no section #{anchor}"
+
+
+def test_every_ready_config_is_planned_by_a_test():
+    """docs/models.md: each `config/*.yaml` is planned (`snakemake -n`) by some test; a new config that no
+    planning test names fails here."""
+    planning = {
+        path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted((REPO / "tests").rglob("test_*.py"))
+    }
+    planning = {name: text for name, text in planning.items() if '"-n"' in text}
+    for config in sorted((REPO / "config").glob("*.yaml")):
+        named = [name for name, text in planning.items() if f'"{config.stem}"' in text or f"{config.stem}.yaml" in text]
+        assert named, f"config/{config.name}: no test that plans with -n names it"
+    models = " ".join((REPO / "docs" / "models.md").read_text(encoding="utf-8").split())
+    assert "`tests/integration/test_docs.py` checks that a test plans each of them" in models
+
+
+def test_contributing_names_only_files_that_exist():
+    """CONTRIBUTING.md's recipes list exact files: each path it names (placeholders aside) exists."""
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    paths = set(
+        re.findall(r"`((?:qrerase|tests|rules|docs|workflow_scripts|schemas|\.ci)/[^`\s:]*|config\.yaml)`", text)
+    )
+    assert len(paths) >= 10
+    missing = sorted(p for p in paths if "<" not in p and not (REPO / p.rstrip("/")).exists())
+    assert not missing, f"CONTRIBUTING.md names missing files: {missing}"
+    for placeholder in sorted(p for p in paths if "<" in p):  # e.g. qrerase/tracks/<name>.py: its folder exists
+        assert (REPO / placeholder.split("<")[0]).parent.is_dir() or (REPO / placeholder.split("<")[0]).is_dir()

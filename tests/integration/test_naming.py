@@ -129,11 +129,11 @@ def test_registry_derived_values():
         assert listed == [m.name for m in registry.METHODS if track in m.tracks]
         assert listed[: len(paper)] == paper, track  # the paper's rows first, in table order
         assert all(not registry.method(m).subspace for m in listed[len(paper) :]), track  # then baselines only
-    assert registry.methods_for("tofu")[-3:] == ["simnpo", "rmu", "undial"]  # issue 36: after the paper's rows
+    assert {"simnpo", "rmu", "undial"} <= set(registry.methods_for("tofu")[len(PAPER_METHODS["tofu"]) :])  # issue 36
     assert [m for m in registry.DECOMP if registry.is_localised(m)] == ["unlearn_ll", "qr_erase_ll"]
     assert registry.is_localised("qr_erase_ll_control") and not registry.is_localised("unlearn_control")
     assert registry.RANK_PAIRS == (("cpqr", "qr_erase"), ("svd", "unlearn"))
-    assert list(registry.TRACKS) == ["tofu", "crosslingual", "speech", "task_level"]
+    assert list(registry.TRACKS)[:4] == ["tofu", "crosslingual", "speech", "task_level"]  # the built-ins first
     with pytest.raises(KeyError):
         registry.methods_for("vision")
 

@@ -104,3 +104,19 @@ def kill_run(proc: subprocess.Popen, timeout: float = 30) -> None:
             return
         assert time.monotonic() < gone, "processes of the killed run are still alive"
         time.sleep(0.05)
+
+
+#: a docutils system message in the output of `snakemake --report` (a caption that does not render)
+DOCUTILS_MESSAGE = re.compile(r"\((?:INFO|WARNING|ERROR|SEVERE)/\d\)")
+
+
+def build_report(workdir: Path, configfile: Path, *names: str) -> str:
+    """`snakemake --report` on a finished run in ``workdir``: no docutils message in its output, and the
+    report names each of ``names`` (tables and figures); returns the report's HTML."""
+    proc = snakemake(workdir, "--report", "results/report.html", "--configfile", str(configfile))
+    messages = [line for line in (proc.stdout + proc.stderr).splitlines() if DOCUTILS_MESSAGE.search(line)]
+    assert not messages, "the report's captions do not render:\n" + "\n".join(messages)
+    html = (workdir / "results/report.html").read_text(encoding="utf-8", errors="replace")
+    missing = [name for name in names if name not in html]
+    assert not missing, f"the report lacks {missing}"
+    return html

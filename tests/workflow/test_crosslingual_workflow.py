@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 from support import REPO
-from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_yaml_config
+from support.snakemake_cli import assert_config_error, build_report, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 
@@ -97,6 +97,11 @@ def test_energy_report_and_figures(xling_workdir):
     for name in ("crosslingual_scatter", "crosslingual_energy", "xling_en_energy", "xling_hi_R_energy"):
         png = xling_workdir / "results/figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_renders_the_tracks_tables_and_figures(xling_workdir):
+    names = ("crosslingual.md", "crosslingual_matrix.md", "crosslingual_scatter.png", "crosslingual_energy.png")
+    build_report(xling_workdir, xling_config(xling_workdir), *names, "crosslingual_cost.md")
 
 
 def test_cost_table_per_unlearning_language(xling_workdir):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 from support import REPO
-from support.snakemake_cli import snakemake
+from support.snakemake_cli import planned_rules, snakemake
 
 from qrerase.method.separability import effective_layers, layer_overlap, principal_angles
 from qrerase.reports.size_study import aggregate, exp_rows, read_markdown_table, render_markdown, trend
@@ -243,6 +244,28 @@ def test_size_study_plans_every_width_and_seed_and_stays_out_of_the_default_run(
     assert "results/tofu_forget10/" not in text
     default = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg)).stdout
     assert "size_h" not in default and "results/tofu_forget10/" in default
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_plan_counts_in_the_docs_are_the_default_configs_plan(tmp_path):
+    """docs/size-study.md quotes what `snakemake size_study -n` plans on the default config, and without
+    `wide_seeds`; this plans both and compares."""
+    doc = " ".join((REPO / "docs" / "size-study.md").read_text(encoding="utf-8").split())
+    m = re.search(r"# plan: (\d+) jobs \((\d+) per width and seed; (\d+) experiments\)", doc)
+    assert m, "docs/size-study.md: the `snakemake size_study -n` line lost its plan comment"
+    total, per_exp, n_exp = map(int, m.groups())
+    (tmp_path / "data").symlink_to(REPO / "data")  # the default config's relative data roots
+    plan = planned_rules(snakemake(tmp_path, "-n", "--cores", "1", "--", "size_study"))
+    assert plan.pop("total") == total
+    shared = {"size_study_table", "size_study"}  # one job each, over every experiment
+    assert sum(plan.values()) == total and plan["size_study_exp"] == n_exp
+    assert all(n % n_exp == 0 for rule, n in plan.items() if rule not in shared)
+    assert sum(n for rule, n in plan.items() if rule not in shared) == per_exp * n_exp
+    # without wide_seeds: a min_width above every width runs every width with every seed
+    path = tmp_path / "all_seeds.yaml"
+    path.write_text(yaml.safe_dump({"size_study": {"wide_seeds": {"min_width": 1 << 20, "seeds": [0]}}}))
+    plan = planned_rules(snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--", "size_study"))
+    assert f"Remove `wide_seeds` to run every width with every seed ({plan['total']} jobs)" in doc
     assert not (tmp_path / "results").exists()
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 from support import REPO
-from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_speech_config
+from support.snakemake_cli import assert_config_error, build_report, planned_rules, snakemake, write_speech_config
 
 pytestmark = pytest.mark.workflow
 
@@ -111,6 +111,11 @@ def test_baselines_write_loss_curves_and_benchmarks(workdir):
         assert sub[f"{setting}_lora_s"].tolist() == pytest.approx([lora] * 4)
     md = (workdir / "results/tables/speech_cost.md").read_text()
     assert "Setting sample" in md and "Setting class" in md and "SCRUB" in md
+
+
+def test_report_renders_the_tracks_tables_and_figures(workdir):
+    names = ("speech.md", "speech_mia.md", "speech_energy.png", "speech_rank.png", "speech_sample_energy.png")
+    build_report(workdir, write_speech_config(workdir), *names, "speech_cost.md")
 
 
 def test_changing_the_speech_rank_reruns_no_training(workdir):

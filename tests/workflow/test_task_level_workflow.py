@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 from support import REPO
-from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_yaml_config
+from support.snakemake_cli import assert_config_error, build_report, planned_rules, snakemake, write_yaml_config
 
 pytestmark = pytest.mark.workflow
 
@@ -95,6 +95,10 @@ def test_cost_and_energy_outputs(workdir):
     assert (cost.loc[["qr_erase", "qr_erase_ll"], "lora_s"] > 0).all()
     assert (workdir / "results/figures/task_level_energy.png").stat().st_size > 0
     assert json.loads((workdir / "results/task_level/energy/selected_layers.json").read_text())["modules"]
+
+
+def test_report_renders_the_tracks_tables_and_figures(workdir):
+    build_report(workdir, write_task_config(workdir), "task_level.md", "task_level_energy.png", "task_level_cost.md")
 
 
 def test_pretraining_stage(workdir):

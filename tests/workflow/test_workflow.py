@@ -16,7 +16,7 @@ import pytest
 import yaml
 from support import REPO
 from support.localslurm import requested, slurm  # noqa: F401 (slurm: a fixture)
-from support.snakemake_cli import assert_config_error, kill_run, planned_rules, snakemake, write_config
+from support.snakemake_cli import assert_config_error, build_report, kill_run, planned_rules, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -344,11 +344,10 @@ def test_audit_names_tampered_artifacts(workdir, tmp_path):
 
 
 def test_report_has_the_tables_and_figures(workdir):
-    snakemake(workdir, "--report", "results/report.html", "--configfile", str(workdir / "test.yaml"))
-    html = (workdir / "results/report.html").read_text(encoding="utf-8", errors="replace")
-    for name in ("tofu.csv", "tofu_wide.tex", "tofu_truth_ratio.png", "tofu_forget10_energy.png"):
-        assert name in html
-    assert "Forget Quality" in html and "Normalised task energy" in html
+    names = ("tofu.csv", "tofu_wide.tex", "tofu_truth_ratio.png", "tofu_forget10_energy.png", "tofu_mia.md")
+    robustness = ("tofu_robustness.md", "tofu_robustness.png", "tofu_robustness_subspace.png", "tofu_cost.md")
+    html = build_report(workdir, workdir / "test.yaml", *names, *robustness)
+    assert "Forget Quality" in html and "Normalised task energy" in html and "Where the relearning update goes" in html
 
 
 def test_changing_a_lora_hyperparameter_reruns_lora_and_downstream_only(workdir):
