@@ -229,7 +229,7 @@ class TrainConfig:
     linearly to 0); ``weight_decay`` applies to matrices only (not to norms/biases), as in HF
     ``Trainer``; ``max_grad_norm <= 0`` disables clipping; ``max_length`` caps the tokens per
     example (answers are truncated); ``threads`` is passed to ``torch.set_num_threads``. Engine
-    (:func:`qrerase.text.training.train_steps`): ``batch_size`` is the global batch of one optimiser
+    (:func:`qrerase.engine.train_steps`): ``batch_size`` is the global batch of one optimiser
     step, reached with per-process micro-batches of ``micro_batch_size`` (None: ``batch_size /
     processes``) and gradient accumulation; ``gradient_checkpointing`` recomputes activations in the
     backward pass; ``checkpoint_every`` (steps, 0 = off) saves resumable state; ``backend`` (``ddp`` |

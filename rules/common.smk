@@ -18,7 +18,7 @@ from snakemake.exceptions import WorkflowError
 # The qrerase library of this checkout, also without an install.
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
-from qrerase.gguf import resolve_gguf
+from qrerase.models.gguf import resolve_gguf
 from qrerase.workflow.validation import ConfigError, validate
 from qrerase.workflow.launch import (
     ENV_ACCELERATE,
@@ -322,7 +322,7 @@ def tiny_model():
 
 
 # A GGUF model (model.name_or_path / model.gguf_file): the file, found at planning time from package
-# metadata (qrerase.gguf; no torch), which rule import_gguf turns into the pretrained checkpoint.
+# metadata (qrerase.models.gguf; no torch), which rule import_gguf turns into the pretrained checkpoint.
 GGUF_FILE = resolve_gguf(config["model"])
 
 

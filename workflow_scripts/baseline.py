@@ -3,10 +3,10 @@
 import pandas as pd
 
 from qrerase.baselines.text import TextBaselineConfig, loads_sharded, objective_of, read_refusals, train_baseline
-from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.models.checkpoints import save_model
 from qrerase.text.models import load_model, load_tokenizer
 from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job

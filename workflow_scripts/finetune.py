@@ -3,11 +3,11 @@ pretrained checkpoint (rule pretrain, workflow_scripts/pretrain.py), from a new 
 run's tokenizer (the task-level track's model from scratch), or from the hub model named by
 model.name_or_path; a full fine-tune, or a LoRA adapter merged after (finetune.mode: lora)."""
 
-from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming, sharded
 from qrerase.io import read_jsonl, write_csv
 from qrerase.method.architectures import resolve_target_modules
+from qrerase.models.checkpoints import save_model
 from qrerase.text.models import load_start
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
 from qrerase.workflow.job import job, resume_dir, template_from

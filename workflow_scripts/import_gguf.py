@@ -1,7 +1,7 @@
-"""Rule import_gguf: a GGUF model dequantised into a safetensors checkpoint (qrerase.gguf.import_gguf);
+"""Rule import_gguf: a GGUF model dequantised into a safetensors checkpoint (qrerase.models.gguf.import_gguf);
 the GGUF file and its sha256 go to the log and, as the rule's input, to the provenance record."""
 
-from qrerase.gguf import import_gguf
+from qrerase.models.gguf import import_gguf
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:

@@ -3,10 +3,10 @@ tokenizer and trained on the pretraining set (authors in neither the forget nor 
 the knowledge sets). A hub model (model.name_or_path) skips this rule: its checkpoint is the
 pretrained model. Fine-tuning from this checkpoint: workflow_scripts/finetune.py."""
 
-from qrerase.checkpoints import save_model
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.models.checkpoints import save_model
 from qrerase.text.models import load_start
 from qrerase.text.training import TrainConfig, train_causal_lm
 from qrerase.workflow.job import job, resume_dir, template_from

@@ -1,8 +1,8 @@
 """Rule speech_pretrain: digit recognition (FSDD, 10 classes, all speakers, training split) for the tiny encoder."""
 
-from qrerase.checkpoints import resolve_device
 from qrerase.config import model_options
 from qrerase.engine import resuming
+from qrerase.engine.placement import resolve_device
 from qrerase.io import write_csv
 from qrerase.speech.data import digit_task, load_speech_data
 from qrerase.speech.model import TinyHubertConfig, build_tiny_hubert, save_speech_model

@@ -2,7 +2,7 @@
 
 One :class:`TextObjective` subclass per baseline, registered as its ``text`` implementation in
 :mod:`qrerase.registry`; :func:`qrerase.baselines.text.train_baseline` looks it up, prepares what its
-class attributes ask for and trains with it on :func:`qrerase.text.training.train_steps` (the engine's
+class attributes ask for and trains with it on :func:`qrerase.engine.train_steps` (the engine's
 gradient accumulation and data parallelism). The loss functions are those of :mod:`qrerase.baselines.losses`.
 """
 
@@ -32,7 +32,7 @@ class TextObjective:
 
     :meth:`full` is the objective of a whole step (:mod:`qrerase.baselines.text`'s table). :meth:`split`
     divides it into ``parts`` micro-batch thunks whose losses sum to it
-    (:func:`qrerase.text.training.train_steps`); each subclass gives :meth:`_piece`.
+    (:func:`qrerase.engine.train_steps`); each subclass gives :meth:`_piece`.
 
     Class attributes (what :func:`~qrerase.baselines.text.train_baseline` prepares): ``needs_retain``
     (retain examples), ``needs_reference`` (the frozen fine-tuned model π_ref), ``reference_nll``

@@ -16,7 +16,7 @@ on ``[0, 1)^d``, normalised, as the reference code) and ``T_i`` the answer token
 Only the parameters of modules ``update_modules`` (default ``mlp.down_proj``) in decoder layers
 ``update_layers`` (default ``ℓ−2 … ℓ``) are trained: :class:`RMU` turns ``requires_grad`` off on every
 other parameter of the model when it is built, and the engine
-(:func:`qrerase.text.training.train_steps`) trains exactly the parameters with ``requires_grad``.
+(:func:`qrerase.engine.train_steps`) trains exactly the parameters with ``requires_grad``.
 
 Sources. The objective, the control vector, the layer choice (``layer_id 7``, ``layer_ids 5,6,7``,
 ``param_ids 6`` = ``mlp.down_proj.weight`` of a Llama / Mistral layer), ``steering_coeffs 20`` and
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..checkpoints import model_device
+from ..engine.placement import model_device
 from ..text.lm import collate
 from .objective import TextObjective
 

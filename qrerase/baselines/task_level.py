@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from .. import engine, registry
-from ..determinism import set_determinism
+from ..engine import train_steps
+from ..engine.determinism import set_determinism
 from ..text.lm import (
     PromptTemplate,
     answer_token_logits,
@@ -52,7 +53,7 @@ from ..text.lm import (
     sequence_nll,
 )
 from ..text.losses import answer_tokens, token_mean_split
-from ..text.training import epoch_steps, train_causal_lm, train_steps
+from ..text.training import epoch_steps, train_causal_lm
 from .settings import KgaHparams, KuHparams, TaskLevelBaselineConfig
 from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 

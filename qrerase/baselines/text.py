@@ -24,7 +24,7 @@ flat       ``L = −g*(P̄_e) + f*(g*(P̄_f))`` with ``P̄`` the batch mean of t
            ``(g*, f*)`` the variational pair of an f-divergence (Wang et al. 2025; forget data only)
 =========  ==================================================================================
 
-:func:`train_baseline` runs one of them deterministically (:func:`qrerase.text.training.train_steps`:
+:func:`train_baseline` runs one of them deterministically (:func:`qrerase.engine.train_steps`:
 AdamW, linear warmup/decay, clipping, seeded length-bucketed batches) and returns the unlearned
 model and its loss curve. Each objective is a :class:`qrerase.baselines.objective.TextObjective`
 subclass, registered as the method's ``text`` implementation in :mod:`qrerase.registry`
@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from .. import registry
-from ..determinism import set_determinism
+from ..engine import train_steps
+from ..engine.determinism import set_determinism
 from ..text.lm import (
     PromptTemplate,
     collate,
@@ -53,7 +54,7 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
-from ..text.training import add_lora, epoch_batches, epoch_steps, train_steps
+from ..text.training import add_lora, epoch_batches, epoch_steps
 from .losses import (
     DIVERGENCES,
     dpo_loss,
@@ -206,7 +207,7 @@ def train_baseline(
     methods whose objective has ``needs_reference``, ignored otherwise; in ``lora`` mode π_ref is
     the model with its adapter disabled (:class:`AdapterDisabled`, no second copy) and
     ``ref_model`` is not used (None is fine). An objective with ``reference_nll`` (NPO, DPO) gets
-    π_ref's per-example NLL sums from :func:`qrerase.text.training.train_steps`' prelude: computed
+    π_ref's per-example NLL sums from :func:`qrerase.engine.train_steps`' prelude: computed
     after the engine's preparation (under FSDP2 on the sharded reference, so every model can be
     loaded sharded: :func:`loads_sharded`), before the first step and again on a resumed run; the
     full-mode reference is then dropped (meta device). ``forget`` / ``retain``: QA records

@@ -4,7 +4,7 @@ A track describes its model's data and scores as an :class:`AttackTarget`; :func
 configured attacks (:data:`qrerase.robustness.settings.ATTACKS`) on copies of the model and returns
 tidy rows; :func:`subspace_rows` turns the relearning update into the subspace diagnostic. A training
 attack runs ``max(budgets)`` optimiser steps once, at a constant learning rate, through the project's
-training loop (:func:`qrerase.text.training.train_steps`) and is scored after each step of
+training loop (:func:`qrerase.engine.train_steps`) and is scored after each step of
 ``budgets``: with a constant rate the first b steps of that run *are* the b-step attack, so one run
 serves every budget.
 """
@@ -108,8 +108,8 @@ def _wanted(attack: str, start: Mapping[str, float]) -> list[str]:
 
 
 def _train_attack(model, target, attack, mode, factor, settings, seed, threads, start, delta_of):
+    from ..engine import train_steps
     from ..hparams import TrainConfig
-    from ..text.training import train_steps
 
     data = ATTACKS[attack]["trains_on"]
     lr, batch_size = target.rates[mode]

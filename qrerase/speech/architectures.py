@@ -182,7 +182,7 @@ def _encoder_shapes(p: Path, prefix: str) -> tuple[dict[str, list[int]], Path] |
     """(name -> shape, weights file) of the ``prefix`` tensors, from the safetensors headers of only the
     shards the index names for them (the others may be absent: the loader never opens them); all of a
     single ``model.safetensors``; None for other weights."""
-    from ..checkpoint_files import header_shapes, safetensors_shapes, weight_map
+    from ..models.checkpoint_files import header_shapes, safetensors_shapes, weight_map
 
     index = p / "model.safetensors.index.json"
     if not index.is_file():

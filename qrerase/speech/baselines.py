@@ -143,10 +143,10 @@ def _unwrap(student):
 
 def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Callable], desc: str) -> pd.DataFrame:
     """Adam at the constant rate ``cfg.lr`` with clipping, on the engine's loop
-    (:func:`qrerase.text.training.train_steps`). ``steps``: ``(epoch, (phase, idx))`` per update;
+    (:func:`qrerase.engine.train_steps`). ``steps``: ``(epoch, (phase, idx))`` per update;
     ``losses[phase](idx)``: that phase's batch-mean loss. Returns the curve ``step, epoch, phase, loss``."""
     from .. import engine
-    from ..text.training import train_steps
+    from ..engine import train_steps
 
     if not any(p.requires_grad for p in student.parameters()):
         raise ValueError("baseline: the student has no trainable parameters")
@@ -177,7 +177,7 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
 
 
 def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
-    from ..determinism import epoch_seed
+    from ..engine.determinism import epoch_seed
     from .train import batches
 
     return batches(n, cfg.batch_size, epoch_seed(cfg.seed, salt))
@@ -274,8 +274,8 @@ def run_baseline(
     plug-in's) from the fine-tuned ``model`` (modified in place in full mode) with its registered
     ``speech`` implementation. ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩ train
     and D_r. Returns ``(model, loss_curve)``."""
-    from ..checkpoints import model_device
-    from ..determinism import set_determinism
+    from ..engine.determinism import set_determinism
+    from ..engine.placement import model_device
     from .train import as_tensors
 
     known = registry.baselines_of_kind("speech")

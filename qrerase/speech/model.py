@@ -136,14 +136,15 @@ def load_speech_model(
     SpecAugment and layer drop are switched off. Qwen3-Omni: a released checkpoint's audio encoder
     (:func:`qrerase.speech.qwen3_omni.load_audio_tower`, a new seeded head) or a classifier saved here.
     A path that holds no model, or whose weights do not match its ``config.json``
-    (:func:`qrerase.checkpoints.check_loading_info`): one-line ValueError. Allowed: the new head's
+    (:func:`qrerase.models.checkpoints.check_loading_info`): one-line ValueError. Allowed: the new head's
     ``projector`` / ``classifier`` weights with ``speakers`` (missing, or of another shape), and a
     missing ``masked_spec_embed`` (SpecAugment's mask vector; SpecAugment is off).
     """
     import torch
     from transformers import AutoModelForAudioClassification
 
-    from ..checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint, resolve_device
+    from ..engine.placement import resolve_device
+    from ..models.checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint
     from .architectures import architecture_of_dir
 
     if dtype not in DTYPES:
@@ -211,7 +212,7 @@ def load_pretrained(
 
 def save_speech_model(model, out_dir: str | os.PathLike) -> None:
     """``save_pretrained`` (safetensors) atomically; a PEFT-wrapped model is merged first."""
-    from ..checkpoints import save_model
+    from ..models.checkpoints import save_model
 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()

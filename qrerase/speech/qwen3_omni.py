@@ -115,7 +115,7 @@ def audio_tower_plan(path: str | os.PathLike, prefix: str = PREFIX) -> dict[str,
     """Shard file → the ``prefix`` tensors it holds, from the checkpoint's ``model.safetensors.index.json``
     (or its single ``model.safetensors`` header); shards without such tensors are left out. A one-line
     ValueError naming the file when there is no index, or it lists no ``prefix`` tensor."""
-    from ..checkpoint_files import weight_map
+    from ..models.checkpoint_files import weight_map
 
     tensors, where = weight_map(path)
     plan: dict[str, list[str]] = {}

@@ -84,7 +84,7 @@ def speech_target(
     import torch
     import torch.nn.functional as F
 
-    from ..checkpoints import model_device
+    from ..engine.placement import model_device
     from .train import as_tensors, classifier_logits, predict_logits, topk_accuracy
 
     n = len(arrays["labels"])

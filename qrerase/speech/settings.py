@@ -43,7 +43,7 @@ class SpeechBaselineConfig(TrainingJob):
 
     ``mode``: ``full`` (all weights) or ``lora`` (LoRA ``lora_r`` / ``lora_alpha`` on ``target_modules``,
     merged at the end); ``train``: the optimisation (every update runs on
-    :func:`qrerase.text.training.train_steps`, Adam at a constant rate); ``hparams``: the method's own keys.
+    :func:`qrerase.engine.train_steps`, Adam at a constant rate); ``hparams``: the method's own keys.
     """
 
     kind: ClassVar[str] = "speech"

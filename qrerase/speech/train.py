@@ -63,7 +63,7 @@ def train_classifier(
 
     ``cfg`` is a :class:`qrerase.text.training.TrainConfig` (epochs, lr, batch_size, weight_decay,
     warmup_ratio, max_grad_norm, seed, threads): AdamW, linear warmup then linear decay to 0, gradient
-    clipping (the loop of :func:`qrerase.text.training.train_steps`), batches drawn by a generator seeded
+    clipping (the loop of :func:`qrerase.engine.train_steps`), batches drawn by a generator seeded
     with (seed, epoch). ``loss_fn(model, x, m, y)``
     defaults to the cross-entropy of the speaker labels; it must be a mean over the batch's utterances
     (micro-batches are weighted by their share of the batch, :func:`qrerase.engine.example_mean_split`).
@@ -72,10 +72,9 @@ def train_classifier(
     import torch
     import torch.nn.functional as F
 
-    from ..checkpoints import model_device
-    from ..determinism import epoch_seed, set_determinism
-    from ..engine import example_mean_split
-    from ..text.training import train_steps
+    from ..engine import example_mean_split, train_steps
+    from ..engine.determinism import epoch_seed, set_determinism
+    from ..engine.placement import model_device
 
     set_determinism(cfg.seed, cfg.threads)
     x, m, y = as_tensors(arrays, mask, model_device(model))
@@ -114,7 +113,7 @@ def train_speech_lora(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray,
     import torch
     from peft import get_peft_model
 
-    from ..determinism import set_determinism
+    from ..engine.determinism import set_determinism
 
     set_determinism(cfg.train.seed, cfg.train.threads)
     lora = speech_lora_config(cfg.r, cfg.alpha, cfg.dropout, cfg.target_modules)
@@ -136,7 +135,7 @@ def predict_logits(
     """Logits (N, n_speakers) float32 of the selected utterances (eval mode, no grad), in order."""
     import torch
 
-    from ..checkpoints import model_device
+    from ..engine.placement import model_device
 
     x, m, _ = as_tensors(arrays, mask, model_device(model))
     model.eval()

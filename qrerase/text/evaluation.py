@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..checkpoints import model_device
 from ..config import from_mapping
+from ..engine.placement import model_device
 from .data import EVAL_FIELDS
 from .lm import (
     PromptTemplate,

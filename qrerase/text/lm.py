@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints import model_device
 from ..config import from_mapping
+from ..engine.placement import model_device
 
 __all__ = [
     "PromptTemplate",

@@ -2,7 +2,7 @@
 
 * :func:`train_bpe_tokenizer` and :func:`build_tiny_llama` build the small, fully local model of
   the default run; :func:`load_model` and :func:`load_tokenizer` read Hugging Face checkpoints
-  (:func:`qrerase.checkpoints.save_model` writes them, atomically, safetensors only).
+  (:func:`qrerase.models.checkpoints.save_model` writes them, atomically, safetensors only).
 """
 
 from __future__ import annotations
@@ -14,16 +14,10 @@ from typing import Any
 
 import torch
 
-from ..checkpoints import (
-    DTYPES,
-    check_loading_info,
-    first_line,
-    inference_placement,
-    resolve_checkpoint,
-    resolve_device,
-)
 from ..config import from_mapping
+from ..engine.placement import inference_placement, resolve_device
 from ..io import atomic_dir
+from ..models.checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -183,8 +177,8 @@ def load_model(
 
     ``spread`` (inference: evaluation, generation, LoRA forward passes): with ``device`` ``auto`` /
     ``cuda`` and several visible GPUs the model is placed across them with ``device_map="auto"`` and
-    ``max_memory`` (:func:`qrerase.checkpoints.inference_placement`); otherwise it is loaded whole and
-    moved to ``device`` (:func:`qrerase.checkpoints.resolve_device`: in a launched worker, its own
+    ``max_memory`` (:func:`qrerase.engine.placement.inference_placement`); otherwise it is loaded whole and
+    moved to ``device`` (:func:`qrerase.engine.placement.resolve_device`: in a launched worker, its own
     GPU ``cuda:LOCAL_RANK``).
 
     ``sharded`` (a model the engine will train with FSDP2 over several processes,
@@ -196,7 +190,7 @@ def load_model(
 
     ``local_files_only=False`` lets online users load hub ids. A path that does not hold a model, or whose
     weights do not match its ``config.json`` (missing, unexpected or reshaped weights:
-    :func:`qrerase.checkpoints.check_loading_info`; the rotary ``inv_freq`` buffers some older
+    :func:`qrerase.models.checkpoints.check_loading_info`; the rotary ``inv_freq`` buffers some older
     checkpoints store are recomputed from the config and allowed), gives a one-line ``ValueError``
     naming it.
     """
@@ -231,7 +225,7 @@ def load_start(
     tokenizer (``inputs["tokenizer"]``: pretraining, the task-level track), the pretrained checkpoint
     (``inputs["init"]``: the embedded model's, or an imported GGUF), else the hub / local model
     ``model_cfg["name_or_path"]``. ``sharded``: see :func:`load_model`. Returns ``(model, tokenizer)``."""
-    from ..checkpoints import resolve_device
+    from ..engine.placement import resolve_device
 
     if "tokenizer" in inputs:
         tokenizer = load_tokenizer(inputs["tokenizer"])

@@ -53,7 +53,7 @@ def check(cfg: Mapping, runs: bool) -> None:
     if not runs:
         return  # the checks below need the recordings and the model; a run without the track needs neither
     check_model_source("speech.model", sp["model"], tokenizer=False)
-    from ..checkpoint_files import is_local_path
+    from ..models.checkpoint_files import is_local_path
     from ..speech.architectures import check_speech_checkpoint
 
     name = sp["model"].get("name_or_path")

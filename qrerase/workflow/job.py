@@ -73,7 +73,7 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         snakemake.config = recording
     try:
         if seed is not None:
-            from ..determinism import set_determinism
+            from ..engine.determinism import set_determinism
 
             set_determinism(int(seed), int(snakemake.threads))
         log.info("rule %s started (threads=%s)", snakemake.rule, snakemake.threads)
@@ -157,7 +157,7 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
     """Load a checkpoint (and optionally apply a PEFT adapter on top) for evaluation.
 
     With ``model.device`` ``auto`` / ``cuda`` and several visible GPUs the model is spread across them
-    (``device_map="auto"``, ``max_memory``: :func:`qrerase.checkpoints.inference_placement`).
+    (``device_map="auto"``, ``max_memory``: :func:`qrerase.engine.placement.inference_placement`).
     """
     from ..text.models import load_model, load_tokenizer
 
@@ -195,14 +195,9 @@ def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype
 #: The library's sources on the training path (relative to the package): their bytes make the code
 #: version in a job's resume key (:func:`resume_key`), so states saved by other training code are not resumed.
 TRAINING_CODE = (
-    "engine.py",
-    "gather.py",
-    "resume.py",
-    "gguf.py",
-    "checkpoints.py",
-    "checkpoint_files.py",
+    "engine",
+    "models",
     "config.py",
-    "determinism.py",
     "io.py",
     "baselines",
     "method",

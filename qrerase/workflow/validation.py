@@ -237,13 +237,13 @@ def check_core(cfg: Mapping) -> None:
 
 def check_adapter_base(cfg: Mapping, set_name: str, path: str, base: str | None) -> None:
     """A user adapter's ``base_model_name_or_path`` against ``model.name_or_path`` (docs/models.md,
-    "Your own adapters"): the same model by :func:`qrerase.checkpoint_files.same_model`; for the tiny
+    "Your own adapters"): the same model by :func:`qrerase.models.checkpoint_files.same_model`; for the tiny
     model this workflow builds, or a GGUF file it imports, any local folder (the workflow's own
     checkpoints) but no hub id. An unnamed base cannot be compared and passes (the job still checks
     every module's shape). ``lora.accept_other_base: true`` accepts any base; the job that reads the
     adapter records that key in its provenance."""
-    from ..checkpoint_files import is_local_path, same_model
-    from ..gguf import is_gguf_source
+    from ..models.checkpoint_files import is_local_path, same_model
+    from ..models.gguf import is_gguf_source
 
     if not base or cfg["lora"].get("accept_other_base"):
         return
@@ -288,14 +288,14 @@ def check_adapter_ranks(cfg: Mapping, set_name: str, path: str) -> None:
 
 def check_model_source(section: str, model_cfg: Mapping, tokenizer: bool) -> None:
     """``<section>.name_or_path`` when it is a local path: the checks the job's loader makes
-    (:func:`qrerase.checkpoint_files.check_model_dir`). A hub id is left to :func:`check_hub_models`
+    (:func:`qrerase.models.checkpoint_files.check_model_dir`). A hub id is left to :func:`check_hub_models`
     (no network here)."""
-    from ..checkpoint_files import check_model_dir, is_local_path
+    from ..models.checkpoint_files import check_model_dir, is_local_path
 
     name = model_cfg.get("name_or_path")
     if name is None:
         return
-    from ..gguf import is_gguf_source, resolve_gguf
+    from ..models.gguf import is_gguf_source, resolve_gguf
 
     if is_gguf_source(model_cfg):  # a GGUF file: found (package metadata, 4 bytes), imported by a rule
         try:
@@ -321,8 +321,8 @@ def check_hub_models(cfg: Mapping) -> None:
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    from ..checkpoint_files import is_local_path
-    from ..gguf import is_gguf_source
+    from ..models.checkpoint_files import is_local_path
+    from ..models.gguf import is_gguf_source
 
     sections = {"model": cfg["model"]}  # and each running track's own model section (speech.model)
     for track in cfg.get("tracks", []):

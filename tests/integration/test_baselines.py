@@ -220,7 +220,7 @@ def test_deterministic_under_the_seed(finetuned, tok, sets):
 def test_lora_mode_gives_a_plain_checkpoint(finetuned, tok, sets, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from qrerase.checkpoints import save_model
+    from qrerase.models.checkpoints import save_model
 
     model, curve = _run(finetuned, tok, sets, method="graddiff", mode="lora", lora_r=4, lora_alpha=8, lr=1e-2)
     assert type(model) is type(finetuned)

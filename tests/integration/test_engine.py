@@ -66,7 +66,7 @@ def test_dist_timeout_key_reaches_the_process_group_kwargs():
     not part of a run's identity."""
     from datetime import timedelta
 
-    from qrerase.resume import _settings
+    from qrerase.engine.resume import _settings
 
     cfg = TrainConfig(epochs=1, lr=1e-3, batch_size=4)
     assert cfg.dist_timeout_min == engine.DIST_TIMEOUT_MIN == 60

@@ -251,7 +251,7 @@ def test_resume_key_takes_weight_files_by_size_and_mtime_without_reading_them(tm
 
 @pytest.mark.parametrize(("method", "mode"), [("kl", "full"), ("npo", "lora")])
 def test_a_resume_state_holds_the_trained_parameters_only(models, tok, sets, tmp_path, caplog, method, mode):
-    """A resume state (qrerase.resume.save_trained) holds the trained parameters and their optimiser
+    """A resume state (qrerase.engine.resume.save_trained) holds the trained parameters and their optimiser
     state, not the frozen ones: neither KL's reference kept through training nor a LoRA run's base,
     which the restarted job reads again from its inputs; the resumed run equals an uninterrupted one."""
     import torch.distributed.checkpoint as dcp

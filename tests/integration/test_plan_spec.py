@@ -61,7 +61,7 @@ def test_every_training_job_runs_what_its_plan_row_planned(name):
         assert set(engine_param) == {"backend", "gradient_checkpointing", "micro_batch_size"} <= set(ENGINE_KEYS)
         job = script_config(track, stage, {**stage_recipe(cfg, track, stage), **engine_param})
         assert job_settings(cfg, track, stage) == {**stage_recipe(cfg, track, stage), **engine_param}
-        # what the engine does with it (qrerase.text.training.train_steps) is the plan's row
+        # what the engine does with it (qrerase.engine.train_steps) is the plan's row
         assert row.processes == procs and (f"--num_processes {procs} " in prefix) == (procs > 1), row.name
         assert engine.micro_plan(job.batch_size, job.micro_batch_size, procs) == (row.micro_batch, row.accumulation)
         assert (job.backend, job.gradient_checkpointing) == (row.backend, row.checkpointing), row.name

@@ -32,6 +32,7 @@ import torch
 from safetensors.torch import save_file
 
 from qrerase import engine
+from qrerase.engine import accelerator
 from qrerase.text.lm import PromptTemplate
 from qrerase.text.models import build_tiny_llama, load_model, load_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, train_causal_lm, train_lora
@@ -65,10 +66,11 @@ def memory_run(tok, records, cfg, out: str) -> None:
     gathering, rank 0's write), with the size of the largest tensor."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from qrerase.checkpoints import save_model
+    from qrerase.engine import train_steps
+    from qrerase.models.checkpoints import save_model
     from qrerase.text.lm import answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
     from qrerase.text.losses import token_mean_split
-    from qrerase.text.training import epoch_steps, train_steps
+    from qrerase.text.training import epoch_steps
 
     config = LlamaConfig(
         vocab_size=len(tok),
@@ -112,9 +114,10 @@ def memory_run(tok, records, cfg, out: str) -> None:
 def bf16_run(tok, records, cfg, out: str) -> None:
     """A bf16 fine-tune: at the first step, the mixed-precision policy FSDP2 holds for every sharded
     module's parameter group, and the dtype of a layer's weight as its forward pass sees it."""
+    from qrerase.engine import train_steps
     from qrerase.text.lm import answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
     from qrerase.text.losses import token_mean_split
-    from qrerase.text.training import epoch_steps, train_steps
+    from qrerase.text.training import epoch_steps
 
     model = build_tiny_llama(TINY, tok, seed=9).to(torch.bfloat16)
     pad = pad_token_id(tok)
@@ -161,7 +164,7 @@ def bf16_run(tok, records, cfg, out: str) -> None:
 
 def crash_after(step: int) -> None:
     """Make every rank exit (status 17, no cleanup) right after the resume state of ``step`` is complete."""
-    save = engine.save_state
+    save = accelerator.save_state
 
     def save_then_exit(accelerator, resume, at):
         save(accelerator, resume, at)
@@ -169,7 +172,7 @@ def crash_after(step: int) -> None:
             sys.stderr.flush()
             os._exit(17)
 
-    engine.save_state = save_then_exit
+    accelerator.save_state = save_then_exit  # train_steps calls the engine's functions through this module
 
 
 def process_group_timeout_min() -> float:
@@ -180,13 +183,13 @@ def process_group_timeout_min() -> float:
 
 
 def check_prelude_frees_its_models() -> None:
-    """Wrap :func:`qrerase.engine.run_prelude` (which train_steps calls) to check that, under FSDP2,
+    """Wrap :func:`qrerase.engine.accelerator.run_prelude` (which train_steps calls) to check that, under FSDP2,
     every sharded parameter (DTensor, which holds the rank's shard) of the models only the prelude
     evaluates (NPO's π_ref) is freed once it returns, and that those models are left on the meta device."""
     import gc
     import weakref
 
-    run = engine.run_prelude
+    run = accelerator.run_prelude
 
     def checked(prelude, root, unit, models, device, fsdp):
         shards = [weakref.ref(p) for p in unit.parameters()] if unit is not None else []  # DTensors: the shards
@@ -196,7 +199,7 @@ def check_prelude_frees_its_models() -> None:
         assert alive == 0, f"{alive} of {len(shards)} prelude shards still alive"
         assert all(p.device.type == "meta" for m in models for p in m.parameters())
 
-    engine.run_prelude = checked
+    accelerator.run_prelude = checked  # train_steps calls the engine's functions through this module
 
 
 def main(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None = None) -> None:

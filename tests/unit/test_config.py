@@ -317,7 +317,7 @@ def test_no_preset_downloads_a_model_in_a_job(name):
     # planning checks such a model is in the Hugging Face cache: the suite's cache (tests/conftest.py) has it
     from huggingface_hub import try_to_load_from_cache
 
-    from qrerase.checkpoint_files import is_local_path
+    from qrerase.models.checkpoint_files import is_local_path
 
     for model in (cfg["model"], cfg["speech"]["model"]):
         hub_id = model.get("name_or_path")

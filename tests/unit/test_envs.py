@@ -56,13 +56,15 @@ def rules() -> dict[str, tuple[str, str]]:
 
 @cache
 def _module(name: str) -> ast.Module:
-    return ast.parse((REPO / Path(*name.split("."))).with_suffix(".py").read_text())
+    return ast.parse(_source(name).read_text())
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> str:
     if node.level == 0:
         return node.module or ""
-    base = module.rsplit(".", node.level)[0]
+    # in a package's __init__, `.` is the package itself
+    level = node.level - 1 if _source(module).name == "__init__.py" else node.level
+    base = module.rsplit(".", level)[0] if level else module
     return f"{base}.{node.module}" if node.module else base
 
 
@@ -100,22 +102,37 @@ def _imports(nodes, module: str, skip_params: set[str] = frozenset()):
     return third, internal
 
 
+def _source(name: str) -> Path:
+    """The file of module ``name``: ``a/b.py``, or ``a/b/__init__.py`` for a package."""
+    path = REPO / Path(*name.split("."))
+    return path / "__init__.py" if (path / "__init__.py").is_file() else path.with_suffix(".py")
+
+
 def _is_module(name: str) -> bool:
-    return (REPO / Path(*name.split("."))).with_suffix(".py").is_file()
+    return _source(name).is_file()
+
+
+@cache
+def _direct(module: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(third-party packages, qrerase modules) the module-level statements of `module` import; the
+    modules include its parent packages, whose `__init__` runs first."""
+    tree = _module(module)
+    top = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    third, internal = _imports(top, module)
+    targets = [mod if name is None or not _is_module(f"{mod}.{name}") else f"{mod}.{name}" for mod, name in internal]
+    parents = [module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)]
+    return frozenset(third), tuple(t for t in [*targets, *parents] if _is_module(t) and t != module)
 
 
 @cache
 def module_level(module: str) -> frozenset[str]:
     """Third-party packages imported when `module` is imported (module-level, transitively)."""
-    tree = _module(module)
-    top = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    third, internal = _imports(top, module)
-    for mod, name in internal:
-        target = mod if name is None or not _is_module(f"{mod}.{name}") else f"{mod}.{name}"
-        if _is_module(target) and target != module:
-            third |= module_level(target)
-    if module.count(".") > 0:
-        third |= module_level(module.rsplit(".", 1)[0]) if _is_module(module.rsplit(".", 1)[0]) else set()
+    third, todo, seen = set(), [module], {module}
+    while todo:
+        direct, internal = _direct(todo.pop())
+        third |= direct
+        todo += [m for m in internal if m not in seen]
+        seen.update(internal)
     return frozenset(third)
 
 

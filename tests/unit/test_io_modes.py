@@ -66,7 +66,7 @@ def test_a_saved_checkpoint_is_readable_by_the_group(tmp_path, umask):
     from support.tiny_llama import build_tiny_llama
     from transformers import PreTrainedTokenizerFast  # noqa: F401  (the real save path)
 
-    from qrerase.checkpoints import save_model
+    from qrerase.models.checkpoints import save_model
 
     save_model(build_tiny_llama(0), None, tmp_path / "model")
     paths = [tmp_path / "model", *(tmp_path / "model").rglob("*")]

@@ -8,7 +8,7 @@ import shlex
 import pytest
 from snakemake.iocontainers import InputFiles, OutputFiles, Wildcards
 
-from qrerase.checkpoints import inference_placement
+from qrerase.engine.placement import inference_placement
 from qrerase.workflow import provenance
 from qrerase.workflow.job import job
 from qrerase.workflow.launch import LaunchedJob, NamedList, job_spec, launcher, load_job, shell_word

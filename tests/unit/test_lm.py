@@ -9,8 +9,8 @@ import pytest
 import torch
 from support import REPO
 
-from qrerase.checkpoints import save_model
 from qrerase.io import read_jsonl
+from qrerase.models.checkpoints import save_model
 from qrerase.text.lm import (
     IGNORE_INDEX,
     PromptTemplate,

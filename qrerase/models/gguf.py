@@ -96,8 +96,8 @@ def import_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype:
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..io import hash_file
     from .checkpoints import DTYPES, first_line, save_model
-    from .io import hash_file
 
     path = resolve_gguf({"name_or_path": str(gguf_path)})
     if dtype not in DTYPES:

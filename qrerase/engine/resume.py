@@ -1,6 +1,6 @@
 """Resumable training states: where a run keeps them, what they hold, and when one may be loaded.
 
-:func:`resuming` sets the directory under which :func:`qrerase.text.training.train_steps` keeps
+:func:`resuming` sets the directory under which :func:`qrerase.engine.train_steps` keeps
 resumable states: the trained parameters and their optimiser states (:func:`save_trained`,
 ``torch.distributed.checkpoint``, frozen parameters left out) and Accelerate's ``save_state`` of the
 rest (scheduler, RNG states, step). Each state carries a checksum manifest (:data:`STATE_MANIFEST`)
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .io import hash_file
+from ..io import hash_file
 
 __all__ = [
     "training_identity",

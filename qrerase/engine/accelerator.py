@@ -1,6 +1,6 @@
 """The training engine: HF Accelerate under every training loop of the library.
 
-:func:`qrerase.text.training.train_steps` (fine-tuning, LoRA, the text / task / speech baselines and
+:func:`qrerase.engine.train_steps` (fine-tuning, LoRA, the text / task / speech baselines and
 speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`make_accelerator`):
 
 * **Data parallelism** is Accelerate's: one process (plain), several processes started by
@@ -14,7 +14,7 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
   micro-batch loss is scaled by ``world_size`` and the micro-batch losses of a step must *sum* to
   the full-batch loss (each training function supplies such a split).
 * **Placement**: a launched worker works on its own GPU, ``cuda:LOCAL_RANK``
-  (:func:`qrerase.checkpoints.resolve_device`, :func:`training_device`). A model trained sharded
+  (:func:`qrerase.engine.placement.resolve_device`, :func:`training_device`). A model trained sharded
   (:func:`sharded`: FSDP2 over several processes) is read by rank 0 alone and built with empty
   storage on the other ranks (:func:`qrerase.text.models.load_model` ``sharded``); FSDP2's
   preparation (Accelerate's ``cpu_ram_efficient_loading``) shards it onto the devices and broadcasts
@@ -41,7 +41,7 @@ speech training) runs on an :class:`accelerate.Accelerator` built here (:func:`m
   :data:`KEEP_STATES` kept, and only for a run of the same identity (:func:`run_identity`). Under
   FSDP2 with several processes a state is sharded (one ``torch.distributed.checkpoint`` file per
   rank); a state holds the trained parameters and their optimiser state only
-  (:func:`qrerase.resume.save_trained`: frozen weights are read again from the job's inputs).
+  (:func:`qrerase.engine.resume.save_trained`: frozen weights are read again from the job's inputs).
 * **Process-group timeout**: ``dist_timeout_min`` (:func:`make_accelerator` ``timeout_min``).
 """
 
@@ -56,9 +56,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..hparams import BACKENDS as _BACKENDS
+from ..hparams import TrainConfig as _TrainConfig
 from .gather import check_finite_sharded, drop, gather_to_main, release_optimizer, unshard
-from .hparams import BACKENDS as _BACKENDS
-from .hparams import TrainConfig as _TrainConfig
 from .prelude import PreludeModule, run_prelude
 from .resume import (
     KEEP_STATES,
@@ -130,9 +130,9 @@ def training_device(model) -> torch.device:
     """The device a training run works on: the model's own device with one process or when the model
     already sits on an accelerator; otherwise, in a launched worker (``WORLD_SIZE`` > 1) of a model
     left on the CPU (a sharded load), the worker's GPU ``cuda:LOCAL_RANK``
-    (:func:`qrerase.checkpoints.resolve_device`) unless no GPU is visible or ``ACCELERATE_USE_CPU``
+    (:func:`qrerase.engine.placement.resolve_device`) unless no GPU is visible or ``ACCELERATE_USE_CPU``
     is true (the launcher's flag for ``model.device: cpu``), which keep the CPU."""
-    from .checkpoints import model_device, resolve_device
+    from .placement import model_device, resolve_device
 
     device = model_device(model)
     if world_size() == 1 or device.type != "cpu" or not torch.cuda.is_available():
@@ -263,7 +263,7 @@ def make_accelerator(
     :func:`mixed_precision_policy` and ``cpu_ram_efficient_loading``: the model is moved to the meta
     device, sharded, and rank 0's weights are broadcast into the shards tensor by tensor (the other
     ranks' values are never read, so they may hold a sharded load's empty storage); its resume
-    states are sharded (:func:`qrerase.resume.save_trained` through ``torch.distributed.checkpoint``,
+    states are sharded (:func:`qrerase.engine.resume.save_trained` through ``torch.distributed.checkpoint``,
     each rank writing and reading its own shards, no gather; ``SHARDED_STATE_DICT`` is the plugin's
     setting for any Accelerate save of the model).
     ``timeout_min`` (config ``dist_timeout_min``) is the process group's timeout

@@ -1,6 +1,6 @@
 """The end of a sharded (FSDP2) training run: free the optimiser, check the trained shards, gather
 the full state tensor by tensor to rank 0's CPU and turn the model back into a plain module there
-(the save path of :func:`qrerase.text.training.train_steps`; re-exported by :mod:`qrerase.engine`).
+(the save path of :func:`qrerase.engine.train_steps`; re-exported by :mod:`qrerase.engine`).
 
 Memory: no rank holds more than its shards plus one gathered tensor at a time
 (tests/integration/test_engine_placement.py measures each rank's peak against its training peak).

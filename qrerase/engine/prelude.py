@@ -1,7 +1,7 @@
 """A training loop's prelude: work done once after the engine's preparation and before the first
 step, on every rank (π_ref's per-example NLLs of NPO / DPO), with the prepared (under FSDP2: sharded)
 models, and the frozen models only it needs dropped afterwards (re-exported by :mod:`qrerase.engine`;
-:func:`qrerase.text.training.train_steps` ``prelude``).
+:func:`qrerase.engine.train_steps` ``prelude``).
 """
 
 from __future__ import annotations

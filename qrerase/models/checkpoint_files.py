@@ -2,7 +2,7 @@
 Llama-like or HuBERT model, its ``config.json`` against the shapes in the safetensors headers (no torch;
 no tensor is read).
 
-The loaders of the jobs (:func:`qrerase.checkpoints.resolve_checkpoint`) and the planning-time config
+The loaders of the jobs (:func:`qrerase.models.checkpoints.resolve_checkpoint`) and the planning-time config
 checks (:mod:`qrerase.workflow.validation`) share these checks, so a bad ``model.name_or_path`` is refused
 with the same one-line message before any job runs. A name that is not a local path and has the
 shape of a hub id (``org/name``) is left to the loader: planning never touches the network.
