@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,9 @@ def section_at(cfg: Mapping, dotted: str) -> Mapping:
 
 @dataclass(frozen=True)
 class Track:
-    """One experiment track. Data fields (all required: a track module supplies each):
+    """One experiment track. Required fields: ``name``, ``kind``, ``prefix``, ``experiments``, ``tables``,
+    ``title``, ``check``; the others have defaults (the common case), some derived from ``name``
+    (:meth:`__post_init__`). The fields:
 
     name: the config name (``tracks: [...]``, ``methods.<name>``). kind: the runner kind of its
     baselines (a key of :data:`qrerase.registry.KINDS`: the :attr:`Method.run` entry a baseline job looks
@@ -74,33 +76,51 @@ class Track:
     inputs and params); ``None``: the track has no robustness stage.
     """
 
+    # required: what only the track can say
     name: str
     kind: str
-    section: str
-    overrides: tuple[str, ...]
-    baselines_section: str
-    eval_sections: tuple[str, ...]
     prefix: str
     experiments: Mapping[str, str]
-    kind_prefixes: Mapping[str, str]
-    shared_models: bool
-    pretrain_text: bool
-    smoke: bool
-    sweep_language: bool
-    targets: str
-    costs: str
-    cost_group_header: str | None
-    tradeoff_targets: str
-    sweep: str | None
-    finetune_start: str | None
     tables: tuple[str, ...]
     title: str
-    page_prefixes: tuple[str, ...]
     check: str
-    metrics: bool
-    rules: str | None
-    schema: Mapping[str, Any] | None
+    # defaults: the common case; "" means derived from ``name`` (:meth:`__post_init__`)
+    section: str = ""
+    baselines_section: str = ""
+    page_prefixes: tuple[str, ...] = ()
+    targets: str = ""
+    costs: str = ""
+    tradeoff_targets: str = ""
+    overrides: tuple[str, ...] = ()
+    eval_sections: tuple[str, ...] = ()
+    kind_prefixes: Mapping[str, str] = field(default_factory=dict)
+    shared_models: bool = False
+    pretrain_text: bool = False
+    smoke: bool = False
+    sweep_language: bool = False
+    cost_group_header: str | None = None
+    sweep: str | None = None
+    finetune_start: str | None = None
+    metrics: bool = False
+    rules: str | None = None
+    schema: Mapping[str, Any] | None = None
     robustness: str | None = None
+
+    def __post_init__(self) -> None:
+        """Fill the derived defaults: ``section`` = ``name``, ``baselines_section`` = ``<section>.baselines``,
+        ``page_prefixes`` = ``(name,)`` and the rules functions ``<name>_targets``, ``<name>_costs``,
+        ``<name>_tradeoff_targets``."""
+        derived = {
+            "section": self.name,
+            "baselines_section": f"{self.section or self.name}.baselines",
+            "page_prefixes": (self.name,),
+            "targets": f"{self.name}_targets",
+            "costs": f"{self.name}_costs",
+            "tradeoff_targets": f"{self.name}_tradeoff_targets",
+        }
+        for key, value in derived.items():
+            if not getattr(self, key):
+                object.__setattr__(self, key, value)
 
     # ----- how its training sections compose (qrerase.workflow.stages) -----
     def chain(self, cfg: Mapping, name: str) -> list[tuple[str, Mapping]]:

@@ -128,32 +128,38 @@ def _toy(name: str, **over) -> Track:
     fields = dict(
         name=name,
         kind="text",
-        section=name,
+        prefix=name,
+        experiments={name: name},
+        tables=(name,),
+        title="Toy track",
+        check="builtins:print",
         overrides=(name,),
         baselines_section="baselines",
         eval_sections=(f"{name}.evaluate",),
-        prefix=name,
-        experiments={name: name},
-        kind_prefixes={},
-        shared_models=False,
         pretrain_text=True,
-        smoke=False,
-        sweep_language=False,
-        targets=f"{name}_targets",
-        costs=f"{name}_costs",
-        cost_group_header=None,
-        tradeoff_targets=f"{name}_tradeoff_targets",
-        sweep=None,
-        finetune_start=None,
-        tables=(name,),
-        title="Toy track",
-        page_prefixes=(name,),
-        check="builtins:print",
-        metrics=False,
-        rules=None,
-        schema=None,
     )
     return Track(**{**fields, **over})
+
+
+def test_a_track_gives_the_required_fields_and_the_rest_default():
+    required = {
+        f.name
+        for f in dataclasses.fields(Track)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    assert required == {"name", "kind", "prefix", "experiments", "tables", "title", "check"}
+    t = Track(
+        name="toy", kind="text", prefix="toy", experiments={"toy": "toy"}, tables=("toy",), title="T", check="m:f"
+    )
+    assert (t.section, t.baselines_section, t.page_prefixes) == ("toy", "toy.baselines", ("toy",))
+    assert (t.targets, t.costs, t.tradeoff_targets) == ("toy_targets", "toy_costs", "toy_tradeoff_targets")
+    assert (t.rules, t.schema, t.robustness, t.sweep, t.metrics, t.smoke) == (None, None, None, None, False, False)
+    named = Track(
+        name="toy", kind="text", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
+    )
+    assert named.baselines_section == "s.baselines"
+    with pytest.raises(TypeError):
+        Track(name="toy", kind="text")  # the required fields have no default
 
 
 @pytest.fixture

@@ -80,31 +80,14 @@ class ToyTrack(Track):
 
 
 TRACK = register_track(
-    ToyTrack(
+    ToyTrack(  # the required fields, then what differs from the defaults (qrerase.tracks.base.Track)
         name="toy_count",
         kind="text",
-        section="toy_count",
-        overrides=(),
-        baselines_section="tofu.baselines",
-        eval_sections=(),
         prefix="toy_count",
         experiments={"toy_count": "toy_count"},
-        kind_prefixes={},
-        shared_models=False,
-        pretrain_text=False,
-        smoke=False,
-        sweep_language=False,
-        targets="toy_count_targets",
-        costs="toy_count_costs",
-        cost_group_header=None,
-        tradeoff_targets="toy_count_tradeoff_targets",
-        sweep=None,
-        finetune_start=None,
         tables=("toy_count",),
         title="Toy count track",
-        page_prefixes=("toy_count",),
         check="toy_track:check",
-        metrics=False,
         rules=str(Path(__file__).with_name("toy_track.smk")),
         schema={
             "description": "the toy track's settings (tests/plugins/toy_track.py)",
