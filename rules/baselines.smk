@@ -11,7 +11,7 @@ rule baseline:
         benchmark_path("baseline", "exp", "method")
     wildcard_constraints:
         exp=UNLEARN_EXPS,
-        method="|".join(BASELINES),
+        method="|".join(TEXT_BASELINES),
     conda:
         "../envs/train.yaml"
     threads: config["threads"]

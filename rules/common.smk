@@ -73,14 +73,13 @@ os.environ.update(
 )
 
 # ---------------------------------------------------------------------------------------------
-# Globals: the TOFU experiment, the methods (qrerase.registry), the evaluation sets.
+# Globals: the methods (qrerase.registry), the evaluation sets.
 # ---------------------------------------------------------------------------------------------
-EXP = tofu_exp(config["tofu"]["data"]["split"])
 RANK = config["unlearn"]["rank"]
 TOFU_METHODS = list(config["methods"]["tofu"])
 DECOMP = registry.DECOMP  # subspace method -> 'svd' | 'cpqr'
-# the text baselines (tofu and crosslingual tracks)
-BASELINES = registry.baselines_for("tofu")
+# the text baselines (the text runner's: the tofu and crosslingual tracks and the size study)
+TEXT_BASELINES = registry.baselines_for("tofu")
 # The control of the selectivity diagnostic: '<method>_control' is the same edit built with the roles
 # of the two adapters swapped (T_f := T_r, P_r from T_f), on the same layers (unlearn.control).
 CONTROL = registry.CONTROL_SUFFIX
@@ -481,7 +480,7 @@ def eval_model_inputs(wildcards):
     if model in ("base", "retain"):
         which = "full" if model == "base" else "retain"
         return {"model": path("model", exp=model_exp(wildcards.exp), which=which)}
-    if model in BASELINES:
+    if model in TEXT_BASELINES:
         return {"model": path("baseline_model", exp=wildcards.exp, method=model)}
     method, rank = split_model(model)
     if rank is None:

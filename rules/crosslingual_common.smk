@@ -55,7 +55,7 @@ def xling_models():
     models = [(XLING_EXP, "base"), (XLING_EXP, "retain")]
     for code in XLING_UNLEARN:
         models += [
-            (xling_exp(code), m if m in BASELINES else format_model(m, RANK))
+            (xling_exp(code), m if m in TEXT_BASELINES else format_model(m, RANK))
             for m in XLING_METHODS
         ]
     return models
@@ -151,7 +151,7 @@ def crosslingual_robustness():
     return {
         "exps": [xling_exp(c) for c in XLING_UNLEARN],
         "models": ["base", "retain"]
-        + [m if m in BASELINES else format_model(m, RANK) for m in chosen],
+        + [m if m in TEXT_BASELINES else format_model(m, RANK) for m in chosen],
         "ceiling": "base",
         "floor": "retain",
         "weights": xling_model_inputs,

@@ -22,11 +22,11 @@ def size_seeds(width):
 
 
 SIZE_EXPS = [size_exp(w, s) for w in SIZE.get("widths", []) for s in size_seeds(w)]
-_unknown = [m for m in SIZE_METHODS if m not in DECOMP and m not in BASELINES]
+_unknown = [m for m in SIZE_METHODS if m not in DECOMP and m not in TEXT_BASELINES]
 if _unknown:
     raise WorkflowError(
         f"size_study.methods: {_unknown} are neither subspace methods ({list(DECOMP)}) "
-        f"nor text baselines ({BASELINES})"
+        f"nor text baselines ({TEXT_BASELINES})"
     )
 # The widths are checked at planning time for the embedded model; with a hub model (name_or_path set)
 # only a run that asks for a size_h<W>_s<S> target fails, in exp_model, naming model.name_or_path.
@@ -82,7 +82,7 @@ def size_points(wildcards):
         *[
             path("tradeoff_baseline", exp=exp, method=m, epochs=n)
             for m in SIZE_METHODS
-            if m in BASELINES
+            if m in TEXT_BASELINES
             for n in TRADEOFF_EPOCHS
         ],
     ]

@@ -22,10 +22,10 @@ rule tofu_table:
     # PrivLeak and the Min-K%++ AUC from each eval folder's sequence_metrics.json (the retain reference's too).
     input:
         metrics=[
-            path("metrics", exp=EXP, model=m)
+            path("metrics", exp=TOFU_EXP, model=m)
             for m in [*eval_models(), *imported_models()]
         ],
-        logs=[path("eval", exp=EXP, model=m) for m in eval_models()],
+        logs=[path("eval", exp=TOFU_EXP, model=m) for m in eval_models()],
     output:
         **{
             f"{table}_{ext}": report(
@@ -66,7 +66,7 @@ rule tofu_mia_table:
     # Membership inference (forget vs holdout AUCs), PrivLeak vs the retain reference, extraction
     # strength and exact memorisation of every evaluated model (sequence_metrics.json of rule evaluate).
     input:
-        logs=[path("eval", exp=EXP, model=m) for m in eval_models()],
+        logs=[path("eval", exp=TOFU_EXP, model=m) for m in eval_models()],
     output:
         **{
             ext: report(
@@ -95,4 +95,4 @@ rule tofu_mia_table:
 rule probe:
     # `snakemake probe`: the memorisation probe of the TOFU experiment (rule memorisation_probe).
     input:
-        path("probe", exp=EXP, which="full"),
+        path("probe", exp=TOFU_EXP, which="full"),

@@ -40,7 +40,9 @@ def tofu_holdout_file(wildcards):
     ]
 
 
-TOFU_BASELINES = [m for m in TOFU_METHODS if m in BASELINES]
+# the TOFU experiment (tofu_<split>) and its configured baselines
+TOFU_EXP = tofu_exp(config["tofu"]["data"]["split"])
+TOFU_BASELINES = [m for m in TOFU_METHODS if m in TEXT_BASELINES]
 
 
 def refusals_file():
@@ -77,7 +79,7 @@ def eval_models():
     """
     return (
         ["base", "retain"]
-        + [m if m in BASELINES else format_model(m, RANK) for m in TOFU_METHODS]
+        + [m if m in TEXT_BASELINES else format_model(m, RANK) for m in TOFU_METHODS]
         + [format_model(m, RANK) for m in CONTROLS]
     )
 
@@ -106,9 +108,9 @@ def erase_targets():
     outs = []
     for method in [m for m in TOFU_METHODS if m in DECOMP]:
         if "adapter" in config["erase"]["outputs"]:
-            outs.append(path("erase_adapter", exp=EXP, rank=RANK, method=method))
+            outs.append(path("erase_adapter", exp=TOFU_EXP, rank=RANK, method=method))
         if "merged" in config["erase"]["outputs"]:
-            outs.append(path("erased_model", exp=EXP, rank=RANK, method=method))
+            outs.append(path("erased_model", exp=TOFU_EXP, rank=RANK, method=method))
     return outs
 
 
@@ -119,10 +121,10 @@ def tofu_targets():
         *expand(PATHS["table"], table="tofu_wide", ext=["csv", "md", "tex"]),
         *expand(PATHS["table"], table="tofu_mia", ext=["csv", "md"]),
         path("figure", name="tofu_truth_ratio"),
-        path("energy_fig", exp=EXP),
-        path("factor_report", exp=EXP, rank=RANK),
+        path("energy_fig", exp=TOFU_EXP),
+        path("factor_report", exp=TOFU_EXP, rank=RANK),
         *erase_targets(),
-        *[path("baseline_curve", exp=EXP, method=m) for m in TOFU_BASELINES],
+        *[path("baseline_curve", exp=TOFU_EXP, method=m) for m in TOFU_BASELINES],
         *cost_targets("tofu"),
     ]
 
@@ -131,13 +133,15 @@ def tofu_costs():
     """The TOFU track's cost groups (rules/cost_common.smk track_costs): one, its experiment."""
     given = config["lora"]["adapters"]
     return {
-        "": cost_components(EXP, TOFU_METHODS, RANK, TEXT_ERASE_RULE, adapters=given)
+        "": cost_components(
+            TOFU_EXP, TOFU_METHODS, RANK, TEXT_ERASE_RULE, adapters=given
+        )
     }
 
 
 def tofu_sweep():
     """(experiments, methods) of the TOFU trade-off sweep (rules/tradeoff_common.smk): exp tofu_<split>."""
-    return [EXP], TOFU_METHODS
+    return [TOFU_EXP], TOFU_METHODS
 
 
 def tofu_tradeoff_targets():
@@ -151,9 +155,9 @@ def tofu_robustness():
     """
     chosen = robustness_methods("tofu", TOFU_METHODS)
     return {
-        "exps": [EXP],
+        "exps": [TOFU_EXP],
         "models": ["base", "retain"]
-        + [m if m in BASELINES else format_model(m, RANK) for m in chosen],
+        + [m if m in TEXT_BASELINES else format_model(m, RANK) for m in chosen],
         "ceiling": "base",
         "floor": "retain",
         "weights": eval_model_inputs,

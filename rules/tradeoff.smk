@@ -48,7 +48,7 @@ rule tradeoff_baseline:
         benchmark_path("tradeoff_baseline", "exp", "method", "epochs")
     wildcard_constraints:
         exp=UNLEARN_EXPS,
-        method="|".join(BASELINES),
+        method="|".join(TEXT_BASELINES),
         epochs=r"\d+",
     conda:
         "../envs/eval.yaml"

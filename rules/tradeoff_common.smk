@@ -8,11 +8,11 @@ TRADEOFF_EPOCHS = list(TRADEOFF.get("epochs", []))
 TRADEOFF_PROTOCOL = TRADEOFF.get("protocol", "tofu")
 # the baselines swept over epochs (tradeoff.baselines; null: every baseline of the track)
 _SWEPT = TRADEOFF.get("baselines")
-if _SWEPT is not None and not set(_SWEPT) <= set(BASELINES):
+if _SWEPT is not None and not set(_SWEPT) <= set(TEXT_BASELINES):
     raise WorkflowError(
-        f"tradeoff.baselines: {sorted(set(_SWEPT) - set(BASELINES))} are not text baselines ({BASELINES})"
+        f"tradeoff.baselines: {sorted(set(_SWEPT) - set(TEXT_BASELINES))} are not text baselines ({TEXT_BASELINES})"
     )
-TRADEOFF_BASELINES = list(BASELINES if _SWEPT is None else _SWEPT)
+TRADEOFF_BASELINES = list(TEXT_BASELINES if _SWEPT is None else _SWEPT)
 
 
 def tradeoff_lang(wildcards):
