@@ -400,10 +400,10 @@ def finetune_init_inputs(wildcards):
     if not tiny_model():
         return {"init": imported_model(wildcards.exp)} if GGUF_FILE else {}
     pretraining = wildcards.get("which", "pretrained") == "pretrained"
-    # a track with its own start (qrerase.tracks.Track.finetune_start), e.g. task_level
-    start = track_of_exp(wildcards.exp).finetune_start
+    # a track with its own start (its bound finetune_start, qrerase.tracks.Track.bind), e.g. task_level
+    start = track_of_exp(wildcards.exp).function("finetune_start")
     if start is not None and not pretraining:
-        return globals()[start](wildcards)
+        return start(wildcards)
     if pretraining:
         return {"tokenizer": path("tokenizer", exp=wildcards.exp)}
     return {"init": path("model", exp=wildcards.exp, which="pretrained")}
@@ -500,14 +500,14 @@ def eval_data_inputs(wildcards):
 
 
 # ---------------------------------------------------------------------------------------------
-# The default target: each configured track's `<track>_targets()` (rules/<track>_common.smk).
+# The default target: each configured track's bound `targets()` (rules/<track>_common.smk).
 # ---------------------------------------------------------------------------------------------
 def all_targets():
     """Each configured track's targets, and the trade-off sweeps when tradeoff.in_default_target."""
     targets = [
         t
         for track in config["tracks"]
-        for t in globals()[registry.TRACKS[track].targets]()
+        for t in registry.TRACKS[track].function("targets")()
     ]
     if config.get("tradeoff", {}).get("in_default_target"):
         targets += tradeoff_targets()

@@ -79,11 +79,11 @@ def cost_components(
 
 
 def track_costs(track):
-    """A track's cost groups, {group: {method: components}}: its `<track>_costs()` in
-    rules/<track>_common.smk (qrerase.tracks.Track.costs), e.g. one per cross-lingual unlearning
+    """A track's cost groups, {group: {method: components}}: its bound `costs()` in
+    rules/<track>_common.smk (qrerase.tracks.Track.bind), e.g. one per cross-lingual unlearning
     language, one per speech setting, the single '' group of the TOFU and task experiments.
     """
-    return globals()[registry.TRACKS[track].costs]()
+    return registry.TRACKS[track].function("costs")()
 
 
 def cost_inputs(wildcards):

@@ -165,3 +165,13 @@ def crosslingual_robustness():
         },
         "statistic": "answer NLL",
     }
+
+
+# the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+registry.TRACKS["crosslingual"].bind(
+    targets=crosslingual_targets,
+    costs=crosslingual_costs,
+    tradeoff_targets=crosslingual_tradeoff_targets,
+    sweep=crosslingual_sweep,
+    robustness=crosslingual_robustness,
+)

@@ -1,5 +1,5 @@
 # The robustness stage: constants and input functions (its rules: rules/robustness.smk). A track takes
-# part by naming a plan function (qrerase.tracks.Track.robustness) in its rules/<track>_common.smk.
+# part by binding a plan function (role `robustness`, qrerase.tracks.Track.bind) in its rules/<track>_common.smk.
 from types import SimpleNamespace
 
 from qrerase.robustness.settings import robustness_settings
@@ -24,9 +24,9 @@ def robustness_methods(track, methods):
 
 
 def robustness_plan(track):
-    """A track's robustness plan (its Track.robustness function): dict with exps, models, ceiling,
+    """A track's robustness plan (its bound `robustness()`, qrerase.tracks.Track.bind): dict with exps, models, ceiling,
     floor, weights(wildcards), data(exp), languages(exp), block, rank, script."""
-    return globals()[registry.TRACKS[track].robustness]()
+    return registry.TRACKS[track].function("robustness")()
 
 
 def robustness_tracks():
@@ -36,7 +36,7 @@ def robustness_tracks():
     return [
         t
         for t in (config["tracks"] if chosen is None else chosen)
-        if registry.TRACKS[t].robustness
+        if registry.TRACKS[t].function("robustness") is not None
     ]
 
 
@@ -44,7 +44,9 @@ def robustness_rule_models(track):
     """The subspace models of a track's robustness plan at its lambda rule's pick (robustness.rule_lambda
     and a track with a text sweep; others: none, e.g. speech, whose table lambda is its rule's pick).
     """
-    if not ROBUSTNESS.get("rule_lambda", True) or not registry.TRACKS[track].sweep:
+    if not ROBUSTNESS.get("rule_lambda", True) or not registry.TRACKS[track].function(
+        "sweep"
+    ):
         return []
     plan = robustness_plan(track)
     return [m + RULE for m in plan["models"] if split_model(m)[1] is not None]
@@ -78,7 +80,7 @@ def robustness_default_targets():
     return [
         out
         for t in config["tracks"]
-        if t in wanted and registry.TRACKS[t].robustness
+        if t in wanted and registry.TRACKS[t].function("robustness") is not None
         for out in robustness_outputs(t)
     ]
 

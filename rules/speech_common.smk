@@ -261,3 +261,12 @@ def speech_robustness_params(wildcards):
             **engine_params("finetune", speech_exp()),
         }
     return job
+
+
+# the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+registry.TRACKS["speech"].bind(
+    targets=speech_targets,
+    costs=speech_costs,
+    tradeoff_targets=speech_tradeoff_targets,
+    robustness=speech_robustness,
+)

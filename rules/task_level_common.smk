@@ -176,3 +176,13 @@ def task_level_robustness():
         },
         "statistic": "answer NLL",
     }
+
+
+# the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+registry.TRACKS["task_level"].bind(
+    targets=task_level_targets,
+    costs=task_level_costs,
+    tradeoff_targets=task_level_tradeoff_targets,
+    finetune_start=task_level_start_inputs,
+    robustness=task_level_robustness,
+)

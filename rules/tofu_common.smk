@@ -174,3 +174,13 @@ def tofu_robustness():
         },
         "statistic": "answer NLL",
     }
+
+
+# the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+registry.TRACKS["tofu"].bind(
+    targets=tofu_targets,
+    costs=tofu_costs,
+    tradeoff_targets=tofu_tradeoff_targets,
+    sweep=tofu_sweep,
+    robustness=tofu_robustness,
+)

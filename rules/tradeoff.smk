@@ -86,7 +86,7 @@ rule track_tradeoff:
     log:
         log_path("tradeoff", "track"),
     wildcard_constraints:
-        track="|".join(t.name for t in registry.TRACKS.values() if t.sweep),
+        track="|".join(t.name for t in registry.TRACKS.values() if t.function("sweep")),
     conda:
         "../envs/tables.yaml"
     threads: 1

@@ -73,9 +73,9 @@ def sweep_scales(sweep, sweeps):
 
 
 def text_track_sweep(track):
-    """(experiments, methods) of a text track's sweep: its `<track>_sweep()` (qrerase.tracks.Track.sweep;
+    """(experiments, methods) of a text track's sweep: its bound `sweep()` (qrerase.tracks.Track.bind;
     TOFU: exp tofu_<split>; cross-lingual: each xling_X)."""
-    return globals()[registry.TRACKS[track].sweep]()
+    return registry.TRACKS[track].function("sweep")()
 
 
 def tradeoff_points(track):
@@ -111,10 +111,10 @@ def text_tradeoff_targets(track):
 
 
 def tradeoff_targets():
-    """The sweeps of every configured track: its `<track>_tradeoff_targets()`
-    (qrerase.tracks.Track.tradeoff_targets)."""
+    """The sweeps of every configured track: its bound `tradeoff_targets()`
+    (qrerase.tracks.Track.bind)."""
     return [
         out
         for track in config["tracks"]
-        for out in globals()[registry.TRACKS[track].tradeoff_targets]()
+        for out in registry.TRACKS[track].function("tradeoff_targets")()
     ]

@@ -5,10 +5,11 @@ config section, experiment names, runner kind, cost groups, page) or as a method
 :class:`Track` subclass overrides (how its training sections and jobs are composed, its memory plan,
 its config checks). The generic code (``qrerase.workflow``, ``qrerase.reports.pages``,
 ``qrerase.smoke``, ``rules/common.smk``, ``rules/cost_common.smk``, ``rules/tradeoff_common.smk``)
-looks a track up with :func:`track` and never compares track names; the fields naming a function
-(``targets``, ``costs``, ``tradeoff_targets``, ``sweep``, ``finetune_start``) name one defined in the
-track's ``rules/<name>_common.smk``, or in the rules file it names (:attr:`Track.rules`, a plug-in
-track's; :func:`track_rules`, included by the Snakefile). :mod:`qrerase.tracks.base` holds the class and the registry
+looks a track up with :func:`track` and never compares track names; the functions it calls
+(``targets``, ``costs``, ``tradeoff_targets``, ``sweep``, ``finetune_start``, ``robustness``) are
+bound by the track's rules file (:meth:`Track.bind`): ``rules/<name>_common.smk``, or the rules file
+a plug-in track names (:attr:`Track.rules`; :func:`track_rules`, included by the Snakefile).
+:mod:`qrerase.tracks.base` holds the class and the registry
 (``qrerase.registry`` re-exports :class:`Track` and :data:`TRACKS`); importing this package registers
 the built-in tracks, a plug-in module (config key ``plugins``) registers more.
 

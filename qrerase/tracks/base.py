@@ -8,12 +8,14 @@ a track module's method that needs planning code imports it when called). The pa
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ROLES",
+    "REQUIRED_ROLES",
     "Track",
     "TrackError",
     "TRACKS",
@@ -56,11 +58,6 @@ class Track:
     ``<prefix>_<arg>`` unlearn from the models of experiment ``<prefix>``. pretrain_text: its
     tokenizer is also trained on the pretraining text. smoke: ``qrerase smoke`` runs its training
     jobs. sweep_language: a trade-off point is evaluated in its experiment's language (the name's arg).
-    targets / costs / tradeoff_targets / sweep / finetune_start: functions of
-    ``rules/<name>_common.smk`` (a track naming :attr:`rules`: of that file): its default targets, its
-    cost groups ``{group: {method: components}}``, its trade-off targets, ``(experiments, methods)`` of
-    a text sweep (``None``: its sweep is its own rules'), the fine-tuning start inputs of a track with
-    its own start (``None``: the shared one).
     cost_group_header: the header of its cost table's column groups (``None``: one group).
     tables: its headline tables (``results/tables/<table>.csv``, repeated over seeds).
     title / page_prefixes: its results page (:mod:`qrerase.reports.pages`): title and the file-name
@@ -71,9 +68,7 @@ class Track:
     built-in rules (absolute, or relative to the workflow directory; ``None``: the Snakefile includes
     it by name, the built-in tracks). schema: the JSON schema of its config section ``section``, added
     to the config schema (``None``: the section is in ``schemas/config.schema.yaml``).
-    robustness: a function of ``rules/<name>_common.smk`` returning its robustness plan
-    (rules/robustness.smk: the experiment, the attacked models, the ceiling and floor, the job's
-    inputs and params); ``None``: the track has no robustness stage.
+    Its rules file binds the functions the generic rules call (:meth:`bind`, :data:`ROLES`).
     """
 
     # required: what only the track can say
@@ -88,9 +83,6 @@ class Track:
     section: str = ""
     baselines_section: str = ""
     page_prefixes: tuple[str, ...] = ()
-    targets: str = ""
-    costs: str = ""
-    tradeoff_targets: str = ""
     overrides: tuple[str, ...] = ()
     eval_sections: tuple[str, ...] = ()
     kind_prefixes: Mapping[str, str] = field(default_factory=dict)
@@ -99,28 +91,50 @@ class Track:
     smoke: bool = False
     sweep_language: bool = False
     cost_group_header: str | None = None
-    sweep: str | None = None
-    finetune_start: str | None = None
     metrics: bool = False
     rules: str | None = None
     schema: Mapping[str, Any] | None = None
-    robustness: str | None = None
 
     def __post_init__(self) -> None:
         """Fill the derived defaults: ``section`` = ``name``, ``baselines_section`` = ``<section>.baselines``,
-        ``page_prefixes`` = ``(name,)`` and the rules functions ``<name>_targets``, ``<name>_costs``,
-        ``<name>_tradeoff_targets``."""
+        ``page_prefixes`` = ``(name,)``."""
         derived = {
             "section": self.name,
             "baselines_section": f"{self.section or self.name}.baselines",
             "page_prefixes": (self.name,),
-            "targets": f"{self.name}_targets",
-            "costs": f"{self.name}_costs",
-            "tradeoff_targets": f"{self.name}_tradeoff_targets",
         }
         for key, value in derived.items():
             if not getattr(self, key):
                 object.__setattr__(self, key, value)
+
+    # ----- the functions of its rules file (rules/<name>_common.smk, or Track.rules) -----
+    def bind(self, **functions: Callable) -> None:
+        """Bind the functions of its rules file that the generic rules call, by role (:data:`ROLES`):
+        ``targets()`` its default targets, ``costs()`` its cost groups ``{group: {method: components}}``,
+        ``tradeoff_targets()`` its trade-off targets (the three required), ``sweep()`` the
+        ``(experiments, methods)`` of a text sweep, ``finetune_start(wildcards)`` its own fine-tuning start
+        inputs, ``robustness()`` its robustness plan (rules/robustness.smk). A track without an optional
+        role has none (its sweep is its own rules', the shared fine-tuning start, no robustness stage).
+        :class:`TrackError` for an unknown role, a function that is not callable or a required one missing."""
+        unknown = sorted(set(functions) - set(ROLES))
+        if unknown:
+            raise TrackError(f"track {self.name!r}: bind() got unknown role(s) {unknown}; roles: {list(ROLES)}")
+        bad = sorted(role for role, fn in functions.items() if not callable(fn))
+        if bad:
+            raise TrackError(f"track {self.name!r}: bind() role(s) {bad} must be functions")
+        missing = [role for role in REQUIRED_ROLES if role not in functions]
+        if missing:
+            raise TrackError(f"track {self.name!r}: bind() lacks the required role(s) {missing}")
+        _BOUND[self.name] = dict(functions)
+
+    def function(self, role: str) -> Callable | None:
+        """The function bound for ``role`` (:meth:`bind`); ``None`` for an optional role it has none for.
+        :class:`TrackError` when its rules file bound nothing."""
+        if role not in ROLES:
+            raise TrackError(f"unknown track function role {role!r}; roles: {list(ROLES)}")
+        if self.name not in _BOUND:
+            raise TrackError(f"track {self.name!r}: its rules file binds no functions (Track.bind)")
+        return _BOUND[self.name].get(role)
 
     # ----- how its training sections compose (qrerase.workflow.stages) -----
     def chain(self, cfg: Mapping, name: str) -> list[tuple[str, Mapping]]:
@@ -181,9 +195,13 @@ class Track:
         getattr(importlib.import_module(module), attr)(cfg, self.name in cfg.get("tracks", []))
 
 
+#: The roles of the functions a track's rules file binds (:meth:`Track.bind`), the required ones first.
+REQUIRED_ROLES = ("targets", "costs", "tradeoff_targets")
+ROLES = (*REQUIRED_ROLES, "sweep", "finetune_start", "robustness")
+#: track name -> role -> its function (filled as the Snakefile includes the tracks' rules files).
+_BOUND: dict[str, dict[str, Callable]] = {}
 #: The fields a track may leave empty (``None`` or ``()``).
-_MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "sweep", "finetune_start", "cost_group_header")
-_MAY_BE_EMPTY += ("rules", "schema", "robustness")
+_MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "cost_group_header", "rules", "schema")
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
 _NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))
 #: The workflow directory of this checkout (its Snakefile, ``rules/``): where a relative :attr:`Track.rules` lies.

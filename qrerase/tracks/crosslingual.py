@@ -86,12 +86,7 @@ TRACK = register_track(
         pretrain_text=True,
         smoke=True,
         sweep_language=True,
-        targets="crosslingual_targets",
-        costs="crosslingual_costs",
         cost_group_header="Unlearn in",
-        tradeoff_targets="crosslingual_tradeoff_targets",
-        sweep="crosslingual_sweep",
-        finetune_start=None,
         tables=("crosslingual",),
         title="Cross-lingual track",
         page_prefixes=("crosslingual", "xling"),
@@ -99,6 +94,5 @@ TRACK = register_track(
         metrics=False,
         rules=None,
         schema=None,
-        robustness="crosslingual_robustness",
     )
 )

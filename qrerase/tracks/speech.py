@@ -208,12 +208,7 @@ TRACK = register_track(
         pretrain_text=True,
         smoke=False,
         sweep_language=False,
-        targets="speech_targets",
-        costs="speech_costs",
         cost_group_header="Setting",
-        tradeoff_targets="speech_tradeoff_targets",
-        sweep=None,
-        finetune_start=None,
         tables=("speech",),
         title="Speech track",
         page_prefixes=("speech",),
@@ -221,6 +216,5 @@ TRACK = register_track(
         metrics=True,
         rules=None,
         schema=None,
-        robustness="speech_robustness",
     )
 )

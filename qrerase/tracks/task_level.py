@@ -119,12 +119,7 @@ TRACK = register_track(
         pretrain_text=False,
         smoke=False,
         sweep_language=False,
-        targets="task_level_targets",
-        costs="task_level_costs",
         cost_group_header=None,
-        tradeoff_targets="task_level_tradeoff_targets",
-        sweep=None,
-        finetune_start="task_level_start_inputs",
         tables=("task_level",),
         title="Task-level track",
         page_prefixes=("task_level", "task"),
@@ -132,6 +127,5 @@ TRACK = register_track(
         metrics=False,
         rules=None,
         schema=None,
-        robustness="task_level_robustness",
     )
 )

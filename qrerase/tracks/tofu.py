@@ -58,12 +58,7 @@ TRACK = register_track(
         pretrain_text=True,
         smoke=True,
         sweep_language=False,
-        targets="tofu_targets",
-        costs="tofu_costs",
         cost_group_header=None,
-        tradeoff_targets="tofu_tradeoff_targets",
-        sweep="tofu_sweep",
-        finetune_start=None,
         tables=("tofu",),
         title="TOFU track",
         page_prefixes=("tofu",),
@@ -71,6 +66,5 @@ TRACK = register_track(
         metrics=True,
         rules=None,
         schema=None,
-        robustness="tofu_robustness",
     )
 )

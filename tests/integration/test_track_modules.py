@@ -13,6 +13,7 @@ from support import REPO
 
 from qrerase import tracks
 from qrerase.tracks import TRACKS, Track, TrackError, register_track, track
+from qrerase.tracks.base import REQUIRED_ROLES, ROLES
 
 ROOT = REPO
 #: The files that must not switch on a track's name (the tracks' own are qrerase/tracks/<name>.py and
@@ -115,10 +116,13 @@ def test_builtin_track_module_supplies_every_field(name):
     assert t.name == name and t.prefix and t.tables and t.title and t.page_prefixes
     for pattern in t.experiments.values():
         assert re.fullmatch(r"[\w\\{}()|?+\[\]-]+", pattern), pattern
-    # the functions it names exist in its rules file
-    defined = _rules_functions(t)
-    named = [t.targets, t.costs, t.tradeoff_targets, t.sweep, t.finetune_start]
-    assert {n for n in named if n} <= defined, sorted({n for n in named if n} - defined)
+    # its rules file binds the functions the generic rules call, each defined there (Track.bind)
+    common = (ROOT / "rules" / f"{name}_common.smk").read_text()
+    bound = re.search(rf'registry\.TRACKS\["{name}"\]\.bind\((.*?)\n\)', common, flags=re.S)
+    assert bound, f"rules/{name}_common.smk binds no functions"
+    roles = dict(re.findall(r"(\w+)=(\w+)", bound.group(1)))
+    assert set(REQUIRED_ROLES) <= set(roles) <= set(ROLES), roles
+    assert set(roles.values()) <= _rules_functions(t), sorted(set(roles.values()) - _rules_functions(t))
     module, _, attr = t.check.partition(":")
     assert callable(getattr(__import__(module, fromlist=[attr]), attr))
     assert (ROOT / "rules" / f"{name}.smk").is_file()
@@ -152,8 +156,7 @@ def test_a_track_gives_the_required_fields_and_the_rest_default():
         name="toy", kind="text", prefix="toy", experiments={"toy": "toy"}, tables=("toy",), title="T", check="m:f"
     )
     assert (t.section, t.baselines_section, t.page_prefixes) == ("toy", "toy.baselines", ("toy",))
-    assert (t.targets, t.costs, t.tradeoff_targets) == ("toy_targets", "toy_costs", "toy_tradeoff_targets")
-    assert (t.rules, t.schema, t.robustness, t.sweep, t.metrics, t.smoke) == (None, None, None, None, False, False)
+    assert (t.rules, t.schema, t.metrics, t.smoke, t.cost_group_header) == (None, None, False, False, None)
     named = Track(
         name="toy", kind="text", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
     )
@@ -164,10 +167,14 @@ def test_a_track_gives_the_required_fields_and_the_rest_default():
 
 @pytest.fixture
 def restore_tracks():
-    before = dict(TRACKS)
+    from qrerase.tracks import base
+
+    before, bound = dict(TRACKS), dict(base._BOUND)
     yield
     TRACKS.clear()
     TRACKS.update(before)
+    base._BOUND.clear()
+    base._BOUND.update(bound)
 
 
 def test_registering_a_toy_track(restore_tracks):
@@ -196,12 +203,30 @@ def test_unknown_and_duplicate_tracks_are_one_line_errors(restore_tracks):
         register_track({"name": "toy3"})
 
 
+def test_a_track_binds_its_rules_functions_by_role(restore_tracks):
+    toy = register_track(_toy("toy"))
+    with pytest.raises(TrackError, match=r"^track 'toy': its rules file binds no functions \(Track.bind\)$"):
+        toy.function("targets")
+    with pytest.raises(
+        TrackError, match=r"^track 'toy': bind\(\) lacks the required role\(s\) \['costs', 'tradeoff_targets'\]$"
+    ):
+        toy.bind(targets=list)
+    with pytest.raises(TrackError, match=r"^track 'toy': bind\(\) got unknown role\(s\) \['tables'\]"):
+        toy.bind(targets=list, costs=dict, tradeoff_targets=list, tables=list)
+    with pytest.raises(TrackError, match=r"^track 'toy': bind\(\) role\(s\) \['costs'\] must be functions$"):
+        toy.bind(targets=list, costs="toy_costs", tradeoff_targets=list)
+    toy.bind(targets=lambda: ["t"], costs=dict, tradeoff_targets=list)
+    assert toy.function("targets")() == ["t"] and toy.function("sweep") is None and toy.function("robustness") is None
+    with pytest.raises(TrackError, match="unknown track function role 'target'"):
+        toy.function("target")
+
+
 def test_extending_page_documents_every_track_field():
     text = (ROOT / "docs" / "extending.md").read_text()
     section = text[text.index("## Adding a track") :]
     documented = set(re.findall(r"^\| (.+?) \|", section, flags=re.M))
     names = {n.strip("` ") for row in documented for n in row.split(",")}
-    assert {f.name for f in dataclasses.fields(Track)} == names - {"Field", "---"}
+    assert {f.name for f in dataclasses.fields(Track)} | set(ROLES) == names - {"Field", "Role", "---"}
 
 
 def test_a_config_with_the_old_top_level_baselines_key_names_the_new_one():

@@ -1,6 +1,6 @@
 # The toy track's rules (tests/plugins/toy_track.py, Track.rules): included by the Snakefile after the
 # built-in rules, so path(), config and the built-in functions are defined. Its target, cost and
-# trade-off functions are the ones its Track names.
+# trade-off functions are bound to its Track at the end (Track.bind).
 import toy_track
 
 
@@ -28,3 +28,11 @@ rule toy_count_table:
         unit=config.get("toy_count", {}).get("unit", "words"),
     run:
         toy_track.count_table(input[0], output[0], params.unit)
+
+
+# the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+registry.TRACKS["toy_count"].bind(
+    targets=toy_count_targets,
+    costs=toy_count_costs,
+    tradeoff_targets=toy_count_tradeoff_targets,
+)
