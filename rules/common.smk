@@ -20,25 +20,10 @@ sys.path.insert(0, workflow.basedir)
 from qrerase import registry
 from qrerase.models.gguf import resolve_gguf
 from qrerase.workflow.validation import ConfigError, validate
-from qrerase.workflow.launch import (
-    ENV_ACCELERATE,
-    ENV_PYTHON,
-    ENV_WORKFLOW,
-    LAUNCH_CONFIG,
-    job_spec,
-    launcher,
-    shell_word,
-)
+from qrerase.workflow.launch import export_launch_env, job_params, launch_command
 from qrerase.workflow.manifest import missing_artifacts
-from qrerase.workflow.plan import nodes_of
 from qrerase.workflow.plan_config import refusal, rule_resources
-from qrerase.workflow.stages import (
-    engine_settings,
-    node_of,
-    stage_recipe,
-    track_section,
-)
-from qrerase.workflow.stages import processes as kind_processes
+from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
 from qrerase.text.tofu_log import EVAL_SETS as TOFU_EVAL_SETS
 from qrerase.workflow.naming import (
     TASK_LEVEL_EXP,
@@ -234,83 +219,20 @@ if _REFUSED:
 # Launching training jobs (qrerase.workflow.launch): a `shell:` command, so `snakemake -n -p` shows
 # it; `accelerate launch --num_processes N` when resources.<kind>.processes N > 1.
 # ---------------------------------------------------------------------------------------------
-def _conda_deployment():
-    from snakemake.settings.types import DeploymentMethod
-
-    return DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
-
-
-# The commands name this interpreter, its `accelerate` and this checkout through environment variables
-# (qrerase.workflow.launch.ENV_*), never by absolute path: Snakemake's `code` trigger compares a shell
-# rule's command text, so a moved checkout (with its .venv) re-runs nothing, and every word is quoted.
-_ACCELERATE = Path(sys.executable).parent / "accelerate"
-os.environ.update(
-    {
-        ENV_PYTHON: sys.executable,
-        ENV_ACCELERATE: str(_ACCELERATE) if _ACCELERATE.exists() else "accelerate",
-        ENV_WORKFLOW: workflow.basedir,
-    }
-)
-
-
-def _executables():
-    """(python, accelerate): the environment's own under --sdm conda, else this interpreter's."""
-    if _conda_deployment():
-        return "python", "accelerate"
-    return f"${ENV_PYTHON}", f"${ENV_ACCELERATE}"
+export_launch_env(sys.executable, workflow.basedir)
 
 
 def launch(script, kind="train"):
-    """The shell command of a training rule: its workflow script with the rule's job spec
-    (`params.job`, from launch_params), through `accelerate launch` when the kind has processes > 1,
-    started once per node (srun, qrerase.workflow.multinode) when they span several nodes.
-    """
-    python, accelerate = _executables()
-    # resources.<kind>.processes, as the plan reads it; more than a node's GPUs: one launcher per node
-    processes = kind_processes(config, kind)
-    device = config["model"].get("device", "cpu")
-    prefix = launcher(
-        processes,
-        device,
-        python,
-        accelerate,
-        f"${ENV_WORKFLOW}/{LAUNCH_CONFIG}",
-        nodes_of(processes, node_of(config, device).gpus),
-    )
-    script_path = shell_word(f"${ENV_WORKFLOW}/workflow_scripts/{script}")
-    return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"
+    """The shell command of a training rule (qrerase.workflow.launch.launch_command)."""
+    from snakemake.settings.types import DeploymentMethod
 
-
-def _param_value(value, wildcards, input, output):
-    """A param as Snakemake evaluates it, a function of (some of) wildcards, input, output."""
-    if not callable(value):
-        return value
-    import inspect
-
-    given = {"wildcards": wildcards, "input": input, "output": output}
-    names = list(inspect.signature(value).parameters)
-    kwargs = {n: given[n] for n in names[1:] if n in given}
-    return value(wildcards, **kwargs)
+    deployed = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    return launch_command(config, script, kind, conda=deployed)
 
 
 def launch_params(rule_name, **params):
-    """A training rule's params plus `job`, the JSON job spec (of rule `rule_name`) its shell
-    command passes on."""
-
-    def job_json(wildcards, input, output):
-        values = {
-            k: _param_value(v, wildcards, input, output) for k, v in params.items()
-        }
-        return job_spec(
-            rule_name,
-            input=input,
-            output=output,
-            wildcards=wildcards,
-            params=values,
-            config=config,
-        )
-
-    return {**params, "job": job_json}
+    """A training rule's params plus `job`, its JSON job spec (qrerase.workflow.launch.job_params)."""
+    return job_params(config, rule_name, params)
 
 
 # ---------------------------------------------------------------------------------------------

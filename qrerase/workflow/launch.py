@@ -250,3 +250,64 @@ def load_job(argv: Sequence[str] | None = None) -> LaunchedJob:
     registry.load_plugins(spec.get("plugins", []))
     scriptdir = str(Path(sys.argv[0]).resolve().parent)
     return LaunchedJob(spec, threads=args.threads, log=args.log, scriptdir=scriptdir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The training rules' shell command and job spec param (rules/common.smk `launch`, `launch_params`)
+# ---------------------------------------------------------------------------------------------
+def export_launch_env(python: str, workflow_dir: str) -> None:
+    """Name this interpreter, its ``accelerate`` and the checkout in the environment (:data:`ENV_PYTHON`,
+    :data:`ENV_ACCELERATE`, :data:`ENV_WORKFLOW`), which the commands of :func:`launch_command` use
+    instead of absolute paths: Snakemake's ``code`` trigger compares a shell rule's command text, so a
+    moved checkout (with its .venv) re-runs nothing, and every word is quoted."""
+    accelerate = Path(python).parent / "accelerate"
+    os.environ.update(
+        {
+            ENV_PYTHON: python,
+            ENV_ACCELERATE: str(accelerate) if accelerate.exists() else "accelerate",
+            ENV_WORKFLOW: workflow_dir,
+        }
+    )
+
+
+def launch_command(config: Mapping, script: str, kind: str = "train", conda: bool = False) -> str:
+    """The shell command of a training rule: ``workflow_scripts/<script>`` with the rule's job spec
+    (``params.job``, :func:`job_params`), through ``accelerate launch`` when ``resources.<kind>.processes``
+    > 1, started once per node (srun, :mod:`qrerase.workflow.multinode`) when the processes span several
+    nodes. ``conda``: under ``--software-deployment-method conda`` the environment's own ``python`` and
+    ``accelerate``, else this interpreter's (:func:`export_launch_env`)."""
+    from .plan import nodes_of
+    from .stages import node_of, processes  # the planning modules import torch-free; lazily: no cycle
+
+    python, accelerate = ("python", "accelerate") if conda else (f"${ENV_PYTHON}", f"${ENV_ACCELERATE}")
+    n = processes(config, kind)  # resources.<kind>.processes, as the plan reads it
+    device = config["model"].get("device", "cpu")
+    prefix = launcher(
+        n, device, python, accelerate, f"${ENV_WORKFLOW}/{LAUNCH_CONFIG}", nodes_of(n, node_of(config, device).gpus)
+    )
+    script_path = shell_word(f"${ENV_WORKFLOW}/workflow_scripts/{script}")
+    return f"{prefix} {script_path} --threads {{threads}} --log {{log:q}} --job {{params.job:q}}"
+
+
+def evaluate_param(value: Any, wildcards: Any, input: Any, output: Any) -> Any:
+    """A rule param as Snakemake evaluates it: a value as is, a function called with the wildcards and
+    those of ``input`` / ``output`` its signature names after them (Snakemake's own rule for params)."""
+    if not callable(value):
+        return value
+    import inspect
+
+    given = {"wildcards": wildcards, "input": input, "output": output}
+    names = list(inspect.signature(value).parameters)
+    return value(wildcards, **{n: given[n] for n in names[1:] if n in given})
+
+
+def job_params(config: Mapping, rule: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A training rule's ``params``, plus ``job``: a param function giving the JSON job spec
+    (:func:`job_spec`) of rule ``rule`` with the other params evaluated (:func:`evaluate_param`), which
+    the command of :func:`launch_command` passes on."""
+
+    def job(wildcards, input, output):
+        values = {k: evaluate_param(v, wildcards, input, output) for k, v in params.items()}
+        return job_spec(rule, input=input, output=output, wildcards=wildcards, params=values, config=config)
+
+    return {**params, "job": job}
