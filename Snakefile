@@ -19,6 +19,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/core_common.smk"
 include: "rules/tofu_common.smk"
 include: "rules/data.smk"
 include: "rules/model.smk"

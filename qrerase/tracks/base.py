@@ -68,7 +68,9 @@ class Track:
     built-in rules (absolute, or relative to the workflow directory; ``None``: the Snakefile includes
     it by name, the built-in tracks). schema: the JSON schema of its config section ``section``, added
     to the config schema (``None``: the section is in ``schemas/config.schema.yaml``).
-    Its rules file binds the functions the generic rules call (:meth:`bind`, :data:`ROLES`).
+    paths: its own artifact path patterns, key -> pattern (:mod:`qrerase.workflow.paths`; the shared ones
+    are :data:`qrerase.workflow.paths.SHARED`). Its rules file binds the functions the generic rules
+    call (:meth:`bind`, :data:`ROLES`).
     """
 
     # required: what only the track can say
@@ -94,6 +96,7 @@ class Track:
     metrics: bool = False
     rules: str | None = None
     schema: Mapping[str, Any] | None = None
+    paths: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Fill the derived defaults: ``section`` = ``name``, ``baselines_section`` = ``<section>.baselines``,
@@ -201,7 +204,7 @@ ROLES = (*REQUIRED_ROLES, "sweep", "finetune_start", "robustness")
 #: track name -> role -> its function (filled as the Snakefile includes the tracks' rules files).
 _BOUND: dict[str, dict[str, Callable]] = {}
 #: The fields a track may leave empty (``None`` or ``()``).
-_MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "cost_group_header", "rules", "schema")
+_MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "cost_group_header", "rules", "schema", "paths")
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
 _NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))
 #: The workflow directory of this checkout (its Snakefile, ``rules/``): where a relative :attr:`Track.rules` lies.

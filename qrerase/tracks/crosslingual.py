@@ -88,6 +88,13 @@ TRACK = register_track(
         sweep_language=True,
         cost_group_header="Unlearn in",
         tables=("crosslingual",),
+        paths={  # its artifacts (qrerase.workflow.paths)
+            "xling_romanised": "results/xling/romanised/{lang}/{split}.jsonl",
+            "xling_sets": "results/xling/languages/{lang}/{name}.jsonl",
+            "xling_eval": "results/{exp}/eval_languages/{model}",
+            "xling_metrics": "results/xling/metrics.csv",
+            "xling_energy": "results/xling/energy.csv",
+        },
         title="Cross-lingual track",
         page_prefixes=("crosslingual", "xling"),
         check="qrerase.tracks.crosslingual:check",

@@ -121,6 +121,11 @@ TRACK = register_track(
         sweep_language=False,
         cost_group_header=None,
         tables=("task_level",),
+        paths={  # its artifacts (qrerase.workflow.paths)
+            "task_level_eval": "results/{exp}/task_level_eval/{model}.csv",
+            "task_level_metrics": "results/task_level/metrics.csv",
+            "task_level_tradeoff_points": "results/{exp}/tradeoff/points/{method}.csv",
+        },
         title="Task-level track",
         page_prefixes=("task_level", "task"),
         check="qrerase.tracks.task_level:check",

@@ -159,3 +159,13 @@ def test_import_qrerase_is_torch_free():
     code = f"import sys, qrerase; print(sorted(m for m in {TORCH_SIDE!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_rules_stay_short_and_look_tracks_up_through_the_registry():
+    """rules/common.smk stays a short shared header (at most 200 lines; the launch machinery and the path
+    table are library code), and no rules file looks a function up by name (`globals()[...]`): a track's
+    functions are bound to its Track (qrerase.tracks.Track.bind)."""
+    common = (REPO / "rules" / "common.smk").read_text(encoding="utf-8")
+    assert len(common.splitlines()) <= 200
+    for smk in [*sorted((REPO / "rules").glob("*.smk")), REPO / "Snakefile"]:
+        assert "globals()" not in smk.read_text(encoding="utf-8"), smk.name

@@ -21,6 +21,7 @@ ROOT = REPO
 GENERIC = [
     "Snakefile",
     "rules/common.smk",
+    "rules/core_common.smk",
     "rules/cost.smk",
     "rules/cost_common.smk",
     "rules/tradeoff.smk",
@@ -219,6 +220,22 @@ def test_a_track_binds_its_rules_functions_by_role(restore_tracks):
     assert toy.function("targets")() == ["t"] and toy.function("sweep") is None and toy.function("robustness") is None
     with pytest.raises(TrackError, match="unknown track function role 'target'"):
         toy.function("target")
+
+
+def test_a_tracks_path_patterns_join_the_shared_ones_and_may_not_redefine_one(restore_tracks):
+    from qrerase.workflow.paths import SHARED, all_paths, fill
+
+    table = all_paths(TRACKS)
+    assert set(SHARED) < set(table) and table["speech_eval"] == TRACKS["speech"].paths["speech_eval"]
+    assert fill(table["speech_eval"], exp="speech") == "results/speech/speech_eval/{model}.csv"
+    register_track(_toy("toy", paths={"toy_counts": "results/toy/{name}.csv"}))
+    assert all_paths(TRACKS)["toy_counts"] == "results/toy/{name}.csv"
+    TRACKS.pop("toy")
+    register_track(_toy("toy", paths={"table": "results/toy.csv"}))
+    with pytest.raises(
+        ValueError, match=r"^track 'toy': path key\(s\) \['table'\] are already defined \(Track.paths\)$"
+    ):
+        all_paths(TRACKS)
 
 
 def test_extending_page_documents_every_track_field():
