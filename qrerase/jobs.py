@@ -2,7 +2,7 @@
 
 :class:`TrainingJob` composes :class:`qrerase.hparams.TrainConfig` (every training key, declared
 once) and an instance of the hyperparameter dataclass its method registered
-(:func:`qrerase.registry.hparams_of`). One subclass per runner kind (:data:`JOB_CLASSES`):
+(:func:`qrerase.registry.hparams_of`). One subclass per runner (:data:`JOB_CLASSES`):
 :class:`qrerase.baselines.settings.TextBaselineConfig`,
 :class:`~qrerase.baselines.settings.TaskLevelBaselineConfig`,
 :class:`qrerase.speech.settings.SpeechBaselineConfig`. Its :meth:`TrainingJob.section_schema` is the
@@ -23,7 +23,7 @@ from .hparams import ENGINE_KEYS, TRAIN_KEYS, NoHparams, TrainConfig, check, key
 
 __all__ = ["JOB_CLASSES", "TrainingJob", "job_class", "section_schemas", "inject", "MARKERS"]
 
-#: Runner kind (:data:`qrerase.registry.KINDS`) -> its job config class, a :class:`TrainingJob` subclass
+#: Runner (:data:`qrerase.registry.RUNNERS`) -> its job config class, a :class:`TrainingJob` subclass
 #: (imported by name: torch-free modules).
 JOB_CLASSES = {
     "text": "qrerase.baselines.settings:TextBaselineConfig",
@@ -43,11 +43,11 @@ def _build(cls, values: Mapping[str, Any] | None, label: str):
         raise ValueError(f"{label}: '{rest}" if sep else str(exc)) from None
 
 
-def job_class(kind: str) -> type[TrainingJob]:
-    """The :class:`TrainingJob` subclass of runner ``kind`` (:data:`JOB_CLASSES`)."""
-    if kind not in JOB_CLASSES:
-        raise ValueError(f"unknown runner kind {kind!r}; expected among {list(JOB_CLASSES)}")
-    module, _, attr = JOB_CLASSES[kind].partition(":")
+def job_class(runner: str) -> type[TrainingJob]:
+    """The :class:`TrainingJob` subclass of runner ``runner`` (:data:`JOB_CLASSES`)."""
+    if runner not in JOB_CLASSES:
+        raise ValueError(f"unknown runner {runner!r}; expected among {list(JOB_CLASSES)}")
+    module, _, attr = JOB_CLASSES[runner].partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
@@ -55,9 +55,9 @@ def job_class(kind: str) -> type[TrainingJob]:
 class TrainingJob:
     """One baseline job's config: ``method``, ``train`` (the shared :class:`TrainConfig`), ``hparams``
     (an instance of the method's registered dataclass, :func:`qrerase.registry.hparams_of`) and the
-    job kind's own keys (a subclass's fields). A shared key reads through: ``cfg.lr`` is ``cfg.train.lr``.
+    runner's own keys (a subclass's fields). A shared key reads through: ``cfg.lr`` is ``cfg.train.lr``.
 
-    Class attributes of a subclass: ``kind`` (its runner kind), ``what`` (the error messages' name),
+    Class attributes of a subclass: ``runner`` (its runner), ``what`` (the error messages' name),
     ``train_defaults`` (its defaults of the required training keys), ``section_train`` (the training
     keys a method's config section may hold), ``section_own`` (its own keys a section may hold),
     ``section_required`` (keys a section must hold), ``section_nullable`` (a null section is allowed).
@@ -68,7 +68,7 @@ class TrainingJob:
     train: TrainConfig | None = None
     hparams: Any = None
 
-    kind: ClassVar[str] = ""
+    runner: ClassVar[str] = ""
     what: ClassVar[str] = "baseline config"
     train_defaults: ClassVar[Mapping[str, Any]] = {}
     section_train: ClassVar[tuple[str, ...]] = ()
@@ -82,11 +82,11 @@ class TrainingJob:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def __post_init__(self):
-        known = registry.baselines_of_kind(self.kind)
+        known = registry.baselines_of_runner(self.runner)
         if self.method not in known:
             raise ValueError(f"{self.what}: unknown method {self.method!r}; expected one of {known}")
         label = f"{self.what} ({self.method})"
-        hp_cls = registry.hparams_of(self.method, self.kind)
+        hp_cls = registry.hparams_of(self.method, self.runner)
         if self.hparams is None or isinstance(self.hparams, Mapping):
             self.hparams = _build(hp_cls, self.hparams, label)
         elif not isinstance(self.hparams, hp_cls):
@@ -104,10 +104,10 @@ class TrainingJob:
         if "method" not in d:
             raise ValueError(f"{cls.what}: no 'method' key")
         method = d.pop("method")
-        known = registry.baselines_of_kind(cls.kind)
+        known = registry.baselines_of_runner(cls.runner)
         if method not in known:
             raise ValueError(f"{cls.what}: unknown method {method!r}; expected one of {known}")
-        hp_cls = registry.hparams_of(method, cls.kind)
+        hp_cls = registry.hparams_of(method, cls.runner)
         own = [f.name for f in dataclasses.fields(cls) if f.name not in ("method", "train", "hparams")]
         hp_keys = [f.name for f in dataclasses.fields(hp_cls)]
         allowed = (*TRAIN_KEYS, *own, *hp_keys)
@@ -123,11 +123,11 @@ class TrainingJob:
 
     @classmethod
     def section_schema(cls, method: str | None, description: str) -> dict[str, Any]:
-        """The JSON schema of method ``method``'s config section for this job kind: the section's
+        """The JSON schema of method ``method``'s config section for this runner: the section's
         training keys (engine keys by ``$ref`` to ``definitions/engine_keys``), the job's own section
         keys and the method's hyperparameters, nothing else. ``method`` None: the shared keys only (a
-        section common to the kind's methods, ``speech.baselines.common``)."""
-        hp_cls = registry.hparams_of(method, cls.kind) if method is not None else NoHparams
+        section common to the runner's methods, ``speech.baselines.common``)."""
+        hp_cls = registry.hparams_of(method, cls.runner) if method is not None else NoHparams
         defaults = {**cls.train_defaults, **getattr(hp_cls, "train_defaults", {})}
         props: dict[str, Any] = {}
         for key in cls.section_train:
@@ -155,9 +155,9 @@ def section_schemas(section: str) -> dict[str, dict[str, Any]]:
     section of :data:`qrerase.registry.HPARAM_SECTIONS`, else as registered (:func:`qrerase.registry.settings_of`)."""
     if section not in registry.HPARAM_SECTIONS:
         return dict(registry.settings_of(section))
-    kind = registry.HPARAM_SECTIONS[section]
-    job = job_class(kind)
-    return {m: job.section_schema(m, registry.method(m).description) for m in registry.baselines_of_kind(kind)}
+    runner = registry.HPARAM_SECTIONS[section]
+    job = job_class(runner)
+    return {m: job.section_schema(m, registry.method(m).description) for m in registry.baselines_of_runner(runner)}
 
 
 def _train_key(key: str, ref: bool) -> dict:
@@ -173,7 +173,7 @@ def _train_key(key: str, ref: bool) -> dict:
 def inject(node: Mapping[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     """``out`` (schema node ``node`` without its markers) with the shared keys of ``node``'s markers:
     ``x-train-keys: [...]`` as children, ``x-train-properties: [...]`` as properties (engine keys by
-    ``$ref``), ``x-job-section: <kind>`` as a runner kind's shared job section (no method's keys)."""
+    ``$ref``), ``x-job-section: <runner>`` as a runner's shared job section (no method's keys)."""
     for key in node.get("x-train-keys", ()):
         out[key] = _train_key(key, ref=False)
     if "x-train-properties" in node:

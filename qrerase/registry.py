@@ -1,7 +1,7 @@
 """The method and track registry: every unlearning method and experiment track, with its implementation.
 
 Each method is registered once (:func:`register_method`, duplicate names rejected) with its
-implementation per runner kind, the tracks it serves and its own hyperparameters (``hparams=``).
+implementation per runner, the tracks it serves and its own hyperparameters (``hparams=``).
 Everything else is derived from it: the config schema's method and track enums and the methods'
 config sections (from the shared training keys and its hyperparameters: :func:`qrerase.jobs.section_schemas`),
 the job configs (:class:`qrerase.jobs.TrainingJob`), the workflow's ``DECOMP`` and localised-method logic
@@ -34,7 +34,7 @@ __all__ = [
     "RegistryError",
     "METHODS",
     "TRACKS",
-    "KINDS",
+    "RUNNERS",
     "INPUTS",
     "SETTINGS_SECTIONS",
     "HPARAM_SECTIONS",
@@ -51,7 +51,7 @@ __all__ = [
     "implementation",
     "methods_for",
     "baselines_for",
-    "baselines_of_kind",
+    "baselines_of_runner",
     "required_section",
     "settings_of",
     "hparams_of",
@@ -68,8 +68,8 @@ class RegistryError(ValueError):
     """A bad registration or an unknown method / track: the message is one line naming it."""
 
 
-#: Runner kinds: what a baseline's implementation of that kind is called with.
-KINDS: dict[str, str] = {
+#: Runners: what a baseline's implementation of that runner is called with.
+RUNNERS: dict[str, str] = {
     "text": "a TextObjective subclass (qrerase.baselines.objective), trained by qrerase.baselines.text.train_baseline",
     "task_level": (
         "f(job) -> (model, curve), job a TaskLevelBaselineJob "
@@ -77,7 +77,7 @@ KINDS: dict[str, str] = {
     ),
     "speech": "f(model, data, cfg) -> (model, curve) (qrerase.speech.baselines.run_baseline)",
 }
-#: Config sections holding one entry per method (``<section>.<method>``), by the kind of the tracks whose
+#: Config sections holding one entry per method (``<section>.<method>``), by the runner of the tracks whose
 #: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
     "tofu.baselines": "text",
@@ -85,14 +85,14 @@ SETTINGS_SECTIONS: dict[str, str] = {
     "speech.baselines": "speech",
     "speech.tradeoff.baselines": "speech",
 }
-#: The sections whose entry is a job of that runner kind (schema: :func:`qrerase.jobs.section_schemas`).
+#: The sections whose entry is a job of that runner (schema: :func:`qrerase.jobs.section_schemas`).
 HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
     "refusals": "template (refusal) answers, tofu.baselines.refusals (text tracks)",
     "initial": "the checkpoint the fine-tuned model was trained from (task-level track)",
 }
-#: Sections whose entry a method listed in a track of that kind must have (the others are optional).
+#: Sections whose entry a method listed in a track of that runner must have (the others are optional).
 _REQUIRED_SECTIONS = {"text": "tofu.baselines", "task_level": "task_level.baselines"}
 
 
@@ -104,9 +104,9 @@ class Method:
     closed-form subspace method (eqs. 1-6), ``None`` for an optimisation baseline. localised: the
     edit touches only the layers selected by task energy (eqs. 14-16, the ``(LL)`` variants).
     label / tex_label: the table row label (Markdown, CSV, plots) and the LaTeX one (``None``: the
-    escaped ``label``). tracks: the tracks whose ``methods.<track>`` may list it. run: runner kind
-    (:data:`KINDS`) -> implementation, a callable or a lazily imported ``"module:attribute"``; a
-    baseline has one for the kind of each of its tracks. hparams: runner kind -> its own hyperparameters'
+    escaped ``label``). tracks: the tracks whose ``methods.<track>`` may list it. run: runner
+    (:data:`RUNNERS`) -> implementation, a callable or a lazily imported ``"module:attribute"``; a
+    baseline has one for the runner of each of its tracks. hparams: runner -> its own hyperparameters'
     dataclass (or ``"module:Class"``, :func:`hparams_of`). description: its config sections'. settings:
     section outside :data:`HPARAM_SECTIONS` -> the JSON schema of its ``<section>.<name>`` entry.
     inputs: extra inputs its baseline jobs read (:data:`INPUTS`). plan_shape: ``(sequences per
@@ -160,12 +160,12 @@ def register_method(
 ) -> Method:
     """Register one method (in table order: registration order) and return its record.
 
-    ``run``: its implementation per runner kind (:data:`KINDS`); a single callable or string serves
-    every kind of its tracks. ``hparams``: the :class:`qrerase.hparams.Hparams` dataclass of its own
-    hyperparameters (default none), for every kind or per runner kind; its config sections
+    ``run``: its implementation per runner (:data:`RUNNERS`); a single callable or string serves
+    every runner of its tracks. ``hparams``: the :class:`qrerase.hparams.Hparams` dataclass of its own
+    hyperparameters (default none), for every runner or per runner; its config sections
     (:data:`HPARAM_SECTIONS`, described by ``description``) and job configs derive from it. Rejected
     with a :class:`RegistryError` naming the problem: a name already registered, an unknown track,
-    kind or settings section, a baseline without an implementation for one of its tracks' kinds, a
+    runner or settings section, a baseline without an implementation for one of its tracks' runners, a
     settings schema for a generated section, a bad hyperparameter dataclass, a subspace method
     registered after the built-in ones (a new decomposition is not a plug-in).
     """
@@ -177,15 +177,15 @@ def register_method(
     unknown = [t for t in tracks if t not in TRACKS]
     if not tracks or unknown:
         raise RegistryError(f"method {name!r}: tracks must be among {list(TRACKS)}, got {list(tracks)}")
-    kinds = list(dict.fromkeys(TRACKS[t].kind for t in tracks))
-    run_map = dict(run) if isinstance(run, Mapping) else {k: run for k in kinds}
+    runners = list(dict.fromkeys(TRACKS[t].runner for t in tracks))
+    run_map = dict(run) if isinstance(run, Mapping) else {k: run for k in runners}
     if decomp is not None:
         if _BUILTIN_DONE or decomp not in DECOMPOSITIONS:
             raise RegistryError(f"method {name!r}: only the built-in subspace methods have a decomposition")
-    elif missing := [k for k in kinds if k not in run_map]:
+    elif missing := [k for k in runners if k not in run_map]:
         raise RegistryError(f"method {name!r}: no implementation for the {missing} runner of its tracks {list(tracks)}")
-    if bad := [k for k in run_map if k not in KINDS]:
-        raise RegistryError(f"method {name!r}: unknown runner kind(s) {bad}; expected among {list(KINDS)}")
+    if bad := [k for k in run_map if k not in RUNNERS]:
+        raise RegistryError(f"method {name!r}: unknown runner(s) {bad}; expected among {list(RUNNERS)}")
     settings = dict(settings or {})
     if bad := [s for s in settings if s not in SETTINGS_SECTIONS]:
         raise RegistryError(
@@ -197,7 +197,7 @@ def register_method(
     if decomp is None:
         given = dict(hparams) if isinstance(hparams, Mapping) else {k: hparams for k in run_map}
         if bad := [k for k in given if k not in run_map]:
-            raise RegistryError(f"method {name!r}: hparams for runner kind(s) {bad} it has no implementation of")
+            raise RegistryError(f"method {name!r}: hparams for runner(s) {bad} it has no implementation of")
         hp_map = {k: given.get(k) or NoHparams for k in run_map}
         for hp in hp_map.values():
             if not isinstance(hp, str) and (problem := hparams_problem(hp)):
@@ -225,13 +225,13 @@ def register_method(
     return m
 
 
-def hparams_of(name: str, kind: str) -> type:
-    """The hyperparameter dataclass method ``name`` registered for runner ``kind`` (a ``"module:Class"``
-    string is imported and checked now); :class:`RegistryError` for an unknown method or kind."""
+def hparams_of(name: str, runner: str) -> type:
+    """The hyperparameter dataclass method ``name`` registered for runner ``runner`` (a ``"module:Class"``
+    string is imported and checked now); :class:`RegistryError` for an unknown method or runner."""
     m = method(name)
-    if kind not in m.hparams:
-        raise RegistryError(f"method {name!r} has no {kind!r} hyperparameters (it has: {list(m.hparams)})")
-    hp = _load(name, "hparams", m.hparams[kind])
+    if runner not in m.hparams:
+        raise RegistryError(f"method {name!r} has no {runner!r} hyperparameters (it has: {list(m.hparams)})")
+    hp = _load(name, "hparams", m.hparams[runner])
     if problem := hparams_problem(hp):
         raise RegistryError(f"method {name!r}: {problem}")
     return hp
@@ -276,13 +276,13 @@ class _Unknown(RegistryError, KeyError):
         return str(self.args[0])
 
 
-def implementation(name: str, kind: str) -> Callable[..., Any]:
-    """The implementation of method ``name`` for runner ``kind`` (a ``"module:attribute"`` string is
-    imported now); :class:`RegistryError` for an unknown method or one without that kind."""
+def implementation(name: str, runner: str) -> Callable[..., Any]:
+    """The implementation of method ``name`` for runner ``runner`` (a ``"module:attribute"`` string is
+    imported now); :class:`RegistryError` for an unknown method or one without that runner."""
     m = method(name)
-    if kind not in m.run:
-        raise RegistryError(f"method {name!r} has no {kind!r} implementation (it has: {list(m.run)})")
-    return _load(name, "implementation", m.run[kind])
+    if runner not in m.run:
+        raise RegistryError(f"method {name!r} has no {runner!r} implementation (it has: {list(m.run)})")
+    return _load(name, "implementation", m.run[runner])
 
 
 def methods_for(track: str) -> list[str]:
@@ -297,11 +297,11 @@ def baselines_for(track: str) -> list[str]:
     return [m for m in methods_for(track) if _METHODS[m].decomp is None]
 
 
-def baselines_of_kind(kind: str) -> list[str]:
-    """The baselines with an implementation for runner ``kind`` (:data:`KINDS`), in registry order."""
-    if kind not in KINDS:
-        raise RegistryError(f"unknown runner kind {kind!r}; expected among {list(KINDS)}")
-    return [m.name for m in _METHODS.values() if m.decomp is None and kind in m.run]
+def baselines_of_runner(runner: str) -> list[str]:
+    """The baselines with an implementation for runner ``runner`` (:data:`RUNNERS`), in registry order."""
+    if runner not in RUNNERS:
+        raise RegistryError(f"unknown runner {runner!r}; expected among {list(RUNNERS)}")
+    return [m.name for m in _METHODS.values() if m.decomp is None and runner in m.run]
 
 
 def settings_of(section: str) -> dict[str, Mapping[str, Any]]:
@@ -315,7 +315,7 @@ def settings_of(section: str) -> dict[str, Mapping[str, Any]]:
 
 def required_section(track: str) -> str | None:
     """The config section where a baseline listed in ``methods.<track>`` must have its entry."""
-    return _REQUIRED_SECTIONS.get(TRACKS[track].kind)
+    return _REQUIRED_SECTIONS.get(TRACKS[track].runner)
 
 
 def is_localised(name: str) -> bool:
@@ -348,11 +348,11 @@ def tex_method_labels() -> dict[str, str]:
 # The built-in methods, in table order: the subspace methods, then the baselines of each track.
 # ---------------------------------------------------------------------------------------------------
 def _sweep(label: str, tracks: Iterable[str]) -> dict[str, dict[str, Any]] | None:
-    """A baseline's entry in each sweep section of its tracks' runner kinds (the sections of
+    """A baseline's entry in each sweep section of its tracks' runners (the sections of
     :data:`SETTINGS_SECTIONS` outside :data:`HPARAM_SECTIONS`: ``speech.tradeoff.baselines``); ``None``: none."""
-    kinds = {TRACKS[t].kind for t in tracks}
+    runners = {TRACKS[t].runner for t in tracks}
     sweep = {"$ref": "#/definitions/speech_sweep", "description": f"the {label} sweep"}
-    own = {s: dict(sweep) for s, k in SETTINGS_SECTIONS.items() if s not in HPARAM_SECTIONS and k in kinds}
+    own = {s: dict(sweep) for s, k in SETTINGS_SECTIONS.items() if s not in HPARAM_SECTIONS and k in runners}
     return own or None
 
 

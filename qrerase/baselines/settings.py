@@ -183,7 +183,7 @@ class TextBaselineConfig(TrainingJob):
     from the config's ``tofu.baselines`` section.
     """
 
-    kind: ClassVar[str] = "text"
+    runner: ClassVar[str] = "text"
     section_nullable: ClassVar[bool] = True
     what: ClassVar[str] = "baseline config"
     train_defaults: ClassVar[dict] = {"epochs": 5, "lr": 1e-5, "batch_size": 32}
@@ -222,7 +222,7 @@ class TaskLevelBaselineConfig(TrainingJob):
     ``train`` (``micro_batch_size`` applies to KGA's auxiliary runs too) and the method's ``hparams``.
     A text baseline on the task-level track runs with a :class:`TextBaselineConfig`."""
 
-    kind: ClassVar[str] = "task_level"
+    runner: ClassVar[str] = "task_level"
     section_nullable: ClassVar[bool] = True
     what: ClassVar[str] = "task-level baseline config"
     train_defaults: ClassVar[dict] = {"epochs": 1, "lr": 3e-4, "batch_size": 32}

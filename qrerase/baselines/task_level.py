@@ -73,7 +73,7 @@ __all__ = [
 #: The task-level track's built-in baselines (from :mod:`qrerase.registry`): Gradient Ascent
 #: (qrerase.baselines.text), KGA and KU; their runners: :mod:`qrerase.baselines.task_level_runners`.
 TASK_LEVEL_BASELINES = tuple(
-    m for m in registry.baselines_of_kind("task_level") if registry.method(m) in registry.METHODS
+    m for m in registry.baselines_of_runner("task_level") if registry.method(m) in registry.METHODS
 )
 
 

@@ -53,7 +53,7 @@ class TaskLevelBaselineJob:
 def run_task_level_baseline(job: TaskLevelBaselineJob):
     """Run ``job.method``'s registered ``task_level`` implementation; ``ValueError`` naming the method when it
     is no task-level baseline. Returns ``(model, curve)`` (curve: one dict per optimiser step)."""
-    known = registry.baselines_of_kind("task_level")
+    known = registry.baselines_of_runner("task_level")
     if job.method not in known:
         raise ValueError(f"task-level baseline must be one of {known}, got {job.method!r}")
     return registry.implementation(job.method, "task_level")(job)

@@ -91,7 +91,7 @@ __all__ = [
 ]
 
 #: The built-in text baselines, in the paper's table order (from :mod:`qrerase.registry`).
-TEXT_BASELINES = tuple(m for m in registry.baselines_of_kind("text") if registry.method(m) in registry.METHODS)
+TEXT_BASELINES = tuple(m for m in registry.baselines_of_runner("text") if registry.method(m) in registry.METHODS)
 
 
 def objective_of(method: str):

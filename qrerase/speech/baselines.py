@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: The built-in speech baselines, in table order (from :mod:`qrerase.registry`).
-SPEECH_BASELINES = tuple(m for m in registry.baselines_of_kind("speech") if registry.method(m) in registry.METHODS)
+SPEECH_BASELINES = tuple(m for m in registry.baselines_of_runner("speech") if registry.method(m) in registry.METHODS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def run_baseline(
     from ..engine.placement import model_device
     from .train import as_tensors
 
-    known = registry.baselines_of_kind("speech")
+    known = registry.baselines_of_runner("speech")
     if method not in known:
         raise ValueError(f"speech baseline must be one of {known}, got {method!r}")
     if cfg.method != method:

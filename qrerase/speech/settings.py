@@ -46,7 +46,7 @@ class SpeechBaselineConfig(TrainingJob):
     :func:`qrerase.engine.train_steps`, Adam at a constant rate); ``hparams``: the method's own keys.
     """
 
-    kind: ClassVar[str] = "speech"
+    runner: ClassVar[str] = "speech"
     what: ClassVar[str] = "speech baseline config"
     train_defaults: ClassVar[dict] = {"epochs": 1, "lr": 1e-4, "batch_size": 32}
     section_train: ClassVar[tuple[str, ...]] = ("epochs", "lr", "batch_size", "max_grad_norm", *ENGINE_KEYS)

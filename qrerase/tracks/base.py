@@ -42,12 +42,12 @@ def section_at(cfg: Mapping, dotted: str) -> Mapping:
 
 @dataclass(frozen=True)
 class Track:
-    """One experiment track. Required fields: ``name``, ``kind``, ``prefix``, ``experiments``, ``tables``,
+    """One experiment track. Required fields: ``name``, ``runner``, ``prefix``, ``experiments``, ``tables``,
     ``title``, ``check``; the others have defaults (the common case), some derived from ``name``
     (:meth:`__post_init__`). The fields:
 
-    name: the config name (``tracks: [...]``, ``methods.<name>``). kind: the runner kind of its
-    baselines (a key of :data:`qrerase.registry.KINDS`: the :attr:`Method.run` entry a baseline job looks
+    name: the config name (``tracks: [...]``, ``methods.<name>``). runner: the runner of its
+    baselines (a key of :data:`qrerase.registry.RUNNERS`: the :attr:`Method.run` entry a baseline job looks
     up). section: its config section. overrides: config sections whose
     ``pretrain`` / ``finetune`` / ``lora`` / ``tokenizer`` entries override the shared top-level ones,
     most specific first. baselines_section: the dotted config key of its baselines' settings.
@@ -75,7 +75,7 @@ class Track:
 
     # required: what only the track can say
     name: str
-    kind: str
+    runner: str
     prefix: str
     experiments: Mapping[str, str]
     tables: tuple[str, ...]

@@ -74,7 +74,7 @@ class CrosslingualTrack(Track):
 TRACK = register_track(
     CrosslingualTrack(
         name="crosslingual",
-        kind="text",
+        runner="text",
         section="crosslingual",
         overrides=("crosslingual",),
         baselines_section="tofu.baselines",

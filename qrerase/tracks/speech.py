@@ -196,7 +196,7 @@ class SpeechTrack(Track):
 TRACK = register_track(
     SpeechTrack(
         name="speech",
-        kind="speech",
+        runner="speech",
         section="speech",
         overrides=(),
         baselines_section="speech.baselines",

@@ -107,7 +107,7 @@ class TaskLevelTrack(Track):
 TRACK = register_track(
     TaskLevelTrack(
         name="task_level",
-        kind="task_level",
+        runner="task_level",
         section="task_level",
         overrides=("task_level",),
         baselines_section="task_level.baselines",

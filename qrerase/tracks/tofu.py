@@ -46,7 +46,7 @@ def check(cfg: Mapping, runs: bool) -> None:
 TRACK = register_track(
     Track(
         name="tofu",
-        kind="text",
+        runner="text",
         section="tofu",
         overrides=(),
         baselines_section="tofu.baselines",

@@ -37,7 +37,7 @@ from .stages import processes as _processes
 #: (a built sdist / wheel holds a copy), so a non-editable install plans with it too.
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.yaml"
 #: The resource kinds a rule asks for (``resources_for(kind)``; config ``resources.<kind>``), not the runner
-#: kinds of baselines (:data:`qrerase.registry.KINDS`).
+#: kinds of baselines (:data:`qrerase.registry.RUNNERS`).
 RESOURCE_KINDS = ("train", "evaluate", "linalg", "light")
 FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
 GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12

@@ -241,12 +241,12 @@ def test_resource_kinds_are_the_config_resources_sections():
     ``resources.<kind>`` section of the schema, and an unknown kind is refused by name."""
     import yaml
 
-    from qrerase.registry import KINDS
+    from qrerase.registry import RUNNERS
 
     sections = yaml.safe_load((ROOT / "schemas/config.schema.yaml").read_text(encoding="utf-8"))["properties"]
     assert RESOURCE_KINDS == ("train", "evaluate", "linalg", "light")
     assert set(RESOURCE_KINDS) <= set(sections["resources"]["properties"])
-    assert not set(RESOURCE_KINDS) & set(KINDS)  # two different sets of kinds, two names
+    assert not set(RESOURCE_KINDS) & set(RUNNERS)  # two different sets of kinds, two names
     with pytest.raises(
         ValueError, match=r"resources_for: kind must be one of train, evaluate, linalg, light, got 'text'"
     ):

@@ -47,11 +47,11 @@ def test_duplicate_registration_is_rejected(scratch_registry):
     [
         ({"tracks": ("vision",)}, "tracks must be among"),
         ({"run": {"speech": "x:y"}}, r"no implementation for the \['text'\] runner"),
-        ({"run": {"text": "x:Y", "vision": "x:y"}}, "unknown runner kind"),
+        ({"run": {"text": "x:Y", "vision": "x:y"}}, "unknown runner"),
         ({"settings": {"tofu.baselines": {}}}, r"section\(s\) \['tofu.baselines'\] are generated from its hparams"),
         ({"settings": {"bogus": {}}}, "unknown settings section"),
         ({"hparams": dict}, "is not a dataclass derived from qrerase.hparams.Hparams"),
-        ({"hparams": {"speech": "x:Y"}}, r"hparams for runner kind\(s\) \['speech'\]"),
+        ({"hparams": {"speech": "x:Y"}}, r"hparams for runner\(s\) \['speech'\]"),
         ({"inputs": ("weights",)}, "unknown input"),
         ({"decomp": "cpqr"}, "only the built-in subspace methods have a decomposition"),
     ],
@@ -85,13 +85,13 @@ def test_unknown_names_are_errors_not_defaults():
         registry.implementation("npo", "speech")
     with pytest.raises(ValueError, match="unknown method 'nope'; expected one of"):
         TextBaselineConfig(method="nope")
-    speech = registry.baselines_of_kind("speech")  # the registered speech baselines (no kl among them)
+    speech = registry.baselines_of_runner("speech")  # the registered speech baselines (no kl among them)
     with pytest.raises(ValueError, match=re.escape(f"speech baseline must be one of {speech}")):
         run_baseline(
             "kl", None, {}, np.zeros(1, bool), np.zeros(1, bool), SpeechBaselineConfig.from_dict({"method": "ga"})
         )
     job = TaskLevelBaselineJob("npo", None, None, [], [], [], None, {}, lambda: None, "task-npo")
-    task = registry.baselines_of_kind("task_level")
+    task = registry.baselines_of_runner("task_level")
     with pytest.raises(ValueError, match=re.escape(f"task-level baseline must be one of {task}, got 'npo'")):
         run_task_level_baseline(job)
 
@@ -169,10 +169,10 @@ def test_schema_sections_come_from_the_registrations(scratch_registry):
         )
 
     text, task, speech, sweep, tofu = sections(load_schema())
-    assert text == ["mode", "lora", "max_length", "refusals", *registry.baselines_of_kind("text")]
-    assert task == registry.baselines_of_kind("task_level")
-    assert speech == ["common", *registry.baselines_of_kind("speech")]
-    assert sweep == registry.baselines_of_kind("speech") and tofu == registry.methods_for("tofu")
+    assert text == ["mode", "lora", "max_length", "refusals", *registry.baselines_of_runner("text")]
+    assert task == registry.baselines_of_runner("task_level")
+    assert speech == ["common", *registry.baselines_of_runner("speech")]
+    assert sweep == registry.baselines_of_runner("speech") and tofu == registry.methods_for("tofu")
     register_method("toy", label="Toy", tracks=("tofu",), run={"text": "x:Y"}, description="toy")
     text2, task2, _, _, tofu2 = sections(load_schema())
     assert text2 == [*text, "toy"] and task2 == task and tofu2 == [*tofu, "toy"]

@@ -132,7 +132,7 @@ def test_builtin_track_module_supplies_every_field(name):
 def _toy(name: str, **over) -> Track:
     fields = dict(
         name=name,
-        kind="text",
+        runner="text",
         prefix=name,
         experiments={name: name},
         tables=(name,),
@@ -152,18 +152,18 @@ def test_a_track_gives_the_required_fields_and_the_rest_default():
         for f in dataclasses.fields(Track)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     }
-    assert required == {"name", "kind", "prefix", "experiments", "tables", "title", "check"}
+    assert required == {"name", "runner", "prefix", "experiments", "tables", "title", "check"}
     t = Track(
-        name="toy", kind="text", prefix="toy", experiments={"toy": "toy"}, tables=("toy",), title="T", check="m:f"
+        name="toy", runner="text", prefix="toy", experiments={"toy": "toy"}, tables=("toy",), title="T", check="m:f"
     )
     assert (t.section, t.baselines_section, t.page_prefixes) == ("toy", "toy.baselines", ("toy",))
     assert (t.rules, t.schema, t.metrics, t.smoke, t.cost_group_header) == (None, None, False, False, None)
     named = Track(
-        name="toy", kind="text", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
+        name="toy", runner="text", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
     )
     assert named.baselines_section == "s.baselines"
     with pytest.raises(TypeError):
-        Track(name="toy", kind="text")  # the required fields have no default
+        Track(name="toy", runner="text")  # the required fields have no default
 
 
 @pytest.fixture

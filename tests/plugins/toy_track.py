@@ -82,7 +82,7 @@ class ToyTrack(Track):
 TRACK = register_track(
     ToyTrack(  # the required fields, then what differs from the defaults (qrerase.tracks.base.Track)
         name="toy_count",
-        kind="text",
+        runner="text",
         prefix="toy_count",
         experiments={"toy_count": "toy_count"},
         tables=("toy_count",),
