@@ -53,14 +53,18 @@ def robustness_rule_models(track):
 
 
 def robustness_outputs(t, variant=""):
-    return [
-        *expand(PATHS["table"], table=f"{t}_robustness{variant}", ext=["csv", "md"]),
-        *expand(
-            PATHS["table"], table=f"{t}_robustness{variant}_subspace", ext=["csv", "md"]
-        ),
-        path("figure", name=f"{t}_robustness{variant}"),
-        path("figure", name=f"{t}_robustness{variant}_subspace"),
-    ]
+    """Track t's robustness tables and figures (variant "" or RULE): the outputs of its table rule
+    (robustness_table_outputs) with the track filled in."""
+    outputs = robustness_table_outputs(variant)
+    parts = (
+        "table_csv",
+        "table_md",
+        "subspace_csv",
+        "subspace_md",
+        "figure",
+        "subspace_figure",
+    )
+    return [str(outputs[part]).replace("{track}", t) for part in parts]
 
 
 def robustness_targets(tracks=None):
