@@ -33,12 +33,12 @@ include: "rules/tofu.smk"
 include: "rules/cost.smk"
 include: "rules/crosslingual.smk"
 include: "rules/speech.smk"
-include: "rules/task_level.smk"
 
 
-# The rules file of a track registered by a plug-in (config key `plugins`, loaded by rules/common.smk's
-# validation): its module names it (qrerase.tracks.Track.rules). After the tracks' rules above, before
-# the rules whose inputs call every configured track's functions (tradeoff, seeds, provenance's `all`).
+# The rules file of each track that names one (qrerase.tracks.Track.rules): the built-in tracks that
+# live in their own folder (rules/<track>/) and those a plug-in registers (config key `plugins`, loaded
+# by rules/common.smk's validation), in registration order. After the tracks' rules above, before the
+# rules whose inputs call every configured track's functions (tradeoff, seeds, provenance's `all`).
 for _rules in track_rules():
 
     include: _rules

@@ -2,12 +2,11 @@
 
 :class:`TrainingJob` composes :class:`qrerase.hparams.TrainConfig` (every training key, declared
 once) and an instance of the hyperparameter dataclass its method registered
-(:func:`qrerase.registry.hparams_of`). One subclass per runner (:data:`JOB_CLASSES`):
-:class:`qrerase.baselines.settings.TextBaselineConfig`,
-:class:`~qrerase.baselines.settings.TaskLevelBaselineConfig`,
-:class:`qrerase.speech.settings.SpeechBaselineConfig`. Its :meth:`TrainingJob.section_schema` is the
-JSON schema of a method's config section, and :func:`inject` expands the schema file's markers for
-the shared keys (:func:`qrerase.workflow.validation.load_schema`).
+(:func:`qrerase.registry.hparams_of`). One subclass per runner (:data:`qrerase.registry.JOB_CLASSES`):
+:class:`qrerase.baselines.settings.TextBaselineConfig`, :class:`qrerase.speech.settings.SpeechBaselineConfig`
+and those of the runners tracks bring (:class:`qrerase.tracks.base.Runner`). Its
+:meth:`TrainingJob.section_schema` is the JSON schema of a method's config section, and :func:`inject`
+expands the schema file's markers for the shared keys (:func:`qrerase.workflow.validation.load_schema`).
 """
 
 from __future__ import annotations
@@ -21,15 +20,8 @@ from typing import Any, ClassVar
 from . import registry
 from .hparams import ENGINE_KEYS, TRAIN_KEYS, NoHparams, TrainConfig, check, key_schema, keys_schema, strict
 
-__all__ = ["JOB_CLASSES", "TrainingJob", "job_class", "section_schemas", "inject", "MARKERS"]
+__all__ = ["TrainingJob", "job_class", "section_schemas", "inject", "MARKERS"]
 
-#: Runner (:data:`qrerase.registry.RUNNERS`) -> its job config class, a :class:`TrainingJob` subclass
-#: (imported by name: torch-free modules).
-JOB_CLASSES = {
-    "text": "qrerase.baselines.settings:TextBaselineConfig",
-    "task_level": "qrerase.baselines.settings:TaskLevelBaselineConfig",
-    "speech": "qrerase.speech.settings:SpeechBaselineConfig",
-}
 #: Schema-file markers :func:`inject` expands.
 MARKERS = ("x-train-keys", "x-train-properties", "x-job-section")
 
@@ -44,10 +36,10 @@ def _build(cls, values: Mapping[str, Any] | None, label: str):
 
 
 def job_class(runner: str) -> type[TrainingJob]:
-    """The :class:`TrainingJob` subclass of runner ``runner`` (:data:`JOB_CLASSES`)."""
-    if runner not in JOB_CLASSES:
-        raise ValueError(f"unknown runner {runner!r}; expected among {list(JOB_CLASSES)}")
-    module, _, attr = JOB_CLASSES[runner].partition(":")
+    """The :class:`TrainingJob` subclass of runner ``runner`` (:data:`qrerase.registry.JOB_CLASSES`)."""
+    if runner not in registry.JOB_CLASSES:
+        raise ValueError(f"unknown runner {runner!r}; expected among {list(registry.JOB_CLASSES)}")
+    module, _, attr = registry.JOB_CLASSES[runner].partition(":")
     return getattr(importlib.import_module(module), attr)
 
 

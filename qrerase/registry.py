@@ -8,7 +8,7 @@ the job configs (:class:`qrerase.jobs.TrainingJob`), the workflow's ``DECOMP`` a
 (``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`), each track's
 target function (``all_targets`` in ``rules/common.smk``) and the dispatch of every baseline job
 (:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline`,
-:func:`qrerase.baselines.task_level_runners.run_task_level_baseline` and :func:`qrerase.speech.baselines.run_baseline`).
+:func:`qrerase.tracks.task_level.runners.run_task_level_baseline` and :func:`qrerase.speech.baselines.run_baseline`).
 
 Standard library only: implementations are ``"module:attribute"`` strings imported on first use, so
 planning code (``rules/common.smk``, the schema) never imports torch (a hyperparameter dataclass
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from .hparams import NoHparams, hparams_problem
-from .tracks.base import TRACKS, Track  # the tracks, one module each (qrerase/tracks/<name>.py)
+from .tracks.base import TRACKS, Runner, Track  # the tracks, one module or folder each (qrerase/tracks/<name>)
 
 __all__ = [
     "Method",
@@ -35,6 +35,7 @@ __all__ = [
     "METHODS",
     "TRACKS",
     "RUNNERS",
+    "JOB_CLASSES",
     "INPUTS",
     "SETTINGS_SECTIONS",
     "HPARAM_SECTIONS",
@@ -45,6 +46,8 @@ __all__ = [
     "RANK_PAIRS",
     "CONTROL_SUFFIX",
     "register_method",
+    "extend_method",
+    "sweep_settings",
     "load_plugins",
     "names",
     "method",
@@ -71,29 +74,47 @@ class RegistryError(ValueError):
 #: Runners: what a baseline's implementation of that runner is called with.
 RUNNERS: dict[str, str] = {
     "text": "a TextObjective subclass (qrerase.baselines.objective), trained by qrerase.baselines.text.train_baseline",
-    "task_level": (
-        "f(job) -> (model, curve), job a TaskLevelBaselineJob "
-        "(qrerase.baselines.task_level_runners.run_task_level_baseline)"
-    ),
     "speech": "f(model, data, cfg) -> (model, curve) (qrerase.speech.baselines.run_baseline)",
 }
 #: Config sections holding one entry per method (``<section>.<method>``), by the runner of the tracks whose
 #: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
     "tofu.baselines": "text",
-    "task_level.baselines": "task_level",
     "speech.baselines": "speech",
     "speech.tradeoff.baselines": "speech",
 }
 #: The sections whose entry is a job of that runner (schema: :func:`qrerase.jobs.section_schemas`).
 HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
+#: Runner -> its job config class, a :class:`qrerase.jobs.TrainingJob` subclass (``"module:Class"``: torch-free).
+JOB_CLASSES: dict[str, str] = {
+    "text": "qrerase.baselines.settings:TextBaselineConfig",
+    "speech": "qrerase.speech.settings:SpeechBaselineConfig",
+}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
     "refusals": "template (refusal) answers, tofu.baselines.refusals (text tracks)",
-    "initial": "the checkpoint the fine-tuned model was trained from (task-level track)",
 }
 #: Sections whose entry a method listed in a track of that runner must have (the others are optional).
-_REQUIRED_SECTIONS = {"text": "tofu.baselines", "task_level": "task_level.baselines"}
+_REQUIRED_SECTIONS = {"text": "tofu.baselines"}
+
+
+def _add_runner(name: str, spec: Runner) -> None:
+    """Add the runner a track brings (:attr:`Track.runner_spec`) to the tables above."""
+    if name in RUNNERS:
+        raise RegistryError(f"runner {name!r} is already registered")
+    RUNNERS[name] = spec.description
+    JOB_CLASSES[name] = spec.job_class
+    SETTINGS_SECTIONS[spec.section] = HPARAM_SECTIONS[spec.section] = name
+    if spec.required:
+        _REQUIRED_SECTIONS[name] = spec.section
+    if clash := [i for i in spec.inputs if i in INPUTS]:
+        raise RegistryError(f"runner {name!r}: input(s) {clash} are already registered")
+    INPUTS.update(spec.inputs)
+
+
+for _track in TRACKS.values():
+    if _track.runner_spec is not None:
+        _add_runner(_track.runner, _track.runner_spec)
 
 
 @dataclass(frozen=True)
@@ -225,6 +246,42 @@ def register_method(
     return m
 
 
+def extend_method(
+    name: str,
+    *,
+    tracks: Iterable[str],
+    run: Mapping[str, Impl],
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Method:
+    """Add tracks to a registered baseline, with its implementation for each runner they bring (a track's
+    ``methods`` module: its runner's Gradient Ascent); the method keeps its place in the table order and
+    takes no hyperparameters for the new runners; ``settings`` as in :func:`register_method`.
+    :class:`RegistryError` for an unknown method or track, a subspace method, a track it serves
+    already or a runner without an implementation."""
+    m = method(name)
+    tracks = tuple(tracks)
+    if m.subspace:
+        raise RegistryError(f"method {name!r}: a subspace method serves every track")
+    if bad := [t for t in tracks if t not in TRACKS or t in m.tracks]:
+        raise RegistryError(f"method {name!r}: cannot add track(s) {bad} (it has {list(m.tracks)})")
+    runners = {TRACKS[t].runner for t in tracks} - set(m.run)
+    if missing := sorted(runners - set(run)):
+        raise RegistryError(f"method {name!r}: no implementation for the {missing} runner of tracks {list(tracks)}")
+    if bad := [k for k in run if k not in RUNNERS or k in m.run]:
+        raise RegistryError(f"method {name!r}: runner(s) {bad} unknown or implemented already")
+    settings = dict(settings or {})
+    if bad := [s for s in settings if s not in SETTINGS_SECTIONS or s in HPARAM_SECTIONS or s in m.settings]:
+        raise RegistryError(f"method {name!r}: settings section(s) {bad} unknown, generated or given already")
+    _METHODS[name] = replace(
+        m,
+        tracks=(*m.tracks, *tracks),
+        run=MappingProxyType({**m.run, **run}),
+        settings=MappingProxyType({**m.settings, **{k: MappingProxyType(dict(v)) for k, v in settings.items()}}),
+        hparams=MappingProxyType({**m.hparams, **{k: NoHparams for k in run}}),
+    )
+    return _METHODS[name]
+
+
 def hparams_of(name: str, runner: str) -> type:
     """The hyperparameter dataclass method ``name`` registered for runner ``runner`` (a ``"module:Class"``
     string is imported and checked now); :class:`RegistryError` for an unknown method or runner."""
@@ -347,7 +404,7 @@ def tex_method_labels() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------
 # The built-in methods, in table order: the subspace methods, then the baselines of each track.
 # ---------------------------------------------------------------------------------------------------
-def _sweep(label: str, tracks: Iterable[str]) -> dict[str, dict[str, Any]] | None:
+def sweep_settings(label: str, tracks: Iterable[str]) -> dict[str, dict[str, Any]] | None:
     """A baseline's entry in each sweep section of its tracks' runners (the sections of
     :data:`SETTINGS_SECTIONS` outside :data:`HPARAM_SECTIONS`: ``speech.tradeoff.baselines``); ``None``: none."""
     runners = {TRACKS[t].runner for t in tracks}
@@ -357,13 +414,7 @@ def _sweep(label: str, tracks: Iterable[str]) -> dict[str, dict[str, Any]] | Non
 
 
 _ALL = tuple(TRACKS)
-_TEXT = ("tofu", "crosslingual")
 _SUBSPACE = "qrerase.method.discriminate:forget_updates"  # T_f, T_r -> the forget update (eqs. 1-6)
-_OBJ = "qrerase.baselines.objective"
-_TASK = "qrerase.baselines.task_level_runners"
-_TASK_TEXT = f"{_TASK}:run_text_objective"
-_HP = "qrerase.baselines.settings"  # the built-in methods' hyperparameter dataclasses (torch-free)
-_SPEECH_HP = "qrerase.speech.settings"
 
 for _name, _decomp, _ll, _label, _tex in (
     ("unlearn", "svd", False, "UNLEARN", r"\textsc{UNLEARN}"),
@@ -372,53 +423,13 @@ for _name, _decomp, _ll, _label, _tex in (
     ("qr_erase_ll", "cpqr", True, "QR-Erase (LL)", r"\textsc{QR-Erase} (LL)"),
 ):
     register_method(_name, label=_label, tex_label=_tex, tracks=_ALL, run=_SUBSPACE, decomp=_decomp, localised=_ll)
-_GA_TRACKS = ("tofu", "crosslingual", "speech", "task_level")
-register_method(
-    "ga",
-    label="Gradient Ascent",
-    description="Gradient Ascent: minus the mean answer-token NLL of the forget set",
-    tracks=_GA_TRACKS,
-    run={"text": f"{_OBJ}:GradientAscent", "task_level": _TASK_TEXT, "speech": "qrerase.speech.baselines:run_ga"},
-    settings=_sweep("Gradient Ascent", _GA_TRACKS),
-    plan_shape=(1, 0),
-)
-_BASELINES = (  # name, label, tracks, implementation, hyperparameters (module:class), description, inputs, plan shape
-    ("graddiff", "Gradient Difference", _TEXT, f"{_OBJ}:GradientDifference", f"{_HP}:RetainWeight",
-     "Gradient Difference: forget NLL ascent plus retain_weight x retain NLL", (), (2, 0)),
-    ("kl", "KL Minimization", _TEXT, f"{_OBJ}:KLMinimization", f"{_HP}:RetainWeight",
-     "KL Minimisation: forget NLL ascent plus retain_weight x KL to the fine-tuned model on retain answers",
-     (), (2, 1)),
-    ("npo", "NPO", _TEXT, f"{_OBJ}:NPO", f"{_HP}:Preference", "NPO (Zhang et al. 2024)", (), (1, 1)),
-    ("dpo", "DPO", _TEXT, f"{_OBJ}:DPO", f"{_HP}:Preference",
-     "DPO (Rafailov et al. 2023) with refusals as preferred answers", ("refusals",), (2, 1)),
-    ("flat", "FLAT", _TEXT, f"{_OBJ}:FLAT", f"{_HP}:FlatHparams", "FLAT (Wang et al. 2025), forget data only",
-     ("refusals",), (2, 0)),
-    ("simnpo", "SimNPO", _TEXT, "qrerase.baselines.simnpo:SimNPO", f"{_HP}:SimNpoHparams",
-     "SimNPO (Fan et al. 2024): NPO without pi_ref, length-normalised, plus a retain NLL", (), (2, 0)),
-    ("rmu", "RMU", _TEXT, "qrerase.baselines.rmu:RMU", f"{_HP}:RmuHparams",
-     "RMU (Li et al. 2024, WMDP): one layer's forget activations steered to a random direction", (), (2, 1)),
-    ("undial", "UNDIAL", _TEXT, "qrerase.baselines.undial:UNDIAL", f"{_HP}:UndialHparams",
-     "UNDIAL (Dong et al. 2024): self-distillation, the target token's logit lowered", (), (2, 1)),
-    ("scrub", "SCRUB", ("speech",), "qrerase.speech.baselines:run_scrub", f"{_SPEECH_HP}:ScrubHparams",
-     "SCRUB (teacher-student max / min steps)", (), (2, 1)),
-    ("bad_teaching", "Bad Teaching", ("speech",), "qrerase.speech.baselines:run_bad_teaching",
-     f"{_SPEECH_HP}:BadTeachingHparams", "Bad Teaching (competent and incompetent teachers)", (), (2, 2)),
-    ("kga", "KGA", ("task_level",), f"{_TASK}:run_kga", f"{_HP}:KgaHparams", "KGA (Wang et al. 2023)",
-     ("initial",), (2, 3)),
-    ("ku", "KU", ("task_level",), f"{_TASK}:run_ku", f"{_HP}:KuHparams", "KU (Jang et al. 2023)", (), (1, 0)),
-)  # fmt: skip
-for _name, _label, _tracks, _run, _hp, _desc, _inputs, _shape in _BASELINES:
-    register_method(
-        _name,
-        label=_label,
-        description=_desc,
-        tracks=_tracks,
-        run=_run,
-        hparams=_hp,
-        settings=_sweep(_label, _tracks),
-        inputs=_inputs,
-        plan_shape=_shape,
-    )
+# The baselines, each registered by keyword next to its implementation, in table order: the text
+# baselines, the speech ones, then those of the tracks that bring their own (Track.methods: KGA, KU).
+for _module in ("qrerase.baselines.methods", "qrerase.speech.methods"):
+    importlib.import_module(_module)
+for _track in tuple(TRACKS.values()):
+    if _track.methods is not None:
+        importlib.import_module(_track.methods)
 _BUILTIN_DONE = True
 
 #: The built-in methods, in table order (plug-ins: :func:`method`, :func:`methods_for`).

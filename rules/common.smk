@@ -28,9 +28,9 @@ from qrerase.workflow.plan_config import refusal, rule_resources
 from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
 from qrerase.text.tofu_log import EVAL_SETS as TOFU_EVAL_SETS
 from qrerase.workflow.naming import (
-    TASK_LEVEL_EXP,
     XLING_EXP,
     exp_pattern,
+    language_model_kinds,
     format_model,
     model_exp,
     parse_exp,
@@ -75,9 +75,7 @@ CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = list(TOFU_EVAL_SETS)
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 # (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
-TEXT_EXPS = exp_pattern(
-    "tofu_<split>", "xling", "xling_<lang>", "task_level", "size_<shape>"
-)
+TEXT_EXPS = exp_pattern(*language_model_kinds())
 UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>", "size_<shape>")
 
 

@@ -1,11 +1,11 @@
-"""The text and task-level baselines' job configs and the built-in methods' own hyperparameters (torch-free).
+"""The text baselines' job config and the built-in text methods' own hyperparameters (torch-free).
 
-A job config (:class:`TextBaselineConfig`, :class:`TaskLevelBaselineConfig`) is the shared training
-keys (:class:`qrerase.hparams.TrainConfig`) plus the method's hyperparameters: an instance of the
-dataclass the method registered (:func:`qrerase.registry.register_method` ``hparams=``). The
-objectives read them as ``cfg.hparams.<key>`` (:mod:`qrerase.baselines.objective`,
-:mod:`qrerase.baselines.task_level`). The config schema's ``baselines.<method>`` and
-``task_level.baselines.<method>`` sections are generated from the same declarations.
+A job config (:class:`TextBaselineConfig`; a track with its own runner declares its own, e.g.
+:class:`qrerase.tracks.task_level.settings.TaskLevelBaselineConfig`) is the shared training keys
+(:class:`qrerase.hparams.TrainConfig`) plus the method's hyperparameters: an instance of the dataclass
+the method registered (:func:`qrerase.registry.register_method` ``hparams=``). The objectives read
+them as ``cfg.hparams.<key>`` (:mod:`qrerase.baselines.objective`). The config schema's
+``baselines.<method>`` sections are generated from the same declarations.
 """
 
 from __future__ import annotations
@@ -19,21 +19,19 @@ from ..jobs import TrainingJob
 
 __all__ = [
     "DIVERGENCES",
+    "SECTION_TRAIN",
     "RetainWeight",
     "Preference",
     "FlatHparams",
-    "KgaHparams",
-    "KuHparams",
     "SimNpoHparams",
     "UndialHparams",
     "RmuHparams",
     "TextBaselineConfig",
-    "TaskLevelBaselineConfig",
 ]
 
 #: FLAT's f-divergences (:func:`qrerase.baselines.losses.flat_loss`).
 DIVERGENCES = ("tv", "kl", "js", "pearson")
-_SECTION_TRAIN = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_grad_norm", *ENGINE_KEYS)
+SECTION_TRAIN = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_grad_norm", *ENGINE_KEYS)
 
 
 @dataclass
@@ -62,36 +60,6 @@ class FlatHparams(Hparams):
         "tv",
         "the f-divergence of the FLAT objective (total variation, KL, Jensen-Shannon, Pearson)",
         choices=DIVERGENCES,
-    )
-
-
-@dataclass
-class KgaHparams(Hparams):
-    """KGA: the retain KL weight and the auxiliary models' training (A_f on D_f, A_n on D_n)."""
-
-    train_defaults = {"epochs": 1, "lr": 3e-4}
-
-    alpha: float = hparam(1.0, "weight of the retain KL term", ge=0)
-    aux_epochs: int = hparam(
-        5, "epochs of the auxiliary models A_f and A_n (trained from the initial checkpoint)", ge=1
-    )
-    aux_lr: float = hparam(2e-3, "learning rate of the auxiliary models", gt=0)
-    aux_batch_size: int = hparam(32, "batch size of the auxiliary models", ge=1)
-
-
-@dataclass
-class KuHparams(Hparams):
-    """KU: the memorisation criterion."""
-
-    train_defaults = {"epochs": 1, "lr": 3e-4}
-
-    check_every: int = hparam(10, "steps between checks of the forget set's memorisation accuracy", ge=1)
-    ma_threshold: float | None = hparam(
-        None,
-        "stop when the memorisation accuracy falls to this; null = the fine-tuned model's mean on the unseen (new) "
-        "questions",
-        ge=0,
-        le=1,
     )
 
 
@@ -187,7 +155,7 @@ class TextBaselineConfig(TrainingJob):
     section_nullable: ClassVar[bool] = True
     what: ClassVar[str] = "baseline config"
     train_defaults: ClassVar[dict] = {"epochs": 5, "lr": 1e-5, "batch_size": 32}
-    section_train: ClassVar[tuple[str, ...]] = _SECTION_TRAIN
+    section_train: ClassVar[tuple[str, ...]] = SECTION_TRAIN
     section_required: ClassVar[tuple[str, ...]] = ("epochs", "lr", "batch_size")
 
     mode: str = hparam(
@@ -214,26 +182,3 @@ class TextBaselineConfig(TrainingJob):
             target_modules=self.lora_target_modules,
             train=self.train,
         )
-
-
-@dataclass
-class TaskLevelBaselineConfig(TrainingJob):
-    """One task-level baseline run of its own runner (KGA, KU: :mod:`qrerase.baselines.task_level`):
-    ``train`` (``micro_batch_size`` applies to KGA's auxiliary runs too) and the method's ``hparams``.
-    A text baseline on the task-level track runs with a :class:`TextBaselineConfig`."""
-
-    runner: ClassVar[str] = "task_level"
-    section_nullable: ClassVar[bool] = True
-    what: ClassVar[str] = "task-level baseline config"
-    train_defaults: ClassVar[dict] = {"epochs": 1, "lr": 3e-4, "batch_size": 32}
-    section_train: ClassVar[tuple[str, ...]] = _SECTION_TRAIN
-    section_required: ClassVar[tuple[str, ...]] = ("epochs", "lr", "batch_size")
-
-    def train_config(self, aux: bool = False):
-        """The optimisation of the unlearning run, or (``aux``, KGA) of its auxiliary models."""
-        from dataclasses import replace
-
-        if aux:
-            hp = self.hparams
-            return replace(self.train, epochs=hp.aux_epochs, lr=hp.aux_lr, batch_size=hp.aux_batch_size)
-        return self.train

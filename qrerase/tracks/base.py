@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "ROLES",
+    "Runner",
     "REQUIRED_ROLES",
     "Track",
     "TrackError",
@@ -41,6 +42,26 @@ def section_at(cfg: Mapping, dotted: str) -> Mapping:
 
 
 @dataclass(frozen=True)
+class Runner:
+    """A baseline runner that a track brings (:attr:`Track.runner_spec`; the shared ``text`` and ``speech``
+    runners are the registry's, :data:`qrerase.registry.RUNNERS`).
+
+    description: what its implementation of a method is called with. job_class: ``"module:Class"``, its
+    job config (a :class:`qrerase.jobs.TrainingJob` subclass in a torch-free module). section: the dotted
+    config key holding one entry per method (``<section>.<method>``, its schema generated from the job
+    config and the method's hyperparameters). required: a baseline listed in a track of this runner must
+    have its entry there. inputs: input name -> description, the extra inputs its baseline jobs may read
+    (a method declares those it reads, ``register_method(inputs=...)``).
+    """
+
+    description: str
+    job_class: str
+    section: str
+    required: bool = True
+    inputs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Track:
     """One experiment track. Required fields: ``name``, ``runner``, ``prefix``, ``experiments``, ``tables``,
     ``title``, ``check``; the others have defaults (the common case), some derived from ``name``
@@ -56,7 +77,9 @@ class Track:
     -> regex of its names (:data:`qrerase.workflow.naming.EXP_PATTERNS`). kind_prefixes: kinds whose
     names start with another prefix (the size study's ``size_``). shared_models: its experiments
     ``<prefix>_<arg>`` unlearn from the models of experiment ``<prefix>``. pretrain_text: its
-    tokenizer is also trained on the pretraining text. smoke: ``qrerase smoke`` runs its training
+    tokenizer is also trained on the pretraining text. language_model: its models are causal language
+    models built by the shared text chain (tokenizer, pretrain, finetune, LoRA rules); ``False``: its
+    rules build its own kind of model (the speech track). smoke: ``qrerase smoke`` runs its training
     jobs. sweep_language: a trade-off point is evaluated in its experiment's language (the name's arg).
     cost_group_header: the header of its cost table's column groups (``None``: one group).
     tables: its headline tables (``results/tables/<table>.csv``, repeated over seeds).
@@ -65,11 +88,16 @@ class Track:
     ``ConfigError`` (one line) for a bad config section, ``runs`` whether the track is configured.
     metrics: its evaluation jobs compute the registered metrics (:mod:`qrerase.metrics.registry`; a
     metric may name only such a track). rules: its rules file, which the Snakefile includes after the
-    built-in rules (absolute, or relative to the workflow directory; ``None``: the Snakefile includes
-    it by name, the built-in tracks). schema: the JSON schema of its config section ``section``, added
-    to the config schema (``None``: the section is in ``schemas/config.schema.yaml``).
+    shared stages' rules (absolute, or relative to the workflow directory: ``rules/<name>/rules.smk``
+    for a built-in track in its folder; ``None``: the Snakefile includes it by name). schema: the JSON
+    schema of its config section ``section``, added to the config schema (``None``: the section is in
+    ``schemas/config.schema.yaml``).
     paths: its own artifact path patterns, key -> pattern (:mod:`qrerase.workflow.paths`; the shared ones
-    are :data:`qrerase.workflow.paths.SHARED`). Its rules file binds the functions the generic rules
+    are :data:`qrerase.workflow.paths.SHARED`). runner_spec: the runner ``runner`` when the track brings
+    its own (:class:`Runner`). methods: the torch-free module registering the methods only this track
+    has, and its runner's implementations of shared ones (:func:`qrerase.registry.extend_method`).
+    ``runner_spec`` and ``methods`` are read when :mod:`qrerase.registry` is imported: a built-in
+    track's (a plug-in module registers its methods itself). Its rules file binds the functions the generic rules
     call (:meth:`bind`, :data:`ROLES`).
     """
 
@@ -91,12 +119,15 @@ class Track:
     shared_models: bool = False
     pretrain_text: bool = False
     smoke: bool = False
+    language_model: bool = True
     sweep_language: bool = False
     cost_group_header: str | None = None
     metrics: bool = False
     rules: str | None = None
     schema: Mapping[str, Any] | None = None
     paths: Mapping[str, str] = field(default_factory=dict)
+    runner_spec: Runner | None = None
+    methods: str | None = None
 
     def __post_init__(self) -> None:
         """Fill the derived defaults: ``section`` = ``name``, ``baselines_section`` = ``<section>.baselines``,
@@ -204,7 +235,17 @@ ROLES = (*REQUIRED_ROLES, "sweep", "finetune_start", "robustness")
 #: track name -> role -> its function (filled as the Snakefile includes the tracks' rules files).
 _BOUND: dict[str, dict[str, Callable]] = {}
 #: The fields a track may leave empty (``None`` or ``()``).
-_MAY_BE_EMPTY = ("overrides", "kind_prefixes", "eval_sections", "cost_group_header", "rules", "schema", "paths")
+_MAY_BE_EMPTY = (
+    "overrides",
+    "kind_prefixes",
+    "eval_sections",
+    "cost_group_header",
+    "rules",
+    "schema",
+    "paths",
+    "runner_spec",
+    "methods",
+)
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
 _NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))
 #: The workflow directory of this checkout (its Snakefile, ``rules/``): where a relative :attr:`Track.rules` lies.

@@ -207,6 +207,7 @@ TRACK = register_track(
         shared_models=True,
         pretrain_text=True,
         smoke=False,
+        language_model=False,
         sweep_language=False,
         cost_group_header="Setting",
         tables=("speech",),

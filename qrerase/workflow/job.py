@@ -114,14 +114,23 @@ def _one_line(rule: str, log_file: str | None):
     return hook
 
 
+def _workflow_dir(scriptdir: Path) -> Path:
+    """The checkout holding a script's directory: the parent of its ``workflow_scripts`` folder (a track's
+    scripts are in ``workflow_scripts/<track>/``); the directory's parent for a script elsewhere."""
+    for folder in (scriptdir, *scriptdir.parents):
+        if folder.name == "workflow_scripts":
+            return folder.parent
+    return scriptdir.parent
+
+
 def _write_provenance(snakemake: Any, config: dict, recording, seed, start: float, end: float) -> None:
     params = dict(snakemake.params.items())
     n_positional = len(snakemake.params) - len(params)  # Snakemake lists positional params first
     if n_positional > 0:
         params["_positional"] = list(snakemake.params)[:n_positional]
-    # The checkout holding the rules: scripts live in <workflow>/workflow_scripts/.
+    # The checkout holding the rules: scripts live in <workflow>/workflow_scripts/ (a track's in a folder there).
     scriptdir = getattr(snakemake, "scriptdir", None)
-    workflow_dir = Path(scriptdir).parent if scriptdir else Path(__file__).resolve().parents[1]
+    workflow_dir = _workflow_dir(Path(scriptdir)) if scriptdir else Path(__file__).resolve().parents[1]
     record = provenance.build_record(
         rule=snakemake.rule,
         wildcards=dict(snakemake.wildcards.items()),

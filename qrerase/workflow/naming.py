@@ -38,13 +38,13 @@ __all__ = [
     "EXP_PATTERNS",
     "PREFIX",
     "exp_pattern",
+    "language_model_kinds",
     "parse_exp",
     "format_exp",
     "tofu_exp",
     "xling_exp",
     "speech_exp",
     "model_exp",
-    "TASK_LEVEL_EXP",
     "size_exp",
     "size_of",
     "format_model",
@@ -78,7 +78,6 @@ EXP_PATTERNS: dict[str, str] = _tables()[1]
 
 XLING_EXP = PREFIX["crosslingual"]
 SPEECH_EXP = PREFIX["speech"]
-TASK_LEVEL_EXP = PREFIX["task_level"]
 
 
 class Experiment(NamedTuple):
@@ -91,6 +90,15 @@ class Experiment(NamedTuple):
     @property
     def name(self) -> str:
         return format_exp(self.track, self.arg)
+
+
+def language_model_kinds() -> list[str]:
+    """The experiment kinds whose models are causal language models, built by the shared text chain
+    (tokenizer, pretrain, finetune, LoRA: ``rules/model.smk``, ``rules/lora.smk``), in the order of
+    :data:`EXP_PATTERNS`: those of the tracks with :attr:`qrerase.tracks.Track.language_model`."""
+    lm_tracks = {t.name for t in TRACKS.values() if t.language_model}
+    kind_track = _tables()[2]
+    return [k for k in _tables()[1] if kind_track[k] in lm_tracks]
 
 
 def exp_pattern(*kinds: str) -> str:

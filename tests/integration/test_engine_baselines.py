@@ -17,10 +17,10 @@ import torch
 from support.tiny_text import DATA, TINY, TPL, tofu_qa
 
 from qrerase import engine
-from qrerase.baselines.task_level import TaskLevelBaselineConfig, train_kga, train_ku
 from qrerase.baselines.text import TEXT_BASELINES, TextBaselineConfig, read_refusals, train_baseline
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.tracks.task_level.baselines import TaskLevelBaselineConfig, train_kga, train_ku
 from qrerase.workflow.job import resume_dir, resume_key
 from qrerase.workflow.launch import LaunchedJob
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, RULES_FILES, SCRIPTS
 
 PACKAGE = REPO / "qrerase"
 MAX_LINES = 450
@@ -119,7 +119,7 @@ def _private_imports(files: dict[str, Path]) -> list[str]:
 
 
 def test_no_imports_of_private_names():
-    scripts = {f"workflow_scripts.{p.stem}": p for p in sorted((REPO / "workflow_scripts").glob("*.py"))}
+    scripts = {".".join(p.relative_to(REPO).with_suffix("").parts): p for p in SCRIPTS}
     bad = _private_imports(MODULES) + _private_imports(scripts)
     assert not bad, "imports of another module's private names:\n" + "\n".join(bad)
 
@@ -167,5 +167,5 @@ def test_the_rules_stay_short_and_look_tracks_up_through_the_registry():
     functions are bound to its Track (qrerase.tracks.Track.bind)."""
     common = (REPO / "rules" / "common.smk").read_text(encoding="utf-8")
     assert len(common.splitlines()) <= 200
-    for smk in [*sorted((REPO / "rules").glob("*.smk")), REPO / "Snakefile"]:
+    for smk in [*RULES_FILES, REPO / "Snakefile"]:
         assert "globals()" not in smk.read_text(encoding="utf-8"), smk.name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from support import REPO
+from support import REPO, RULES_FILES, SCRIPTS
 
 from qrerase import registry
 from qrerase.workflow.naming import (
@@ -139,10 +139,10 @@ def test_registry_derived_values():
 
 
 def test_registry_matches_the_implementations():
-    from qrerase.baselines.task_level import TASK_LEVEL_BASELINES
     from qrerase.baselines.text import TEXT_BASELINES
     from qrerase.method.decompose import DECOMPOSITIONS
     from qrerase.speech.baselines import SPEECH_BASELINES
+    from qrerase.tracks.task_level.baselines import TASK_LEVEL_BASELINES
 
     assert registry.baselines_for("tofu") == list(TEXT_BASELINES)
     assert registry.baselines_for("crosslingual") == list(TEXT_BASELINES)
@@ -227,8 +227,7 @@ def test_model_names_are_built_and_parsed_only_by_naming():
     """``<method>_k<rank>`` is built by naming.format_model and parsed by naming.parse_model /
     method_of: no f-string ``{m}_k{k}`` and no ``rpartition("_k")`` elsewhere in the code or the rules."""
     root = REPO
-    files = [*root.joinpath("qrerase").rglob("*.py"), *root.joinpath("workflow_scripts").glob("*.py")]
-    files += [*root.joinpath("rules").glob("*.smk"), root / "Snakefile"]
+    files = [*root.joinpath("qrerase").rglob("*.py"), *SCRIPTS, *RULES_FILES, root / "Snakefile"]
     built = re.compile(r"\{[^{}]*\}_k\{")  # f"{m}_k{k}" (not f"forget_k{k}", an input key)
     offenders = [
         f"{f.relative_to(root)}:{i}"

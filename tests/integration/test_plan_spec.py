@@ -15,11 +15,11 @@ from support.shipped import shipped_config
 from support.snakemake_cli import snakemake, write_yaml_config
 
 from qrerase import engine
-from qrerase.baselines.task_level import TaskLevelBaselineConfig
 from qrerase.baselines.text import TextBaselineConfig
 from qrerase.cli import main
 from qrerase.speech.baselines import SpeechBaselineConfig
 from qrerase.text.training import ENGINE_KEYS, TrainConfig
+from qrerase.tracks.task_level.baselines import TaskLevelBaselineConfig
 from qrerase.workflow.launch import launcher
 from qrerase.workflow.plan import GIB, JobSpec, device_bytes
 from qrerase.workflow.plan_config import load_config, plan_config, refusal
@@ -36,7 +36,7 @@ NOT_TRAINING = ("mode", "lora", "freeze_feature_encoder", "r", "alpha", "dropout
 
 def script_config(track: str, stage: str, settings: dict):
     """The config object the stage's workflow script builds from `{**recipe, **engine}` (the same
-    constructors: workflow_scripts/*.py and qrerase.baselines.task_level_runners)."""
+    constructors: workflow_scripts/*.py and qrerase.tracks.task_level.runners)."""
     if stage in ("pretrain", "finetune", "lora"):
         return TrainConfig.from_dict({k: v for k, v in settings.items() if k not in NOT_TRAINING})
     if track == "speech":

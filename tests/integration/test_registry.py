@@ -73,9 +73,9 @@ def test_reserved_and_malformed_names_are_rejected(scratch_registry, name):
 # Dispatch: every runner looks its implementation up; an unknown name is an error, no fall-through.
 # ---------------------------------------------------------------------------------------------
 def test_unknown_names_are_errors_not_defaults():
-    from qrerase.baselines.task_level_runners import TaskLevelBaselineJob, run_task_level_baseline
     from qrerase.baselines.text import TextBaselineConfig
     from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
+    from qrerase.tracks.task_level.runners import TaskLevelBaselineJob, run_task_level_baseline
 
     with pytest.raises(RegistryError, match="unknown method 'nope'"):
         registry.method("nope")
@@ -97,9 +97,10 @@ def test_unknown_names_are_errors_not_defaults():
 
 
 def test_every_builtin_implementation_resolves_to_its_runner():
-    from qrerase.baselines import objective, rmu, simnpo, task_level_runners, undial
+    from qrerase.baselines import objective, rmu, simnpo, undial
     from qrerase.method.discriminate import forget_updates
     from qrerase.speech import baselines as speech
+    from qrerase.tracks.task_level import runners as task_level_runners
 
     expected = {
         ("ga", "text"): objective.GradientAscent,
@@ -272,7 +273,7 @@ def test_task_level_jobs_load_sharded_where_their_runner_allows_it(monkeypatch):
     """rule task_level_baseline loads with rank 0 alone reading the weights (FSDP2 over several processes)
     for GA and KGA; KU evaluates the fine-tuned model before training, so every rank loads it; a runner that
     declares nothing loads whole. One process: never sharded."""
-    from qrerase.baselines.task_level_runners import loads_sharded
+    from qrerase.tracks.task_level.runners import loads_sharded
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert [loads_sharded(m, "fsdp") for m in ("ga", "kga", "ku")] == [True, True, False]

@@ -1,5 +1,5 @@
-"""qrerase.text.task_level (generator), qrerase.text.task_level_eval (normalisation, choice, table frame) and
-qrerase.baselines.task_level (KGA, KU) on small real data."""
+"""qrerase.tracks.task_level.data (generator), qrerase.tracks.task_level.evaluation (normalisation, choice,
+table frame) and qrerase.tracks.task_level.baselines (KGA, KU) on small real data."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import pytest
 import torch
 from support import REPO
 
-from qrerase.baselines.task_level import (
+from qrerase.baselines.text import kl_divergence
+from qrerase.text.lm import PromptTemplate, encode_qa_many
+from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.tracks.task_level.baselines import (
     TaskLevelBaselineConfig,
     full_sequence,
     kga_loss,
@@ -18,11 +22,7 @@ from qrerase.baselines.task_level import (
     memorization_accuracy,
     train_ku,
 )
-from qrerase.baselines.text import kl_divergence
-from qrerase.reports.task_level import task_level_table
-from qrerase.text.lm import PromptTemplate, encode_qa_many
-from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
-from qrerase.text.task_level import (
+from qrerase.tracks.task_level.data import (
     SPLITS,
     TaskLevelDataConfig,
     check_task_level_config,
@@ -30,8 +30,14 @@ from qrerase.text.task_level import (
     make_task_level_sets,
     skill_universe,
 )
-from qrerase.text.task_level_eval import choose_options, evaluate_skill, exact_match, normalise_answer, task_level_frame
-from qrerase.text.training import TrainConfig, train_causal_lm
+from qrerase.tracks.task_level.evaluation import (
+    choose_options,
+    evaluate_skill,
+    exact_match,
+    normalise_answer,
+    task_level_frame,
+)
+from qrerase.tracks.task_level.tables import task_level_table
 
 DATA = REPO / "data" / "tofu"
 SIZES = {

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, track_rules_file
 
 from qrerase import tracks
 from qrerase.tracks import TRACKS, Track, TrackError, register_track, track
@@ -98,7 +98,8 @@ def test_generic_file_has_no_track_switch(rel):
 
 
 def _rules_functions(t: Track) -> set[str]:
-    text = "".join((ROOT / "rules" / f).read_text() for f in (f"{t.name}_common.smk",) if (ROOT / "rules" / f).exists())
+    common = track_rules_file(t.name, "common")
+    text = common.read_text() if common.exists() else ""
     return set(re.findall(r"^def (\w+)\(", text, flags=re.M))
 
 
@@ -106,27 +107,34 @@ def _rules_functions(t: Track) -> set[str]:
 def test_builtin_track_module_supplies_every_field(name):
     t = TRACKS[name]
     assert t.__module__ == f"qrerase.tracks.{name}" or type(t) is Track
-    assert Path(tracks.__file__).with_name(f"{name}.py").is_file()
+    folder = Path(tracks.__file__).with_name(name)  # a track in its folder (package), or a module
+    assert (folder / "__init__.py").is_file() or folder.with_suffix(".py").is_file()
     for f in dataclasses.fields(Track):
         value = getattr(t, f.name)
-        optional = ("sweep", "finetune_start", "cost_group_header", "rules", "schema")
+        optional = ("sweep", "finetune_start", "cost_group_header", "rules", "schema", "runner_spec", "methods")
         assert value is not None or f.name in optional, f.name
-    # included by name in the Snakefile, its section in the schema file (a plug-in track names both)
-    assert t.rules is None and t.schema is None
-    assert f'include: "rules/{name}.smk"' in (ROOT / "Snakefile").read_text()
+    # its section in the schema file (a plug-in track names it); a track in its folder names its rules
+    # file there (rules/<name>/rules.smk, as a plug-in track names its own), another is included by name
+    assert t.schema is None
+    snakefile = (ROOT / "Snakefile").read_text()
+    if folder.is_dir():
+        assert t.rules == f"rules/{name}/rules.smk" and (ROOT / t.rules).is_file()
+        assert f"rules/{name}" not in snakefile
+    else:
+        assert t.rules is None and f'include: "rules/{name}.smk"' in snakefile
     assert t.name == name and t.prefix and t.tables and t.title and t.page_prefixes
     for pattern in t.experiments.values():
         assert re.fullmatch(r"[\w\\{}()|?+\[\]-]+", pattern), pattern
     # its rules file binds the functions the generic rules call, each defined there (Track.bind)
-    common = (ROOT / "rules" / f"{name}_common.smk").read_text()
+    common = track_rules_file(name, "common").read_text()
     bound = re.search(rf'registry\.TRACKS\["{name}"\]\.bind\((.*?)\n\)', common, flags=re.S)
-    assert bound, f"rules/{name}_common.smk binds no functions"
+    assert bound, f"{track_rules_file(name, 'common')} binds no functions"
     roles = dict(re.findall(r"(\w+)=(\w+)", bound.group(1)))
     assert set(REQUIRED_ROLES) <= set(roles) <= set(ROLES), roles
     assert set(roles.values()) <= _rules_functions(t), sorted(set(roles.values()) - _rules_functions(t))
     module, _, attr = t.check.partition(":")
     assert callable(getattr(__import__(module, fromlist=[attr]), attr))
-    assert (ROOT / "rules" / f"{name}.smk").is_file()
+    assert track_rules_file(name, "rules").is_file()
 
 
 def _toy(name: str, **over) -> Track:

@@ -45,8 +45,12 @@ def _config(**changes) -> dict:
 TOY = {"plugins": ["toy_track"], "tracks": ["toy_count"], "toy_count": {"unit": "words"}}
 
 
-def test_builtin_tracks_name_no_rules_file_and_no_schema():
-    assert track_rules() == []  # the Snakefile includes theirs by name; their sections are in the schema file
+#: The built-in tracks' rules files that the Snakefile includes through Track.rules (a track in its folder).
+BUILTIN_RULES = [str(REPO / "rules" / "task_level" / "rules.smk")]
+
+
+def test_builtin_tracks_name_their_folder_rules_and_no_schema():
+    assert track_rules() == BUILTIN_RULES  # their sections are in the schema file
     assert [t.name for t in TRACKS.values() if t.schema is not None] == []
     assert metrics.evaluating_tracks() == ["tofu", "speech"]  # Track.metrics
 
@@ -62,7 +66,7 @@ def test_the_config_accepts_a_plugin_track_its_section_and_its_methods(plugin_pa
     schema = load_schema()
     assert schema["properties"]["toy_count"]["properties"]["unit"]["enum"] == ["words", "chars"]
     assert schema["properties"]["methods"]["properties"]["toy_count"]["items"] == {"enum": []}
-    assert track_rules() == [str(PLUGINS / "toy_track.smk")]
+    assert track_rules() == [*BUILTIN_RULES, str(PLUGINS / "toy_track.smk")]
     with pytest.raises(ConfigError) as err:
         validate(_config(**{**TOY, "toy_count": {"unit": "bytes"}}))
     assert str(err.value).startswith("config key 'toy_count.unit': 'bytes' is not one of ['words', 'chars']")

@@ -23,5 +23,19 @@ REPO = TESTS.parent
 #: The small test configs (tests/configs) and the toy plug-ins (tests/plugins).
 CONFIGS = TESTS / "configs"
 PLUGINS = TESTS / "plugins"
+#: Every rules file (rules/*.smk and each folder's: rules/<track>/*.smk) and every workflow script.
+RULES_FILES = sorted((REPO / "rules").rglob("*.smk"))
+SCRIPTS = sorted((REPO / "workflow_scripts").rglob("*.py"))
+
+
+def track_rules_file(name: str, which: str) -> Path:
+    """Track ``name``'s rules file ``which`` (``"rules"`` or ``"common"``): ``rules/<name>/<which>.smk`` for a
+    track in its folder, else ``rules/<name>.smk`` / ``rules/<name>_common.smk``."""
+    folder = REPO / "rules" / name
+    if folder.is_dir():
+        return folder / f"{which}.smk"
+    return REPO / "rules" / (f"{name}.smk" if which == "rules" else f"{name}_common.smk")
+
+
 #: ``PYTHONPATH`` for a subprocess that imports the library and these helpers.
 PYTHONPATH = os.pathsep.join([str(REPO), str(TESTS)])

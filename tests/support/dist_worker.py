@@ -255,8 +255,8 @@ def train(kind: str, backend: str, tok_dir: str, out: str, model_dir: str | None
     elif kind == "lora":
         model, frame = train_lora(model, tok, records, PromptTemplate(), LoraTrainConfig(r=4, train=cfg))
         model = model.merge_and_unload()
-    elif kind in ("kga", "ku"):  # task-level baselines (qrerase.baselines.task_level)
-        from qrerase.baselines.task_level import TaskLevelBaselineConfig, train_kga, train_ku
+    elif kind in ("kga", "ku"):  # task-level baselines (qrerase.tracks.task_level.baselines)
+        from qrerase.tracks.task_level.baselines import TaskLevelBaselineConfig, train_kga, train_ku
 
         hp = {"aux_epochs": 1, "aux_batch_size": 8} if kind == "kga" else {"check_every": 1}
         tcfg = TaskLevelBaselineConfig.from_dict(

@@ -151,7 +151,7 @@ def test_read_jsonl_numbers_the_file_lines(tmp_path):
 
 def test_crosslingual_split_and_task_knowledge_name_file_and_line(tmp_path):
     from qrerase.text.crosslingual import load_language_split
-    from qrerase.text.task_level import KnowledgeConfig, _knowledge_facts
+    from qrerase.tracks.task_level.data import KnowledgeConfig, _knowledge_facts
 
     (tmp_path / "forget01.jsonl").write_bytes(GOOD.encode() * 2 + b"[1, 2]\n")
     with pytest.raises(ValueError, match=r"forget01\.jsonl:3: expected a JSON object per line, got list"):

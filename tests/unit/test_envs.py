@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import REPO
+from support import REPO, RULES_FILES
 
 # import name -> distribution name where they differ
 DIST = {"yaml": "pyyaml", "rouge_score": "rouge-score", "sklearn": "scikit-learn"}
@@ -40,13 +40,13 @@ def env_packages(env_file: Path) -> set[str]:
 def rules() -> dict[str, tuple[str, str]]:
     """rule name -> (conda env path, script path), both relative to the repository root."""
     found = {}
-    for smk in sorted((REPO / "rules").glob("*.smk")):
+    for smk in RULES_FILES:
         for block in re.split(r"(?m)^rule ", smk.read_text())[1:]:
             name = block.split(":", 1)[0].strip()
-            conda = re.search(r'conda:\s*\n\s*"\.\./(envs/[\w.-]+)"', block)
-            script = re.search(r'script:\s*\n\s*"\.\./([\w./-]+)"', block)
+            conda = re.search(r'conda:\s*\n\s*"(?:\.\./)+(envs/[\w.-]+)"', block)
+            script = re.search(r'script:\s*\n\s*"(?:\.\./)+([\w./-]+)"', block)
             # training rules: `shell: launch("X.py")` runs workflow_scripts/X.py (rules/common.smk)
-            launched = re.search(r'shell:\s*\n\s*launch\("([\w.-]+)"', block)
+            launched = re.search(r'shell:\s*\n\s*launch\("([\w./-]+)"', block)
             if script or launched:
                 assert conda, f"rule {name} runs a script but declares no conda env"
                 path = script.group(1) if script else f"workflow_scripts/{launched.group(1)}"

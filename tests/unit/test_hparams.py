@@ -15,9 +15,10 @@ import yaml
 from support import PLUGINS, REPO
 
 from qrerase import registry
-from qrerase.baselines.settings import TaskLevelBaselineConfig, TextBaselineConfig
+from qrerase.baselines.settings import TextBaselineConfig
 from qrerase.hparams import TrainConfig, key_schema
 from qrerase.speech.settings import SpeechBaselineConfig
+from qrerase.tracks.task_level.settings import TaskLevelBaselineConfig
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""qrerase.text.task_level_tradeoff: the in-process erase of the λ / k sweep (against the erase rules'
+"""qrerase.tracks.task_level.tradeoff: the in-process erase of the λ / k sweep (against the erase rules'
 closed form), the held-out NLL, the λ rule's pick turned into table rows; on real small tensors and
 the tiny text model."""
 
@@ -15,10 +15,10 @@ from qrerase.method.discriminate import discriminate
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.lm import PromptTemplate
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
-from qrerase.text.task_level import TaskLevelDataConfig, make_task_level_sets
-from qrerase.text.task_level_eval import evaluate_skill
-from qrerase.text.task_level_tradeoff import erase_points, held_out_nll, picked_rows, point_row
 from qrerase.text.tradeoff import select_scale
+from qrerase.tracks.task_level.data import TaskLevelDataConfig, make_task_level_sets
+from qrerase.tracks.task_level.evaluation import evaluate_skill
+from qrerase.tracks.task_level.tradeoff import erase_points, held_out_nll, picked_rows, point_row
 
 MODULES = ("a", "b")
 

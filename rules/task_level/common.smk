@@ -1,8 +1,9 @@
-# Task-level track: constants and input functions (its rules: rules/task_level.smk, which includes this file).
-from qrerase.text.task_level import EVAL_FILES as TASK_LEVEL_EVAL_FILES
-from qrerase.text.task_level import ROLES as TASK_LEVEL_ROLES
+# Task-level track: constants and input functions (its rules: rules/task_level/rules.smk, which includes this file).
+from qrerase.tracks.task_level.data import EVAL_FILES as TASK_LEVEL_EVAL_FILES
+from qrerase.tracks.task_level.data import ROLES as TASK_LEVEL_ROLES
 
 TASK_LEVEL = config.get("task_level", {})
+TASK_LEVEL_EXP = registry.TRACKS["task_level"].prefix  # its one experiment
 TASK_LEVEL_METHODS = list(config["methods"].get("task_level", []))
 TASK_LEVEL_BASELINES = registry.baselines_for("task_level")
 TASK_LEVEL_RANK = TASK_LEVEL.get("rank", RANK)

@@ -6,7 +6,7 @@
 # and table; the lambda / k sweep and the lambda rule on the held-out slice (`snakemake task_level_tradeoff`).
 
 
-include: "task_level_common.smk"
+include: "common.smk"
 
 
 rule task_level_data:
@@ -21,7 +21,7 @@ rule task_level_data:
     wildcard_constraints:
         exp=exp_pattern("task_level"),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -29,11 +29,11 @@ rule task_level_data:
         data=TASK_LEVEL.get("data"),
         seed=config["seed"],
     script:
-        "../workflow_scripts/task_level_data.py"
+        "../../workflow_scripts/task_level/data.py"
 
 
 rule task_level_baseline:
-    # Gradient Ascent (qrerase.baselines.text), KGA or KU (qrerase.baselines.task_level) from the fine-tuned model.
+    # Gradient Ascent (qrerase.baselines.text), KGA or KU (qrerase.tracks.task_level.baselines) from the fine-tuned model.
     input:
         unpack(task_level_baseline_inputs),
     output:
@@ -47,7 +47,7 @@ rule task_level_baseline:
         exp=exp_pattern("task_level"),
         method="|".join(TASK_LEVEL_BASELINES),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -63,7 +63,7 @@ rule task_level_baseline:
             seed=config["seed"],
         ),
     shell:
-        launch("task_level_baseline.py")
+        launch("task_level/baseline.py")
 
 
 rule task_level_evaluate:
@@ -82,7 +82,7 @@ rule task_level_evaluate:
     wildcard_constraints:
         exp=exp_pattern("task_level"),
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -93,7 +93,7 @@ rule task_level_evaluate:
         skills={r: TASK_LEVEL.get("data", {}).get(r) for r in TASK_LEVEL_ROLES},
         seed=config["seed"],
     script:
-        "../workflow_scripts/task_level_evaluate.py"
+        "../../workflow_scripts/task_level/evaluate.py"
 
 
 rule task_level_table:
@@ -107,7 +107,7 @@ rule task_level_table:
         **{
             f"{table}_{ext}": report(
                 path("table", table=table, ext=ext),
-                caption="../report/task_level_table.rst",
+                caption="table.rst",
                 category="Task-level",
                 subcategory="Tables",
                 labels={"table": table, "format": ext},
@@ -119,7 +119,7 @@ rule task_level_table:
     log:
         log_path("task_level_table"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -129,7 +129,7 @@ rule task_level_table:
         rank=TASK_LEVEL_RANK,
         scale=TASK_LEVEL.get("scale"),
     script:
-        "../workflow_scripts/task_level_table.py"
+        "../../workflow_scripts/task_level/table.py"
 
 
 rule task_level_tradeoff_erase:
@@ -154,7 +154,7 @@ rule task_level_tradeoff_erase:
         exp=exp_pattern("task_level"),
         method="|".join(DECOMP),
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -168,7 +168,7 @@ rule task_level_tradeoff_erase:
         retain_rank=config["unlearn"]["retain_rank"],
         seed=config["seed"],
     script:
-        "../workflow_scripts/task_level_tradeoff_erase.py"
+        "../../workflow_scripts/task_level/tradeoff_erase.py"
 
 
 rule task_level_tradeoff:
@@ -195,7 +195,7 @@ rule task_level_tradeoff:
     log:
         log_path("task_level_tradeoff"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -205,4 +205,4 @@ rule task_level_tradeoff:
         models=task_level_models(),
         skills={r: TASK_LEVEL.get("data", {}).get(r) for r in TASK_LEVEL_ROLES},
     script:
-        "../workflow_scripts/task_level_tradeoff.py"
+        "../../workflow_scripts/task_level/tradeoff.py"

@@ -1,14 +1,14 @@
 """Rule task_level_baseline: unlearn the forget skill with a task-level baseline (Gradient Ascent, KGA,
-KU or a plug-in's), its registered runner (qrerase.baselines.task_level_runners)."""
+KU or a plug-in's), its registered runner (qrerase.tracks.task_level.runners)."""
 
 import pandas as pd
 
-from qrerase.baselines.task_level_runners import TaskLevelBaselineJob, loads_sharded, run_task_level_baseline
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
 from qrerase.models.checkpoints import save_model
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, load_model, load_tokenizer
+from qrerase.tracks.task_level.runners import TaskLevelBaselineJob, loads_sharded, run_task_level_baseline
 from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
 

@@ -20,7 +20,7 @@ Three skills are generated here, deterministically from a seed:
     option (``format: letter``, MMLU's format). ``format: cloze`` (MMLU's continuation variant, as
     lm-evaluation-harness scores it): the item is the plain ``question`` → the correct option's text,
     with the four options kept; the model's answer is the option it gives the lowest token-mean NLL
-    (:func:`qrerase.text.task_level_eval.evaluate_skill`). The facts themselves (``question`` → ``answer``)
+    (:func:`qrerase.tracks.task_level.evaluation.evaluate_skill`). The facts themselves (``question`` → ``answer``)
     are training data of every model (``knowledge_facts``), standing in for what a pretrained LLM
     knows: with ``letter`` the *multiple-choice items* of the evaluation split are never trained;
     with ``cloze`` an evaluation item's question is such a trained fact and only the choice among
@@ -32,7 +32,7 @@ without replacement (``numpy.random.default_rng(seed + skill offset)``), then cu
 :func:`check_task_level_config` rejects an unknown skill, an empty split or more questions than the
 universe holds before anything runs.
 
-Evaluation lives in :mod:`qrerase.text.task_level_eval`.
+Evaluation lives in :mod:`qrerase.tracks.task_level.evaluation`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import read_jsonl_numbered
+from ...io import read_jsonl_numbered
 
 __all__ = [
     "SKILLS",

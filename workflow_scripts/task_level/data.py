@@ -1,7 +1,7 @@
 """Rule task_level_data: generate the task-level track's skills (deterministic from the seed) and cut its sets."""
 
 from qrerase.io import write_jsonl
-from qrerase.text.task_level import TaskLevelDataConfig, make_task_level_sets
+from qrerase.tracks.task_level.data import TaskLevelDataConfig, make_task_level_sets
 from qrerase.workflow.job import job
 
 p = snakemake.params

@@ -4,7 +4,7 @@ A runner takes one :class:`TaskLevelBaselineJob` (the fine-tuned model, the forg
 prompt template, the method's ``task_level.baselines.<method>`` settings) and returns ``(model, curve)``;
 :func:`run_task_level_baseline` looks the runner up (rule ``task_level_baseline``). Gradient Ascent (and any text
 baseline registered for the task-level track) runs its text objective (:func:`run_text_objective`); KGA and
-KU run :func:`qrerase.baselines.task_level.train_kga` / :func:`~qrerase.baselines.task_level.train_ku`.
+KU run :func:`qrerase.tracks.task_level.baselines.train_kga` / :func:`~qrerase.tracks.task_level.baselines.train_ku`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry
+from ... import registry
 
 __all__ = [
     "TaskLevelBaselineJob",
@@ -66,7 +66,7 @@ def loads_sharded(method: str, backend: str) -> bool:
     that uses no model before the engine's preparation broadcasts rank 0's weights. KU does not: its
     stopping threshold and starting memorisation accuracy evaluate the fine-tuned model first, on
     every rank. A runner that declares nothing loads whole on every rank."""
-    from ..engine import sharded
+    from ...engine import sharded
 
     return sharded(backend) and bool(getattr(registry.implementation(method, "task_level"), "loads_sharded", False))
 
@@ -74,7 +74,7 @@ def loads_sharded(method: str, backend: str) -> bool:
 def run_text_objective(job: TaskLevelBaselineJob):
     """A text baseline's objective (:func:`qrerase.baselines.text.train_baseline`) on the task sets,
     without a reference model (Gradient Ascent)."""
-    from .text import TextBaselineConfig, train_baseline
+    from ...baselines.text import TextBaselineConfig, train_baseline
 
     cfg = TextBaselineConfig.from_dict({**job.settings, "method": job.method})
     return train_baseline(job.model, None, job.tokenizer, job.forget, job.retain, job.template, cfg, desc=job.desc)
@@ -84,8 +84,9 @@ run_text_objective.loads_sharded = True  # as the TOFU baselines (qrerase.baseli
 
 
 def run_kga(job: TaskLevelBaselineJob):
-    """KGA (:func:`qrerase.baselines.task_level.train_kga`) with auxiliary models from ``job.initial()``."""
-    from .task_level import TaskLevelBaselineConfig, train_kga
+    """KGA (:func:`qrerase.tracks.task_level.baselines.train_kga`) with auxiliary models from ``job.initial()``."""
+    from .baselines import train_kga
+    from .settings import TaskLevelBaselineConfig
 
     cfg = TaskLevelBaselineConfig.from_dict({**job.settings, "method": job.method})
     initial = job.initial()
@@ -98,8 +99,9 @@ run_kga.loads_sharded = True  # its auxiliary models train (and its references a
 
 
 def run_ku(job: TaskLevelBaselineJob):
-    """KU (:func:`qrerase.baselines.task_level.train_ku`); its memorisation criterion is logged."""
-    from .task_level import TaskLevelBaselineConfig, train_ku
+    """KU (:func:`qrerase.tracks.task_level.baselines.train_ku`); its memorisation criterion is logged."""
+    from .baselines import train_ku
+    from .settings import TaskLevelBaselineConfig
 
     cfg = TaskLevelBaselineConfig.from_dict({**job.settings, "method": job.method})
     model, curve, info = train_ku(job.model, job.tokenizer, job.forget, job.new, job.template, cfg, desc=job.desc)

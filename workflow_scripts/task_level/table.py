@@ -4,8 +4,8 @@ import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.reports.tables import write_table
-from qrerase.reports.task_level import task_level_table
-from qrerase.text.task_level_eval import task_level_frame
+from qrerase.tracks.task_level.evaluation import task_level_frame
+from qrerase.tracks.task_level.tables import task_level_table
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import method_of
 

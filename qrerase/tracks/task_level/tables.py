@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from .tables import Column, TableSpec
+from ...reports.tables import Column, TableSpec
 
 __all__ = ["task_level_table"]
 
@@ -21,7 +21,7 @@ def task_level_table(
 
     ``frame``: one row per method (``method`` column) with ``<role>_accuracy`` (and, for ``wide``,
     ``<role>_nll``) for the roles ``unrelated``, ``similar``, ``forget``
-    (:func:`qrerase.text.task_level_eval.task_level_frame`).
+    (:func:`qrerase.tracks.task_level.evaluation.task_level_frame`).
     ``skills`` names each role's skill in the header (``Similar (word_math)``). Reference row: ``base``.
     ``wide`` adds the answer-token NLL per role (not ranked) and groups the columns by role.
     """

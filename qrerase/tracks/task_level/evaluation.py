@@ -1,7 +1,7 @@
 """Task-level evaluation: per skill, exact match of the normalised greedy answer
 (:func:`normalise_answer`: numbers as integers, letters upper-case) or, for ``cloze`` knowledge
 items, of the option chosen by likelihood (:func:`choose_options`), and the mean answer-token NLL;
-:func:`task_level_frame` shapes the table. The data it scores: :mod:`qrerase.text.task_level`.
+:func:`task_level_frame` shapes the table. The data it scores: :mod:`qrerase.tracks.task_level.data`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .task_level import ROLES
+from .data import ROLES
 
 __all__ = [
     "normalise_answer",
@@ -56,8 +56,8 @@ def evaluate_skill(model, tokenizer, template, records: Sequence[Mapping[str, An
     ``argmin_o NLL(o | question) / |o|`` over the options (token-mean NLL, EOS included; the first
     option on a tie).
     """
-    from .evaluation import answer_losses, greedy_generate
-    from .lm import qa_pair
+    from ...text.evaluation import answer_losses, greedy_generate
+    from ...text.lm import qa_pair
 
     if not records:
         raise ValueError("evaluate_skill: no records")
@@ -83,7 +83,7 @@ def option_losses(
 ) -> list[list[tuple[float, int]]]:
     """Per record, ``(sum_nll, n_tokens)`` of each of ``record["options"]`` as the answer to
     ``record["question"]`` (:func:`qrerase.text.evaluation.answer_losses`, all options in one call)."""
-    from .evaluation import answer_losses
+    from ...text.evaluation import answer_losses
 
     pairs = [(r["question"], o) for r in records for o in r["options"]]
     flat = answer_losses(model, tokenizer, template, pairs, eval_cfg)

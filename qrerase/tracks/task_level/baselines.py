@@ -25,9 +25,9 @@ KU — knowledge unlearning (Jang et al., ACL 2023)
     KU's second criterion, the extraction likelihood EL_10 (10-gram overlap of greedy continuations),
     needs sequences longer than this track's answers and is not used.
 
-A job's config is a :class:`~qrerase.baselines.settings.TaskLevelBaselineConfig`: the shared training
-keys and the method's own hyperparameters (:class:`~qrerase.baselines.settings.KgaHparams`: ``α`` =
-``alpha``, the auxiliary runs; :class:`~qrerase.baselines.settings.KuHparams`: ``check_every``,
+A job's config is a :class:`~qrerase.tracks.task_level.settings.TaskLevelBaselineConfig`: the shared training
+keys and the method's own hyperparameters (:class:`~qrerase.tracks.task_level.settings.KgaHparams`: ``α`` =
+``alpha``, the auxiliary runs; :class:`~qrerase.tracks.task_level.settings.KuHparams`: ``check_every``,
 ``ma_threshold``), read as ``cfg.hparams``.
 """
 
@@ -39,10 +39,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .. import engine, registry
-from ..engine import train_steps
-from ..engine.determinism import set_determinism
-from ..text.lm import (
+from ... import engine, registry
+from ...baselines.text import freeze, kl_divergence, retain_stream, token_mean_nll
+from ...engine import train_steps
+from ...engine.determinism import set_determinism
+from ...text.lm import (
     PromptTemplate,
     answer_token_logits,
     collate,
@@ -52,10 +53,9 @@ from ..text.lm import (
     qa_pair,
     sequence_nll,
 )
-from ..text.losses import answer_tokens, token_mean_split
-from ..text.training import epoch_steps, train_causal_lm
+from ...text.losses import answer_tokens, token_mean_split
+from ...text.training import epoch_steps, train_causal_lm
 from .settings import KgaHparams, KuHparams, TaskLevelBaselineConfig
-from .text import freeze, kl_divergence, retain_stream, token_mean_nll
 
 __all__ = [
     "TASK_LEVEL_BASELINES",
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 #: The task-level track's built-in baselines (from :mod:`qrerase.registry`): Gradient Ascent
-#: (qrerase.baselines.text), KGA and KU; their runners: :mod:`qrerase.baselines.task_level_runners`.
+#: (qrerase.baselines.text), KGA and KU; their runners: :mod:`qrerase.tracks.task_level.runners`.
 TASK_LEVEL_BASELINES = tuple(
     m for m in registry.baselines_of_runner("task_level") if registry.method(m) in registry.METHODS
 )

@@ -2,8 +2,8 @@
 
 Its one experiment is ``task_level`` (it owns its data, models and baselines); its settings are
 ``task_level`` (its ``pretrain`` / ``finetune`` / ``lora``, ``scale``, ``rank``, ``baselines`` and
-``evaluate`` override or replace the shared ones); its rules are ``rules/task_level.smk`` with
-``rules/task_level_common.smk``.
+``evaluate`` override or replace the shared ones); its rules are ``rules/task_level/rules.smk`` with
+``rules/task_level/common.smk``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Track, register_track, section_at
+from ..base import Runner, Track, register_track, section_at
 
 #: Training examples per epoch its plan assumes when ``task_level.data.sizes`` gives none.
 DEFAULT_EXAMPLES = 1000
@@ -21,7 +21,7 @@ DEFAULT_EXAMPLES = 1000
 def check(cfg: Mapping, runs: bool) -> None:
     """The task_level section (when the track runs): skills, split sizes, operand ranges, data files;
     rank; the LoRA base against the init; the sweep's ranks and scales."""
-    from ..workflow.validation import ConfigError, check_method_settings
+    from ...workflow.validation import ConfigError, check_method_settings
 
     if not runs:
         return
@@ -29,7 +29,7 @@ def check(cfg: Mapping, runs: bool) -> None:
         raise ConfigError(
             "config key 'task_level': the task-level track needs a 'task_level' section and 'methods.task_level'"
         )
-    from ..text.task_level import TaskLevelDataConfig, check_task_level_config
+    from .data import TaskLevelDataConfig, check_task_level_config
 
     try:
         check_task_level_config(TaskLevelDataConfig.from_dict(cfg["task_level"]["data"]))
@@ -68,9 +68,9 @@ def check(cfg: Mapping, runs: bool) -> None:
 class TaskLevelTrack(Track):
     def baseline_stage(self, cfg: Mapping, stage: str) -> Any:
         """A task-level baseline: ``task_level.baselines.<m>``, full weights, the fine-tuning ``max_length``
-        (rules/task_level.smk: the fine-tuning cap)."""
-        from .. import registry
-        from ..workflow.stages import Stage
+        (rules/task_level/rules.smk: the fine-tuning cap)."""
+        from ... import registry
+        from ...workflow.stages import Stage
 
         ft = self.training_section(cfg, "finetune")
         section = dict(section_at(cfg, self.baselines_section).get(stage) or {})
@@ -130,7 +130,17 @@ TRACK = register_track(
         page_prefixes=("task_level", "task"),
         check="qrerase.tracks.task_level:check",
         metrics=False,
-        rules=None,
+        rules="rules/task_level/rules.smk",
         schema=None,
+        runner_spec=Runner(
+            description=(
+                "f(job) -> (model, curve), job a TaskLevelBaselineJob "
+                "(qrerase.tracks.task_level.runners.run_task_level_baseline)"
+            ),
+            job_class="qrerase.tracks.task_level.settings:TaskLevelBaselineConfig",
+            section="task_level.baselines",
+            inputs={"initial": "the checkpoint the fine-tuned model was trained from (task-level track)"},
+        ),
+        methods="qrerase.tracks.task_level.methods",
     )
 )

@@ -9,7 +9,7 @@ it at the configured λ. Each point is scored on
 * the **held-out slice** ``tune_retain`` (the ``new`` split of the similar and unrelated skills: in
   no training run of the subspace methods and in no table): ``tune_retain_nll``, the token-mean
   answer NLL Σ NLL / Σ tokens (nats, EOS included) — the only quantity the λ rule reads;
-* each role's evaluation set (the table's protocol, :func:`qrerase.text.task_level_eval.evaluate_roles`):
+* each role's evaluation set (the table's protocol, :func:`qrerase.tracks.task_level.evaluation.evaluate_roles`):
   ``<role>_accuracy``, ``<role>_nll``, ``<role>_n`` — reported, never read by the rule.
 
 The λ rule is :func:`qrerase.text.tradeoff.select_scale` (the TOFU track's): per (method, k), the
@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..workflow.naming import format_model
-from .task_level import ROLES
+from ...workflow.naming import format_model
+from .data import ROLES
 
 __all__ = ["erase_points", "held_out_nll", "point_row", "picked_rows"]
 
@@ -47,8 +47,8 @@ def erase_points(
     """
     import torch
 
-    from ..method.discriminate import discriminate
-    from ..method.erase import apply_updates
+    from ...method.discriminate import discriminate
+    from ...method.erase import apply_updates
 
     if not factors or not scales:
         raise ValueError("erase_points: no ranks or no scales to sweep")
@@ -85,10 +85,10 @@ def held_out_nll(model, tokenizer, template, records: Sequence[Mapping[str, Any]
     """Token-mean answer NLL of ``records`` (Σ NLL / Σ tokens over the answers, EOS included; nats).
 
     For a ``cloze`` knowledge item the answer is its correct option's text, as in
-    :func:`qrerase.text.task_level_eval.evaluate_skill`. ``cfg``: an ``EvalConfig``.
+    :func:`qrerase.tracks.task_level.evaluation.evaluate_skill`. ``cfg``: an ``EvalConfig``.
     """
-    from .evaluation import answer_losses
-    from .lm import qa_pair
+    from ...text.evaluation import answer_losses
+    from ...text.lm import qa_pair
 
     if not records:
         raise ValueError("held_out_nll: the held-out slice is empty")

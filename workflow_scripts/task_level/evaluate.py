@@ -4,7 +4,7 @@ import pandas as pd
 
 from qrerase.io import read_jsonl, write_csv
 from qrerase.text.evaluation import EvalConfig
-from qrerase.text.task_level_eval import evaluate_roles
+from qrerase.tracks.task_level.evaluation import evaluate_roles
 from qrerase.workflow.job import job, load_for_eval, template_from
 
 p, inp = snakemake.params, snakemake.input

@@ -8,8 +8,8 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.method.energy import selected_updates
 from qrerase.method.formats import load_decompositions
 from qrerase.text.evaluation import EvalConfig
-from qrerase.text.task_level_eval import evaluate_roles
-from qrerase.text.task_level_tradeoff import erase_points, held_out_nll, point_row
+from qrerase.tracks.task_level.evaluation import evaluate_roles
+from qrerase.tracks.task_level.tradeoff import erase_points, held_out_nll, point_row
 from qrerase.workflow.job import job, load_checkpoint, template_from
 from qrerase.workflow.naming import format_model
 
