@@ -32,7 +32,6 @@ include: "rules/baselines.smk"
 include: "rules/tofu.smk"
 include: "rules/cost.smk"
 include: "rules/crosslingual.smk"
-include: "rules/speech.smk"
 
 
 # The rules file of each track that names one (qrerase.tracks.Track.rules): the built-in tracks that

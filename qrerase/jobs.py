@@ -3,7 +3,7 @@
 :class:`TrainingJob` composes :class:`qrerase.hparams.TrainConfig` (every training key, declared
 once) and an instance of the hyperparameter dataclass its method registered
 (:func:`qrerase.registry.hparams_of`). One subclass per runner (:data:`qrerase.registry.JOB_CLASSES`):
-:class:`qrerase.baselines.settings.TextBaselineConfig`, :class:`qrerase.speech.settings.SpeechBaselineConfig`
+:class:`qrerase.baselines.settings.TextBaselineConfig`, :class:`qrerase.tracks.speech.settings.SpeechBaselineConfig`
 and those of the runners tracks bring (:class:`qrerase.tracks.base.Runner`). Its
 :meth:`TrainingJob.section_schema` is the JSON schema of a method's config section, and :func:`inject`
 expands the schema file's markers for the shared keys (:func:`qrerase.workflow.validation.load_schema`).

@@ -7,8 +7,8 @@ config sections (from the shared training keys and its hyperparameters: :func:`q
 the job configs (:class:`qrerase.jobs.TrainingJob`), the workflow's ``DECOMP`` and localised-method logic
 (``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`), each track's
 target function (``all_targets`` in ``rules/common.smk``) and the dispatch of every baseline job
-(:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline`,
-:func:`qrerase.tracks.task_level.runners.run_task_level_baseline` and :func:`qrerase.speech.baselines.run_baseline`).
+(:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline` and by the runners the
+tracks bring, :attr:`qrerase.tracks.Track.runner_spec`).
 
 Standard library only: implementations are ``"module:attribute"`` strings imported on first use, so
 planning code (``rules/common.smk``, the schema) never imports torch (a hyperparameter dataclass
@@ -47,7 +47,6 @@ __all__ = [
     "CONTROL_SUFFIX",
     "register_method",
     "extend_method",
-    "sweep_settings",
     "load_plugins",
     "names",
     "method",
@@ -74,21 +73,18 @@ class RegistryError(ValueError):
 #: Runners: what a baseline's implementation of that runner is called with.
 RUNNERS: dict[str, str] = {
     "text": "a TextObjective subclass (qrerase.baselines.objective), trained by qrerase.baselines.text.train_baseline",
-    "speech": "f(model, data, cfg) -> (model, curve) (qrerase.speech.baselines.run_baseline)",
 }
 #: Config sections holding one entry per method (``<section>.<method>``), by the runner of the tracks whose
 #: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
 SETTINGS_SECTIONS: dict[str, str] = {
     "tofu.baselines": "text",
-    "speech.baselines": "speech",
-    "speech.tradeoff.baselines": "speech",
 }
-#: The sections whose entry is a job of that runner (schema: :func:`qrerase.jobs.section_schemas`).
-HPARAM_SECTIONS: dict[str, str] = {s: k for s, k in SETTINGS_SECTIONS.items() if s != "speech.tradeoff.baselines"}
+#: The sections whose entry is a job of that runner (schema: :func:`qrerase.jobs.section_schemas`); the
+#: others hold what a method registers (``settings=``), e.g. a trade-off sweep's parameter and values.
+HPARAM_SECTIONS: dict[str, str] = dict(SETTINGS_SECTIONS)
 #: Runner -> its job config class, a :class:`qrerase.jobs.TrainingJob` subclass (``"module:Class"``: torch-free).
 JOB_CLASSES: dict[str, str] = {
     "text": "qrerase.baselines.settings:TextBaselineConfig",
-    "speech": "qrerase.speech.settings:SpeechBaselineConfig",
 }
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
 INPUTS: dict[str, str] = {
@@ -105,6 +101,7 @@ def _add_runner(name: str, spec: Runner) -> None:
     RUNNERS[name] = spec.description
     JOB_CLASSES[name] = spec.job_class
     SETTINGS_SECTIONS[spec.section] = HPARAM_SECTIONS[spec.section] = name
+    SETTINGS_SECTIONS.update({s: name for s in spec.sweep_sections})
     if spec.required:
         _REQUIRED_SECTIONS[name] = spec.section
     if clash := [i for i in spec.inputs if i in INPUTS]:
@@ -404,15 +401,6 @@ def tex_method_labels() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------
 # The built-in methods, in table order: the subspace methods, then the baselines of each track.
 # ---------------------------------------------------------------------------------------------------
-def sweep_settings(label: str, tracks: Iterable[str]) -> dict[str, dict[str, Any]] | None:
-    """A baseline's entry in each sweep section of its tracks' runners (the sections of
-    :data:`SETTINGS_SECTIONS` outside :data:`HPARAM_SECTIONS`: ``speech.tradeoff.baselines``); ``None``: none."""
-    runners = {TRACKS[t].runner for t in tracks}
-    sweep = {"$ref": "#/definitions/speech_sweep", "description": f"the {label} sweep"}
-    own = {s: dict(sweep) for s, k in SETTINGS_SECTIONS.items() if s not in HPARAM_SECTIONS and k in runners}
-    return own or None
-
-
 _ALL = tuple(TRACKS)
 _SUBSPACE = "qrerase.method.discriminate:forget_updates"  # T_f, T_r -> the forget update (eqs. 1-6)
 
@@ -425,8 +413,7 @@ for _name, _decomp, _ll, _label, _tex in (
     register_method(_name, label=_label, tex_label=_tex, tracks=_ALL, run=_SUBSPACE, decomp=_decomp, localised=_ll)
 # The baselines, each registered by keyword next to its implementation, in table order: the text
 # baselines, the speech ones, then those of the tracks that bring their own (Track.methods: KGA, KU).
-for _module in ("qrerase.baselines.methods", "qrerase.speech.methods"):
-    importlib.import_module(_module)
+importlib.import_module("qrerase.baselines.methods")
 for _track in tuple(TRACKS.values()):
     if _track.methods is not None:
         importlib.import_module(_track.methods)

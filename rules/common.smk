@@ -36,7 +36,6 @@ from qrerase.workflow.naming import (
     parse_exp,
     parse_model,
     size_of,
-    speech_exp,
     tofu_exp,
     track_of_exp,
     xling_exp,

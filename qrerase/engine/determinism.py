@@ -1,6 +1,6 @@
 """Reproducibility: seeding every RNG, deterministic kernels, and the per-epoch seeds of batch order.
 
-Shared by the text (:mod:`qrerase.text.training`) and speech (:mod:`qrerase.speech.train`) trainers and
+Shared by the text (:mod:`qrerase.text.training`) and speech (:mod:`qrerase.tracks.speech.train`) trainers and
 by :func:`qrerase.workflow.job.job`. Two runs with the same seed, data and thread count give
 bit-identical weights.
 """

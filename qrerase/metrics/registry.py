@@ -56,7 +56,7 @@ class MetricError(ValueError):
 def evaluating_tracks() -> list[str]:
     """The tracks whose evaluation jobs compute the registered metrics (:attr:`qrerase.tracks.Track.metrics`:
     rule ``evaluate``, :func:`qrerase.metrics.scoring.track_sequence_metrics`; rule ``speech_evaluate``,
-    :func:`qrerase.speech.privacy.attack_metrics`), in registration order."""
+    :func:`qrerase.tracks.speech.privacy.attack_metrics`), in registration order."""
     return [t.name for t in TRACKS.values() if t.metrics]
 
 
@@ -310,22 +310,21 @@ MIA_ATTACKS: dict[str, tuple[str, str]] = {
     "min_k": ("MIA AUC (Min-K%)", f"{_MIA}:min_k_score"),
     "min_k_plus_plus": ("MIA AUC (Min-K%++)", f"{_MIA}:min_k_plus_plus_score"),
 }
-_MIA_TRACKS = {"loss": ("tofu", "speech")}
-#: The speech classifier's per-clip score of an attack (qrerase.speech.privacy).
-_SPEECH_SCORES = {"loss": "qrerase.speech.privacy:loss_score"}
 for _attack, (_label, _fn) in MIA_ATTACKS.items():
+    # a track whose models score an attack their own way supplies the function (Track.metric_fns)
+    _own = {t.name: t.metric_fns[f"mia_{_attack}"] for t in TRACKS.values() if f"mia_{_attack}" in t.metric_fns}
     register_metric(
         f"mia_{_attack}",
         label=_label,
         direction="target",
         target=0.5,
-        tracks=_MIA_TRACKS.get(_attack, ("tofu",)),
+        tracks=("tofu", *_own),
         needs=_MIA_NEEDS,
         aggregate="auc",
         fn=_fn,
         description=f"{_attack} membership-inference AUC, forget vs holdout (0.5: indistinguishable)",
         headline=1 if _attack == "min_k_plus_plus" else None,  # the TOFU tables' default attack
-        track_fns={"speech": _SPEECH_SCORES[_attack]} if _attack in _SPEECH_SCORES else None,
+        track_fns=_own or None,
     )
 register_metric(
     "privleak",

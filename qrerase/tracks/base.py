@@ -51,7 +51,9 @@ class Runner:
     config key holding one entry per method (``<section>.<method>``, its schema generated from the job
     config and the method's hyperparameters). required: a baseline listed in a track of this runner must
     have its entry there. inputs: input name -> description, the extra inputs its baseline jobs may read
-    (a method declares those it reads, ``register_method(inputs=...)``).
+    (a method declares those it reads, ``register_method(inputs=...)``). sweep_sections: dotted config keys
+    holding one entry per method that is not a job (a trade-off sweep's parameter and values; a method
+    gives its entry's schema, ``register_method(settings=...)``).
     """
 
     description: str
@@ -59,6 +61,7 @@ class Runner:
     section: str
     required: bool = True
     inputs: Mapping[str, str] = field(default_factory=dict)
+    sweep_sections: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,11 @@ class Track:
     are :data:`qrerase.workflow.paths.SHARED`). runner_spec: the runner ``runner`` when the track brings
     its own (:class:`Runner`). methods: the torch-free module registering the methods only this track
     has, and its runner's implementations of shared ones (:func:`qrerase.registry.extend_method`).
-    ``runner_spec`` and ``methods`` are read when :mod:`qrerase.registry` is imported: a built-in
-    track's (a plug-in module registers its methods itself). Its rules file binds the functions the generic rules
+    metric_fns: built-in metric -> ``"module:function"``, its own per-example score of a metric the
+    shared rules compute (the speech classifier's MIA loss); the metric then lists this track.
+    ``runner_spec``, ``methods`` and ``metric_fns`` are read when :mod:`qrerase.registry` and
+    :mod:`qrerase.metrics.registry` are imported: a built-in track's (a plug-in module registers its
+    methods and metrics itself). Its rules file binds the functions the generic rules
     call (:meth:`bind`, :data:`ROLES`).
     """
 
@@ -128,6 +134,7 @@ class Track:
     paths: Mapping[str, str] = field(default_factory=dict)
     runner_spec: Runner | None = None
     methods: str | None = None
+    metric_fns: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Fill the derived defaults: ``section`` = ``name``, ``baselines_section`` = ``<section>.baselines``,
@@ -245,6 +252,7 @@ _MAY_BE_EMPTY = (
     "paths",
     "runner_spec",
     "methods",
+    "metric_fns",
 )
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
 _NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))

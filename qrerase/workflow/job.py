@@ -183,22 +183,13 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
     return model, tokenizer
 
 
-def load_checkpoint(model_dir: str | os.PathLike, kind: str = "causal_lm", dtype: str = "float32", device: str = "cpu"):
-    """(model, tokenizer or None) of a checkpoint of the given kind, in eval mode.
+def load_checkpoint(model_dir: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):
+    """(model, tokenizer) of a causal-LM checkpoint, in eval mode: :func:`qrerase.text.models.load_model`
+    (spread over several GPUs as in :func:`load_for_eval`) and its tokenizer. A track with its own kind
+    of model loads it with its own loader (the speech track: :func:`qrerase.tracks.speech.model.load_speech_model`)."""
+    from ..text.models import load_model, load_tokenizer
 
-    ``causal_lm``: :func:`qrerase.text.models.load_model` (spread over several GPUs as in
-    :func:`load_for_eval`) and its tokenizer; ``audio_classifier``: a HuBERT speaker
-    classifier (:func:`qrerase.speech.model.load_speech_model`), which has no tokenizer.
-    """
-    if kind == "causal_lm":
-        from ..text.models import load_model, load_tokenizer
-
-        return load_model(str(model_dir), dtype=dtype, device=device, spread=True), load_tokenizer(str(model_dir))
-    if kind == "audio_classifier":
-        from ..speech.model import load_speech_model
-
-        return load_speech_model(str(model_dir), dtype=dtype, device=device), None
-    raise ValueError(f"unknown model kind {kind!r} (expected 'causal_lm' or 'audio_classifier')")
+    return load_model(str(model_dir), dtype=dtype, device=device, spread=True), load_tokenizer(str(model_dir))
 
 
 #: The library's sources on the training path (relative to the package): their bytes make the code
@@ -210,8 +201,8 @@ TRAINING_CODE = (
     "io.py",
     "baselines",
     "method",
-    "speech",
     "text",
+    "tracks",
     "workflow/job.py",
 )
 

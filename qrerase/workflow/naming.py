@@ -43,7 +43,6 @@ __all__ = [
     "format_exp",
     "tofu_exp",
     "xling_exp",
-    "speech_exp",
     "model_exp",
     "size_exp",
     "size_of",
@@ -52,7 +51,6 @@ __all__ = [
     "method_of",
     "track_of_exp",
     "XLING_EXP",
-    "SPEECH_EXP",
 ]
 
 
@@ -77,7 +75,6 @@ PREFIX: dict[str, str] = _tables()[0]
 EXP_PATTERNS: dict[str, str] = _tables()[1]
 
 XLING_EXP = PREFIX["crosslingual"]
-SPEECH_EXP = PREFIX["speech"]
 
 
 class Experiment(NamedTuple):
@@ -153,11 +150,6 @@ def tofu_exp(split: str) -> str:
 def xling_exp(lang: str | None = None) -> str:
     """``'hi_R'`` -> ``'xling_hi_R'`` (unlearning in that language); ``None`` -> the shared ``'xling'``."""
     return format_exp("crosslingual", lang)
-
-
-def speech_exp(setting: str | None = None) -> str:
-    """``'sample'`` -> ``'speech_sample'``; ``None`` -> the shared ``'speech'``."""
-    return format_exp("speech", setting)
 
 
 def size_exp(width: int, seed: int) -> str:

@@ -189,8 +189,8 @@ def test_it_is_a_column_of_the_tofu_tables_and_the_results_page(toy, tmp_path, m
 def test_a_plugin_metric_reaches_the_speech_evaluation_and_table_through_its_track_function(toy):
     import numpy as np
 
-    from qrerase.reports.speech import speech_mia_table
-    from qrerase.speech.privacy import attack_metrics
+    from qrerase.tracks.speech.privacy import attack_metrics
+    from qrerase.tracks.speech.tables import speech_mia_table
 
     rng = np.random.default_rng(3)
     members = (rng.normal(size=(5, 4)), np.array([0, 1, 2, 3, 0]))

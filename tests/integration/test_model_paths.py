@@ -201,14 +201,14 @@ def test_the_text_loader_refuses_weights_that_do_not_match_the_config(checkpoint
 
 
 def _tiny_hubert(out: Path, speakers=("a", "b")) -> Path:
-    from qrerase.speech import model as sm
+    from qrerase.tracks.speech import model as sm
 
     sm.save_speech_model(sm.build_tiny_hubert(sm.TinyHubertConfig(**TINY_HUBERT), list(speakers), 0), out)
     return out
 
 
 def test_a_speech_checkpoint_that_disagrees_with_its_config_is_refused(tmp_path):
-    from qrerase.speech.model import load_speech_model
+    from qrerase.tracks.speech.model import load_speech_model
 
     hubert = _tiny_hubert(tmp_path / "hubert")
     cfg = config(speech__model__name_or_path=str(hubert))

@@ -17,8 +17,8 @@ from support.snakemake_cli import snakemake, write_yaml_config
 from qrerase import engine
 from qrerase.baselines.text import TextBaselineConfig
 from qrerase.cli import main
-from qrerase.speech.baselines import SpeechBaselineConfig
 from qrerase.text.training import ENGINE_KEYS, TrainConfig
+from qrerase.tracks.speech.baselines import SpeechBaselineConfig
 from qrerase.tracks.task_level.baselines import TaskLevelBaselineConfig
 from qrerase.workflow.launch import launcher
 from qrerase.workflow.plan import GIB, JobSpec, device_bytes

@@ -74,7 +74,7 @@ def test_reserved_and_malformed_names_are_rejected(scratch_registry, name):
 # ---------------------------------------------------------------------------------------------
 def test_unknown_names_are_errors_not_defaults():
     from qrerase.baselines.text import TextBaselineConfig
-    from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
+    from qrerase.tracks.speech.baselines import SpeechBaselineConfig, run_baseline
     from qrerase.tracks.task_level.runners import TaskLevelBaselineJob, run_task_level_baseline
 
     with pytest.raises(RegistryError, match="unknown method 'nope'"):
@@ -99,7 +99,7 @@ def test_unknown_names_are_errors_not_defaults():
 def test_every_builtin_implementation_resolves_to_its_runner():
     from qrerase.baselines import objective, rmu, simnpo, undial
     from qrerase.method.discriminate import forget_updates
-    from qrerase.speech import baselines as speech
+    from qrerase.tracks.speech import baselines as speech
     from qrerase.tracks.task_level import runners as task_level_runners
 
     expected = {

@@ -10,9 +10,9 @@ import pytest
 from support import REPO
 from support.tiny_hubert import TINY_HUBERT
 
-from qrerase.speech import data as sd
-from qrerase.speech import model as sm
-from qrerase.speech import train as strain
+from qrerase.tracks.speech import data as sd
+from qrerase.tracks.speech import model as sm
+from qrerase.tracks.speech import train as strain
 
 FSDD = REPO / "data" / "fsdd"
 
@@ -244,16 +244,12 @@ def test_lora_task_matrices_are_hubert_attention_modules(small_data, tmp_path):
 
 
 def test_save_and_load_round_trip(tmp_path, small_data):
-    from qrerase.workflow.job import load_checkpoint
-
     arrays, _, _ = small_data
     model = _model()
     sm.save_speech_model(model, tmp_path / "m")
-    loaded, tok = load_checkpoint(tmp_path / "m", "audio_classifier")
-    assert tok is None
+    loaded = sm.load_speech_model(tmp_path / "m")
+    assert not loaded.training  # loaded for evaluation
     np.testing.assert_array_equal(strain.predict_logits(model, arrays), strain.predict_logits(loaded, arrays))
-    with pytest.raises(ValueError, match="unknown model kind"):
-        load_checkpoint(tmp_path / "m", "vision")
 
 
 def test_pretrained_checkpoint_gets_a_new_speaker_head(tmp_path):
@@ -278,7 +274,7 @@ def test_pretrained_checkpoint_gets_a_new_speaker_head(tmp_path):
 def test_baseline_losses_match_hand_computation():
     import torch
 
-    from qrerase.speech import baselines as sb
+    from qrerase.tracks.speech import baselines as sb
 
     s = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]])
     t = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 0.0]])
@@ -312,7 +308,7 @@ def test_baseline_losses_match_hand_computation():
 def test_baselines_produce_a_changed_plain_model_deterministically(small_data, method, mode):
     import torch
 
-    from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
+    from qrerase.tracks.speech.baselines import SpeechBaselineConfig, run_baseline
 
     arrays, index, _ = small_data
     forget, retain = sd.train_mask(index, "sample", "forget"), sd.train_mask(index, "sample", "retain")
@@ -336,7 +332,7 @@ def test_baselines_produce_a_changed_plain_model_deterministically(small_data, m
 
 
 def test_unknown_baseline_and_bad_mode():
-    from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
+    from qrerase.tracks.speech.baselines import SpeechBaselineConfig, run_baseline
 
     with pytest.raises(ValueError, match=r"'mode' must be one of \['full', 'lora'\]"):
         SpeechBaselineConfig.of(method="ga", mode="half")
@@ -348,8 +344,8 @@ def test_unknown_baseline_and_bad_mode():
 
 
 def test_speech_table_layout():
-    from qrerase.reports.speech import speech_table
     from qrerase.reports.tables import render_markdown
+    from qrerase.tracks.speech.tables import speech_table
 
     rows = []
     for setting in ("sample", "class"):
@@ -370,7 +366,7 @@ def test_speech_table_layout():
 
 
 def test_localisation_statistics():
-    from qrerase.reports.speech import localisation
+    from qrerase.tracks.speech.tables import localisation
 
     uniform = localisation({"0": 0.25, "1": 0.25, "2": 0.25, "3": 0.25})
     assert uniform["effective_layers"] == pytest.approx(4.0) and uniform["n_selected"] == 4
@@ -383,7 +379,7 @@ def test_localisation_statistics():
 
 
 def test_rank_curve_aggregates_reconstruction_error():
-    from qrerase.reports.speech import rank_curve
+    from qrerase.tracks.speech.tables import rank_curve
 
     report = pd.DataFrame(
         {

@@ -1,4 +1,4 @@
-"""The robustness stage on the speech track (qrerase.speech.robustness), on a tiny random HuBERT and real
+"""The robustness stage on the speech track (qrerase.tracks.speech.robustness), on a tiny random HuBERT and real
 FSDD clips, against the definitions of docs/robustness.md: the halves, the scores, the training loss, the
 attacks and the retain reference (the floor)."""
 
@@ -11,9 +11,9 @@ import pytest
 from support import REPO
 from support.tiny_hubert import TINY_HUBERT
 
-from qrerase.speech import data as sd
-from qrerase.speech import model as sm
-from qrerase.speech.robustness import forget_entities, retain_reference, speech_sets, speech_target
+from qrerase.tracks.speech import data as sd
+from qrerase.tracks.speech import model as sm
+from qrerase.tracks.speech.robustness import forget_entities, retain_reference, speech_sets, speech_target
 
 FSDD = REPO / "data" / "fsdd"
 RATES = {"full": (1e-3, 8), "lora": (1e-2, 8)}
@@ -127,8 +127,8 @@ def test_every_attack_runs_on_a_copy_and_starts_from_the_model(corpus):
 def test_the_retain_reference_is_the_finetune_recipe_on_the_retain_set(corpus, tmp_path):
     import torch
 
-    from qrerase.speech.train import train_classifier
     from qrerase.text.training import TrainConfig
+    from qrerase.tracks.speech.train import train_classifier
 
     arrays, index, meta = corpus
     sm.save_speech_model(_model([str(d) for d in range(10)], seed=1), tmp_path / "pretrained")  # a digit model

@@ -8,10 +8,10 @@ import pytest
 from support import REPO
 from support.tiny_hubert import TINY_HUBERT
 
-from qrerase.speech import data as sd
-from qrerase.speech import model as sm
-from qrerase.speech import tradeoff as st
-from qrerase.speech import train as strain
+from qrerase.tracks.speech import data as sd
+from qrerase.tracks.speech import model as sm
+from qrerase.tracks.speech import tradeoff as st
+from qrerase.tracks.speech import train as strain
 
 FSDD = REPO / "data" / "fsdd"
 SPEAKERS = ["george", "jackson", "lucas", "nicolas", "theo", "yweweler"]

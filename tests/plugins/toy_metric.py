@@ -30,7 +30,7 @@ def mean_label_probability(logits, labels):
     the speaker label); ``logits`` ``(N, C)``, ``labels`` ``(N,)`` ints in ``[0, C)``."""
     import numpy as np
 
-    from qrerase.speech.privacy import clip_losses
+    from qrerase.tracks.speech.privacy import clip_losses
 
     return np.exp(-clip_losses(logits, labels))
 

@@ -1,4 +1,4 @@
-"""The tiny HuBERT classifier shape the speech tests build (``qrerase.speech.model.TinyHubertConfig``
+"""The tiny HuBERT classifier shape the speech tests build (``qrerase.tracks.speech.model.TinyHubertConfig``
 keyword arguments): small enough to train in seconds on the CPU."""
 
 TINY_HUBERT = dict(

@@ -157,7 +157,7 @@ def test_crosslingual_track_needs_its_section():
 
 
 def test_all_speakers_forgotten_is_an_error():
-    from qrerase.speech.data import list_recordings
+    from qrerase.tracks.speech.data import list_recordings
 
     cfg = merged()
     speakers = sorted(

@@ -21,7 +21,7 @@ from qrerase.method.energy import (
 )
 from qrerase.method.lowrank import LowRank
 from qrerase.reports.plots import energy_plot
-from qrerase.reports.speech import localisation
+from qrerase.tracks.speech.tables import localisation
 
 
 def _factors(norms: list[float]) -> dict[str, LowRank]:

@@ -17,7 +17,7 @@ from support import PLUGINS, REPO
 from qrerase import registry
 from qrerase.baselines.settings import TextBaselineConfig
 from qrerase.hparams import TrainConfig, key_schema
-from qrerase.speech.settings import SpeechBaselineConfig
+from qrerase.tracks.speech.settings import SpeechBaselineConfig
 from qrerase.tracks.task_level.settings import TaskLevelBaselineConfig
 
 

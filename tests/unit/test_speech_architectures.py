@@ -12,7 +12,7 @@ from support.architectures import QWEN3_OMNI_AUDIO, save_hubert, save_qwen3_omni
 
 from qrerase.method.architectures import TARGET_PRESETS
 from qrerase.method.module_names import block_of
-from qrerase.speech.architectures import (
+from qrerase.tracks.speech.architectures import (
     ARCHITECTURES,
     KNOWN_SPEECH_SHAPES,
     architecture_for,
@@ -20,8 +20,8 @@ from qrerase.speech.architectures import (
     qwen3_omni_audio_params,
     speech_lora_targets,
 )
-from qrerase.speech.model import graft_encoder, load_speech_model
-from qrerase.speech.qwen3_omni import PREFIX, audio_tower_plan
+from qrerase.tracks.speech.model import graft_encoder, load_speech_model
+from qrerase.tracks.speech.qwen3_omni import PREFIX, audio_tower_plan
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 

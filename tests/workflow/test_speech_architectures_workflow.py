@@ -36,7 +36,7 @@ def _check_erase(workdir: Path) -> None:
     """The table's rows; base + erase adapter gives the merged checkpoint's logits, which differ from base."""
     from peft import PeftModel
 
-    from qrerase.speech.model import load_speech_model
+    from qrerase.tracks.speech.model import load_speech_model
 
     assert list(pd.read_csv(workdir / "results/tables/speech.csv")["method"]) == ["base", "qr_erase_ll"]
     energy = pd.read_csv(workdir / "results/speech_class/energy/energy.csv")
@@ -90,7 +90,7 @@ def test_qwen3_omni_task_matrices_are_peft_delta_weights(omni_run):
     from peft import PeftModel
 
     from qrerase.method.adapters import load_factors
-    from qrerase.speech.model import load_speech_model
+    from qrerase.tracks.speech.model import load_speech_model
 
     wd, _ = omni_run
     for which in ("forget", "retain"):
@@ -115,7 +115,7 @@ def test_wav2vec2_runs_the_speech_track(tmp_path):
     ckpt = save_wav2vec2(tmp_path / "wav2vec2")
     _run(tmp_path, ckpt)
     _check_erase(tmp_path)
-    from qrerase.speech.model import load_speech_model
+    from qrerase.tracks.speech.model import load_speech_model
 
     assert type(load_speech_model(tmp_path / "results/speech/models/full")) is Wav2Vec2ForSequenceClassification
 

@@ -273,11 +273,12 @@ def robustness(workdir):
 
 def test_robustness_rows_follow_the_protocol(workdir, robustness):
     """Per model: every budget of every training attack, budget 0 = the model as given; A and B partition
-    D_f as qrerase.speech.robustness.speech_sets draws them; the floor never learned the class setting's speaker."""
+    D_f as qrerase.tracks.speech.robustness.speech_sets draws them; the floor never learned the class setting's
+    speaker."""
     import re
 
     from qrerase.robustness.settings import robustness_settings
-    from qrerase.speech.robustness import speech_sets
+    from qrerase.tracks.speech.robustness import speech_sets
 
     _, rows = robustness
     index = pd.read_csv(workdir / "results/speech/data/index.csv")

@@ -5,8 +5,8 @@ from the 'mia' outputs of rule speech_evaluate."""
 import json
 from pathlib import Path
 
-from qrerase.reports.speech import speech_mia_table
 from qrerase.reports.tables import write_table
+from qrerase.tracks.speech.tables import speech_mia_table
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import method_of
 

@@ -3,11 +3,11 @@
 from qrerase.engine import resuming
 from qrerase.io import write_csv
 from qrerase.method.architectures import resolve_target_modules
-from qrerase.speech.architectures import speech_lora_targets
-from qrerase.speech.data import load_speech_data, train_mask
-from qrerase.speech.model import graft_encoder, load_pretrained, load_speech_model
-from qrerase.speech.train import train_speech_lora
 from qrerase.text.training import ENGINE_KEYS, LoraTrainConfig, TrainConfig, save_adapter
+from qrerase.tracks.speech.architectures import speech_lora_targets
+from qrerase.tracks.speech.data import load_speech_data, train_mask
+from qrerase.tracks.speech.model import graft_encoder, load_pretrained, load_speech_model
+from qrerase.tracks.speech.train import train_speech_lora
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 

@@ -1,6 +1,6 @@
 """Speech track membership inference: the LOSS attack on the forgotten clips (registered metric ``mia_loss``).
 
-Members and non-members (:func:`attack_masks`), from the ``index`` of :mod:`qrerase.speech.data`:
+Members and non-members (:func:`attack_masks`), from the ``index`` of :mod:`qrerase.tracks.speech.data`:
 
 * members: D_f's training clips (``<setting>_partition == 'forget'`` and ``split == 'train'``), the
   clips the fine-tuned model was trained on and an unlearning method should forget;
@@ -82,8 +82,8 @@ def attack_metrics(
     and non-member clips: ``auc`` is the exact ROC AUC of the per-clip scores of the metric's track
     function (members label 1, ties ½: :func:`qrerase.metrics.mia.auc`), ``mean`` the mean of its
     per-clip value over the members. A plug-in's metric registered for the track is computed here too."""
-    from ..metrics.mia import auc
-    from ..metrics.registry import metric, metric_function, metrics_for
+    from ...metrics.mia import auc
+    from ...metrics.registry import metric, metric_function, metrics_for
 
     out: dict[str, float] = {}
     for name in metrics_for(track):
@@ -103,6 +103,6 @@ def attack_metrics(
 def loss_attack_auc(member_losses: Sequence[float], nonmember_losses: Sequence[float]) -> float:
     """ROC AUC of the LOSS attack: member scores ``−ℓ`` (label 1) against non-member scores ``−ℓ``
     (label 0), ties counting ½ (:func:`qrerase.metrics.mia.auc`). Both non-empty and finite."""
-    from ..metrics.mia import auc
+    from ...metrics.mia import auc
 
     return auc([-float(x) for x in member_losses], [-float(x) for x in nonmember_losses])

@@ -4,7 +4,7 @@
 input, three stride-2 convolutions, pre-norm transformer layers with ``q_proj`` / ``k_proj`` / ``v_proj``
 / ``out_proj``, ``proj1`` / ``proj2`` to the thinker's width) under ``audio_tower``, mean pooling over
 each clip's encoder positions and a linear speaker head ``classifier``. Its forward takes the waveforms
-of :mod:`qrerase.speech.data` and makes the log-mel input with the checkpoint's ``WhisperFeatureExtractor``
+of :mod:`qrerase.tracks.speech.data` and makes the log-mel input with the checkpoint's ``WhisperFeatureExtractor``
 (its settings are kept in the classifier's config).
 
 :func:`load_audio_tower` builds it from a released Qwen3-Omni checkpoint: it reads the safetensors
@@ -115,7 +115,7 @@ def audio_tower_plan(path: str | os.PathLike, prefix: str = PREFIX) -> dict[str,
     """Shard file → the ``prefix`` tensors it holds, from the checkpoint's ``model.safetensors.index.json``
     (or its single ``model.safetensors`` header); shards without such tensors are left out. A one-line
     ValueError naming the file when there is no index, or it lists no ``prefix`` tensor."""
-    from ..models.checkpoint_files import weight_map
+    from ...models.checkpoint_files import weight_map
 
     tensors, where = weight_map(path)
     plan: dict[str, list[str]] = {}

@@ -24,7 +24,7 @@ Data (the Free Spoken Digit Dataset layout: ``{digit}_{speaker}_{index}.wav``, m
 Arrays: ``input_values`` float32 (N, L) (per-utterance zero-mean unit-variance waveform, zero after
 the end), ``attention_mask`` int64 (N, L) (1 on real samples), ``labels`` int64 (N,) (speaker index in
 the sorted speaker list). L = round(max_seconds · sample_rate). The model is
-:mod:`qrerase.speech.model`, its training and evaluation :mod:`qrerase.speech.train`.
+:mod:`qrerase.tracks.speech.model`, its training and evaluation :mod:`qrerase.tracks.speech.train`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import from_mapping
+from ...config import from_mapping
 
 __all__ = [
     "SETTINGS",
@@ -416,7 +416,7 @@ def load_speech_data(
     audio: str | os.PathLike, index_csv: str | os.PathLike
 ) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     """Read the arrays (safetensors) and the index (CSV) written by the speech_data rule, checked for agreement."""
-    from ..io import load_arrays
+    from ...io import load_arrays
 
     arrays = load_arrays(audio)
     missing = {"input_values", "attention_mask", "labels"} - set(arrays)

@@ -4,9 +4,9 @@
 :class:`SpeechArchitecture` (:func:`architecture_for`). A declaration says, once for its family:
 
 * ``loader``: ``audio-classification`` (the stock ``AutoModelForAudioClassification``, a new seeded
-  speaker head) or ``qwen3-omni`` (:mod:`qrerase.speech.qwen3_omni`: the audio encoder taken out of
+  speaker head) or ``qwen3-omni`` (:mod:`qrerase.tracks.speech.qwen3_omni`: the audio encoder taken out of
   the multimodal checkpoint, a pooled linear speaker head);
-* ``input``: ``waveform`` (the normalised 16 kHz samples of :mod:`qrerase.speech.data`) or ``log-mel``
+* ``input``: ``waveform`` (the normalised 16 kHz samples of :mod:`qrerase.tracks.speech.data`) or ``log-mel``
   (the checkpoint's own feature extractor, ``preprocessor_config.json``, applied in the model's forward);
 * ``encoder``: where the encoder's tensors sit in the pretrained checkpoint, and ``classifier_encoder``
   where they sit in the speaker classifier the workflow saves (what ``speech.lora.base: pretrained`` grafts);
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..workflow.shapes import ModelShape, shape_from_hf_config
+from ...workflow.shapes import ModelShape, shape_from_hf_config
 
 __all__ = [
     "SpeechArchitecture",
@@ -182,7 +182,7 @@ def _encoder_shapes(p: Path, prefix: str) -> tuple[dict[str, list[int]], Path] |
     """(name -> shape, weights file) of the ``prefix`` tensors, from the safetensors headers of only the
     shards the index names for them (the others may be absent: the loader never opens them); all of a
     single ``model.safetensors``; None for other weights."""
-    from ..models.checkpoint_files import header_shapes, safetensors_shapes, weight_map
+    from ...models.checkpoint_files import header_shapes, safetensors_shapes, weight_map
 
     index = p / "model.safetensors.index.json"
     if not index.is_file():

@@ -1,9 +1,9 @@
 """The speech track: speaker unlearning on spoken digits with a speaker classifier (the tiny HuBERT
-built here, or a checkpoint of a declared speech architecture: :mod:`qrerase.speech.architectures`).
+built here, or a checkpoint of a declared speech architecture: :mod:`qrerase.tracks.speech.architectures`).
 
 Its experiments are the shared ``speech`` (data and fine-tuned classifier) and ``speech_<setting>``
 (``sample`` / ``class``); its settings are all under ``speech`` (its own model, training sections,
-baselines, trade-off); its rules are ``rules/speech.smk`` with ``rules/speech_common.smk``.
+baselines, trade-off); its rules are ``rules/speech/rules.smk`` with ``rules/speech/common.smk``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Track, register_track
+from ..base import Runner, Track, register_track
 
 #: Frames per second of the HuBERT feature encoder (a sequence is ``max_seconds x 50`` frames); other
 #: encoders declare theirs in their shape (Qwen3-Omni's audio encoder: 13).
@@ -31,7 +31,7 @@ def frames(cfg: Mapping) -> int:
 def check(cfg: Mapping, runs: bool) -> None:
     """The `speech` section (fractions and types are the schema's): ranks within the LoRA rank,
     settings; speakers against the recordings only when the track runs."""
-    from ..workflow.validation import ConfigError, check_model_source
+    from ...workflow.validation import ConfigError, check_model_source
 
     sp = cfg["speech"]
     lora_r = sp["lora"]["r"]
@@ -53,8 +53,8 @@ def check(cfg: Mapping, runs: bool) -> None:
     if not runs:
         return  # the checks below need the recordings and the model; a run without the track needs neither
     check_model_source("speech.model", sp["model"], tokenizer=False)
-    from ..models.checkpoint_files import is_local_path
-    from ..speech.architectures import check_speech_checkpoint
+    from ...models.checkpoint_files import is_local_path
+    from .architectures import check_speech_checkpoint
 
     name = sp["model"].get("name_or_path")
     if name is not None and is_local_path(name):
@@ -62,7 +62,7 @@ def check(cfg: Mapping, runs: bool) -> None:
             check_speech_checkpoint(name, sp["data"]["sample_rate"], sp["lora"]["target_modules"])
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    from ..speech.data import list_recordings
+    from .data import list_recordings
 
     root = sp["data"]["root"]
     try:
@@ -85,12 +85,12 @@ def speech_shape(cfg: Mapping) -> Any:
     """The :class:`~qrerase.workflow.shapes.ModelShape` of ``speech.model``: the embedded tiny HuBERT
     (``speech.model.tiny``) when it names no checkpoint and no shape; ``speech.model.shape`` when
     declared; a local checkpoint's by its architecture's declaration (Qwen3-Omni: the audio encoder
-    alone); a known hub checkpoint's (:data:`qrerase.speech.architectures.KNOWN_SPEECH_SHAPES`, then
+    alone); a known hub checkpoint's (:data:`qrerase.tracks.speech.architectures.KNOWN_SPEECH_SHAPES`, then
     :data:`qrerase.workflow.shapes.KNOWN_SHAPES`)."""
     from pathlib import Path
 
-    from ..speech.architectures import KNOWN_SPEECH_SHAPES, architecture_for
-    from ..workflow.shapes import ModelShape, resolve_shape
+    from ...workflow.shapes import ModelShape, resolve_shape
+    from .architectures import KNOWN_SPEECH_SHAPES, architecture_for
 
     m = cfg["speech"]["model"]
     if m.get("name_or_path") is None and not m.get("shape"):
@@ -126,8 +126,8 @@ class SpeechTrack(Track):
     def stage(self, cfg: Mapping, stage: str) -> Any:
         """A speech stage: ``speech.<pretrain|finetune|lora>`` or a baseline (``speech.baselines.common``
         overlaid by ``speech.baselines.<m>``); sequences of :func:`frames` frames."""
-        from .. import registry
-        from ..workflow.stages import Stage
+        from ... import registry
+        from ...workflow.stages import Stage
 
         sp = cfg["speech"]
         n = frames(cfg)
@@ -160,9 +160,9 @@ class SpeechTrack(Track):
 
     def plan_jobs(self, cfg: Mapping) -> list:
         """(rule kind, job, examples per epoch): its training stages, evaluation, factors and erase."""
-        from .. import registry
-        from ..workflow.plan import JobSpec
-        from ..workflow.stages import processes, stage_job
+        from ... import registry
+        from ...workflow.plan import JobSpec
+        from ...workflow.stages import processes, stage_job
 
         sp = cfg["speech"]
         eval_p = processes(cfg, "evaluate")
@@ -227,7 +227,16 @@ TRACK = register_track(
         page_prefixes=("speech",),
         check="qrerase.tracks.speech:check",
         metrics=True,
-        rules=None,
+        rules="rules/speech/rules.smk",
         schema=None,
+        runner_spec=Runner(
+            description="f(model, data, cfg) -> (model, curve) (qrerase.tracks.speech.baselines.run_baseline)",
+            job_class="qrerase.tracks.speech.settings:SpeechBaselineConfig",
+            section="speech.baselines",
+            required=False,
+            sweep_sections=("speech.tradeoff.baselines",),
+        ),
+        methods="qrerase.tracks.speech.methods",
+        metric_fns={"mia_loss": "qrerase.tracks.speech.privacy:loss_score"},
     )
 )

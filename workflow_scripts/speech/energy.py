@@ -5,8 +5,8 @@ import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.method.energy import read_selection
-from qrerase.reports.speech import SETTING_LABELS, energy_compare_plot, localisation
 from qrerase.reports.tables import Column, TableSpec, write_table
+from qrerase.tracks.speech.tables import SETTING_LABELS, energy_compare_plot, localisation
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output

@@ -3,7 +3,7 @@
 * :func:`speech_table` — method rows; D_t ↑, D_f ↓, D_r ↑ (top-k accuracy, %) under one column group
   per setting ("Sample", "Class"), the fine-tuned model as the unranked reference row.
 * :func:`speech_mia_table` — method rows; the LOSS attack's AUC (registered metric ``mia_loss``,
-  :mod:`qrerase.speech.privacy`) per setting, ranked by distance to 0.5, the fine-tuned model as the
+  :mod:`qrerase.tracks.speech.privacy`) per setting, ranked by distance to 0.5, the fine-tuned model as the
   unranked reference row.
 * :func:`localisation` — how concentrated a setting's task energy E_ℓ (eq. 14) is: the largest E_ℓ, the
   number of layers with E_ℓ ≥ 1/|L| (eq. 15), the share of energy in them, and the effective number of
@@ -23,12 +23,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..method.energy import select_layers
-from ..method.energy import threshold as energy_threshold
-from ..metrics.registry import metric, metrics_for
-from ..registry import RANK_PAIRS, method_labels
-from ..workflow.naming import format_model
-from .tables import Column, TableSpec
+from ...method.energy import select_layers
+from ...method.energy import threshold as energy_threshold
+from ...metrics.registry import metric, metrics_for
+from ...registry import RANK_PAIRS, method_labels
+from ...reports.tables import Column, TableSpec
+from ...workflow.naming import format_model
 
 __all__ = [
     "SETTING_LABELS",
@@ -139,7 +139,7 @@ def energy_compare_plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .plots import finish_energy_axes
+    from ...reports.plots import finish_energy_axes
 
     if not energies:
         raise ValueError(f"{path}: no energies to plot")
@@ -203,7 +203,7 @@ def rank_plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .plots import save_figure
+    from ...reports.plots import save_figure
 
     if not curves:
         raise ValueError(f"{path}: no rank curves to plot")

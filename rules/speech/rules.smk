@@ -1,11 +1,11 @@
 # Speech track (paper §4.3): speaker-identification unlearning with a speaker classifier
-# (the tiny HuBERT, or a checkpoint of a declared architecture: qrerase/speech/architectures.py).
+# (the tiny HuBERT, or a checkpoint of a declared architecture: qrerase/tracks/speech/architectures.py).
 # Exp "speech" holds the data and the fine-tuned classifier; the shared linear-algebra chain
 # (task_matrices -> factors -> energy -> forget_update -> erase_merged) runs unchanged on the
 # speech_lora adapters of exps speech_sample / speech_class.
 
 
-include: "speech_common.smk"
+include: "common.smk"
 
 
 rule speech_data:
@@ -21,7 +21,7 @@ rule speech_data:
     wildcard_constraints:
         exp=exp_pattern("speech"),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -29,7 +29,7 @@ rule speech_data:
         data=speech_data_params(),
         seed=config["seed"],
     script:
-        "../workflow_scripts/speech_data.py"
+        "../../workflow_scripts/speech/data.py"
 
 
 rule speech_pretrain:
@@ -47,7 +47,7 @@ rule speech_pretrain:
     wildcard_constraints:
         exp=exp_pattern("speech"),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -60,7 +60,7 @@ rule speech_pretrain:
             seed=config["seed"],
         ),
     shell:
-        launch("speech_pretrain.py")
+        launch("speech/pretrain.py")
 
 
 rule speech_finetune:
@@ -79,7 +79,7 @@ rule speech_finetune:
     wildcard_constraints:
         exp=exp_pattern("speech"),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -92,7 +92,7 @@ rule speech_finetune:
             seed=config["seed"],
         ),
     shell:
-        launch("speech_finetune.py")
+        launch("speech/finetune.py")
 
 
 rule speech_lora:
@@ -111,7 +111,7 @@ rule speech_lora:
     wildcard_constraints:
         exp=SPEECH_EXPS,
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -125,7 +125,7 @@ rule speech_lora:
             seed=config["seed"],
         ),
     shell:
-        launch("speech_lora.py")
+        launch("speech/lora.py")
 
 
 rule speech_baseline:
@@ -144,7 +144,7 @@ rule speech_baseline:
         exp=SPEECH_EXPS,
         method="|".join(SPEECH_BASELINES),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -157,12 +157,12 @@ rule speech_baseline:
             seed=config["seed"],
         ),
     shell:
-        launch("speech_baseline.py")
+        launch("speech/baseline.py")
 
 
 rule speech_evaluate:
     # Top-k speaker accuracy of one model on D_t, D_f and D_r of one setting; the LOSS attack's AUC
-    # on D_f's training clips vs the same speakers' held-out clips (qrerase.speech.privacy).
+    # on D_f's training clips vs the same speakers' held-out clips (qrerase.tracks.speech.privacy).
     input:
         **speech_data_inputs(),
         model=speech_checkpoint,
@@ -174,7 +174,7 @@ rule speech_evaluate:
     wildcard_constraints:
         exp=SPEECH_EXPS,
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -185,7 +185,7 @@ rule speech_evaluate:
         model=config["speech"]["model"],
         seed=config["seed"],
     script:
-        "../workflow_scripts/speech_evaluate.py"
+        "../../workflow_scripts/speech/evaluate.py"
 
 
 rule speech_table:
@@ -200,7 +200,7 @@ rule speech_table:
         **{
             ext: report(
                 path("table", table="speech", ext=ext),
-                caption="../report/speech_table.rst",
+                caption="table.rst",
                 category="Speech",
                 subcategory="Tables",
                 labels={"table": "speech", "format": ext},
@@ -210,7 +210,7 @@ rule speech_table:
     log:
         log_path("speech_table"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -220,7 +220,7 @@ rule speech_table:
         top_k=config["speech"]["top_k"],
         rank=SPEECH_RANK,
     script:
-        "../workflow_scripts/speech_table.py"
+        "../../workflow_scripts/speech/table.py"
 
 
 rule speech_mia_table:
@@ -235,7 +235,7 @@ rule speech_mia_table:
         **{
             ext: report(
                 path("table", table="speech_mia", ext=ext),
-                caption="../report/speech_mia_table.rst",
+                caption="mia_table.rst",
                 category="Speech",
                 subcategory="Tables",
                 labels={"table": "speech_mia", "format": ext},
@@ -245,7 +245,7 @@ rule speech_mia_table:
     log:
         log_path("speech_mia_table"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -253,7 +253,7 @@ rule speech_mia_table:
         settings=SPEECH_SETTINGS,
         models=speech_models(),
     script:
-        "../workflow_scripts/speech_mia_table.py"
+        "../../workflow_scripts/speech/mia_table.py"
 
 
 rule speech_energy:
@@ -263,7 +263,7 @@ rule speech_energy:
     output:
         figure=report(
             path("figure", name="speech_energy"),
-            caption="../report/speech_energy.rst",
+            caption="energy.rst",
             category="Speech",
             subcategory="Figures",
             labels={"figure": "energy per setting"},
@@ -273,14 +273,14 @@ rule speech_energy:
     log:
         log_path("speech_energy"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         settings=SPEECH_SETTINGS,
     script:
-        "../workflow_scripts/speech_energy.py"
+        "../../workflow_scripts/speech/energy.py"
 
 
 rule speech_rank:
@@ -304,7 +304,7 @@ rule speech_rank:
     output:
         figure=report(
             path("figure", name="speech_rank"),
-            caption="../report/speech_rank.rst",
+            caption="rank.rst",
             category="Speech",
             subcategory="Figures",
             labels={"figure": "rank"},
@@ -313,7 +313,7 @@ rule speech_rank:
     log:
         log_path("speech_rank"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -322,7 +322,7 @@ rule speech_rank:
         ranks=SPEECH_RANKS,
         selected_rank=SPEECH_RANK,
     script:
-        "../workflow_scripts/speech_rank.py"
+        "../../workflow_scripts/speech/rank.py"
 
 
 rule speech_tradeoff_subspace:
@@ -342,7 +342,7 @@ rule speech_tradeoff_subspace:
         exp=SPEECH_EXPS,
         method="|".join(DECOMP),
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -355,7 +355,7 @@ rule speech_tradeoff_subspace:
         batch_size=config["speech"]["evaluate"]["batch_size"],
         seed=config["seed"],
     script:
-        "../workflow_scripts/speech_tradeoff_subspace.py"
+        "../../workflow_scripts/speech/tradeoff_subspace.py"
 
 
 rule speech_tradeoff_baseline:
@@ -374,7 +374,7 @@ rule speech_tradeoff_baseline:
         exp=SPEECH_EXPS,
         method="|".join(["base", *SPEECH_BASELINES]),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -392,7 +392,7 @@ rule speech_tradeoff_baseline:
             seed=config["seed"],
         ),
     shell:
-        launch("speech_tradeoff_baseline.py")
+        launch("speech/tradeoff_baseline.py")
 
 
 rule speech_tradeoff:
@@ -408,7 +408,7 @@ rule speech_tradeoff:
         rule_csv=path("table", table="speech_scale_rule", ext="csv"),
         figure=report(
             path("figure", name="speech_tradeoff"),
-            caption="../report/speech_tradeoff.rst",
+            caption="tradeoff.rst",
             category="Speech",
             subcategory="Figures",
             labels={"figure": "trade-off"},
@@ -416,7 +416,7 @@ rule speech_tradeoff:
     log:
         log_path("speech_tradeoff"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -425,7 +425,7 @@ rule speech_tradeoff:
         rule_methods=[m for m in SPEECH_METHODS if m in DECOMP],
         max_drop=SPEECH_TRADEOFF["max_drop"],
     script:
-        "../workflow_scripts/speech_tradeoff.py"
+        "../../workflow_scripts/speech/tradeoff.py"
 
 
 rule speech_tradeoff_all:
@@ -448,7 +448,7 @@ rule robustness_speech:
     wildcard_constraints:
         exp=SPEECH_EXPS,
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),  # it trains: the attacks, and the floor from the pretrained encoder
@@ -459,4 +459,4 @@ rule robustness_speech:
         seed=config["seed"],
         threads=config["threads"],
     script:
-        "../workflow_scripts/robustness_speech.py"
+        "../../workflow_scripts/speech/robustness.py"

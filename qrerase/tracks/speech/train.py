@@ -3,7 +3,7 @@
 :func:`train_classifier` trains it (cross-entropy, AdamW, warmup + linear decay, deterministic);
 :func:`train_speech_lora` trains LoRA adapters on the attention projections
 (e.g. HuBERT's ``hubert.encoder.layers.N.attention.{q,k,v,out}_proj``); :func:`evaluate_sets` reports top-k
-accuracy on D_t, D_f and D_r. Arrays as in :mod:`qrerase.speech.data`.
+accuracy on D_t, D_f and D_r. Arrays as in :mod:`qrerase.tracks.speech.data`.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def train_classifier(
     import torch
     import torch.nn.functional as F
 
-    from ..engine import example_mean_split, train_steps
-    from ..engine.determinism import epoch_seed, set_determinism
-    from ..engine.placement import model_device
+    from ...engine import example_mean_split, train_steps
+    from ...engine.determinism import epoch_seed, set_determinism
+    from ...engine.placement import model_device
 
     set_determinism(cfg.seed, cfg.threads)
     x, m, y = as_tensors(arrays, mask, model_device(model))
@@ -113,7 +113,7 @@ def train_speech_lora(model, arrays: Mapping[str, np.ndarray], mask: np.ndarray,
     import torch
     from peft import get_peft_model
 
-    from ..engine.determinism import set_determinism
+    from ...engine.determinism import set_determinism
 
     set_determinism(cfg.train.seed, cfg.train.threads)
     lora = speech_lora_config(cfg.r, cfg.alpha, cfg.dropout, cfg.target_modules)
@@ -135,7 +135,7 @@ def predict_logits(
     """Logits (N, n_speakers) float32 of the selected utterances (eval mode, no grad), in order."""
     import torch
 
-    from ..engine.placement import model_device
+    from ...engine.placement import model_device
 
     x, m, _ = as_tensors(arrays, mask, model_device(model))
     model.eval()

@@ -3,7 +3,7 @@
 A speech baseline job (:class:`SpeechBaselineConfig`) is the shared training keys
 (:class:`qrerase.hparams.TrainConfig`), the speech job's own keys (``mode`` and the LoRA shape) and
 the method's hyperparameters (:class:`ScrubHparams`, :class:`BadTeachingHparams`; none for Gradient
-Ascent), read by :mod:`qrerase.speech.baselines` as ``cfg.hparams.<key>``. The config's
+Ascent), read by :mod:`qrerase.tracks.speech.baselines` as ``cfg.hparams.<key>``. The config's
 ``speech.baselines.<method>`` sections are generated from these declarations, ``speech.baselines.common``
 from the shared ones.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..hparams import ENGINE_KEYS, Hparams, hparam
-from ..jobs import TrainingJob
+from ...hparams import ENGINE_KEYS, Hparams, hparam
+from ...jobs import TrainingJob
 
 __all__ = ["ScrubHparams", "BadTeachingHparams", "SpeechBaselineConfig"]
 

@@ -4,10 +4,10 @@ import json
 
 from qrerase.engine import resuming
 from qrerase.io import write_csv
-from qrerase.speech.data import load_speech_data
-from qrerase.speech.model import load_pretrained, save_speech_model
-from qrerase.speech.train import train_classifier
 from qrerase.text.training import TrainConfig
+from qrerase.tracks.speech.data import load_speech_data
+from qrerase.tracks.speech.model import load_pretrained, save_speech_model
+from qrerase.tracks.speech.train import train_classifier
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 

@@ -1,7 +1,7 @@
 """Rule speech_data: read the FSDD WAVs, resample to 16 kHz, split per speaker, cut both partitions."""
 
 from qrerase.io import save_arrays, write_csv, write_json
-from qrerase.speech.data import SpeechDataConfig, make_speech_data
+from qrerase.tracks.speech.data import SpeechDataConfig, make_speech_data
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:

@@ -1,7 +1,7 @@
 """Rule robustness_speech: every attack of the robustness stage on one speaker classifier of a speech
 setting (docs/robustness.md): relearning on half A of the forget set and benign fine-tuning on the retain
 set (full and LoRA, each budget), GGUF quantization, and the subspace diagnostic of the relearning
-update. The floor, the retain reference, is trained here first (qrerase.speech.robustness)."""
+update. The floor, the retain reference, is trained here first (qrerase.tracks.speech.robustness)."""
 
 import json
 
@@ -13,11 +13,11 @@ from qrerase.method.architectures import resolve_target_modules
 from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, run_attacks, subspace_bases, subspace_rows
 from qrerase.robustness.settings import robustness_settings
 from qrerase.robustness.text import linear_weights
-from qrerase.speech.architectures import speech_lora_targets
-from qrerase.speech.data import load_speech_data
-from qrerase.speech.model import load_speech_model
-from qrerase.speech.robustness import retain_reference, speech_sets, speech_target
 from qrerase.text.training import LoraTrainConfig
+from qrerase.tracks.speech.architectures import speech_lora_targets
+from qrerase.tracks.speech.data import load_speech_data
+from qrerase.tracks.speech.model import load_speech_model
+from qrerase.tracks.speech.robustness import retain_reference, speech_sets, speech_target
 from qrerase.workflow.job import job
 
 inp, p = snakemake.input, snakemake.params

@@ -3,9 +3,9 @@
 from qrerase.io import write_csv
 from qrerase.method.energy import selected_updates
 from qrerase.method.formats import load_decompositions
-from qrerase.speech.data import load_speech_data
-from qrerase.speech.model import load_speech_model
-from qrerase.speech.tradeoff import evaluate_point, subspace_sweep, sweep_sets
+from qrerase.tracks.speech.data import load_speech_data
+from qrerase.tracks.speech.model import load_speech_model
+from qrerase.tracks.speech.tradeoff import evaluate_point, subspace_sweep, sweep_sets
 from qrerase.workflow.job import job
 
 p, inp = snakemake.params, snakemake.input

@@ -4,7 +4,7 @@
 names the other sets; :func:`speech_target` is the :class:`~qrerase.robustness.runner.AttackTarget` of a
 speaker classifier; :func:`retain_reference` trains the floor, the retain reference.
 
-* The forget statistic is top-k speaker accuracy (:func:`qrerase.speech.train.topk_accuracy`, the speech
+* The forget statistic is top-k speaker accuracy (:func:`qrerase.tracks.speech.train.topk_accuracy`, the speech
   table's statistic; the stage uses k = 1) on ``B``, on the whole forget set ``forget`` (D_f) and, as
   utility, on the test set ``utility`` (D_t: in the class setting the retained speakers' test clips).
 * Training attacks minimise the fine-tuning loss, the cross-entropy of the speaker labels, on a batch of
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..robustness.measures import split_halves
-from ..robustness.runner import AttackTarget
-from ..robustness.text import linear_weights
+from ...robustness.measures import split_halves
+from ...robustness.runner import AttackTarget
+from ...robustness.text import linear_weights
 from .data import eval_masks, train_mask
 
 __all__ = ["forget_entities", "speech_sets", "speech_target", "retain_reference"]
@@ -76,7 +76,7 @@ def speech_target(
     batch_size: int = 64,
     k: int = 1,
 ) -> AttackTarget:
-    """The attack target of a speaker classifier. ``arrays``: the corpus (:mod:`qrerase.speech.data`);
+    """The attack target of a speaker classifier. ``arrays``: the corpus (:mod:`qrerase.tracks.speech.data`);
     ``scored``: set name -> corpus indices scored by top-``k`` accuracy after every budget; ``training``:
     ``A`` and ``retain`` corpus indices; ``rates``: mode -> (lr, batch size); ``lora_cfg``: a
     :class:`qrerase.text.training.LoraTrainConfig` (its shape; ``train.seed`` seeds the adapter's A
@@ -84,7 +84,7 @@ def speech_target(
     import torch
     import torch.nn.functional as F
 
-    from ..engine.placement import model_device
+    from ...engine.placement import model_device
     from .train import as_tensors, classifier_logits, predict_logits, topk_accuracy
 
     n = len(arrays["labels"])
@@ -147,7 +147,7 @@ def retain_reference(
     encoder ``pretrained``, or ``model_cfg``'s checkpoint, with a new speaker head seeded by ``seed``;
     ``train``: ``speech.finetune`` with the engine keys) trained on D_r only. Returns (model in eval mode,
     its loss curve)."""
-    from ..text.training import TrainConfig
+    from ...text.training import TrainConfig
     from .model import load_pretrained
     from .train import train_classifier
 

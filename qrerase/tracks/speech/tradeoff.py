@@ -7,7 +7,7 @@
 * :func:`baseline_sweep` — an optimisation baseline (GA, SCRUB, Bad Teaching) at each value of one
   training knob (``epochs`` or ``lr``); the configured value re-uses the workflow's trained model.
 * :func:`sweep_sets` — the track's evaluation sets D_t, D_f, D_r plus D_v, the held-out
-  slice of the retained speakers (:func:`qrerase.speech.data.val_mask`), which only the λ rule reads.
+  slice of the retained speakers (:func:`qrerase.tracks.speech.data.val_mask`), which only the λ rule reads.
 * :func:`select_scale` — the λ rule (the speech form of :func:`qrerase.text.tradeoff.select_scale`): the
   largest λ of the grid whose D_v accuracy, for every given (setting, method) at the given rank, stays
   within ``max_drop`` points of the fine-tuned model's.
@@ -41,7 +41,7 @@ SWEEP_COLUMNS = ["setting", "method", "param", "value", "rank", "D_t", "D_f", "D
 
 
 def sweep_sets(index: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """D_t, D_f, D_r of the setting (:func:`qrerase.speech.data.eval_masks`) and D_v (held-out slice)."""
+    """D_t, D_f, D_r of the setting (:func:`qrerase.tracks.speech.data.eval_masks`) and D_v (held-out slice)."""
     from .data import eval_masks, val_mask
 
     sets = {**eval_masks(index, setting), "D_v": val_mask(index, setting)}
@@ -92,8 +92,8 @@ def subspace_sweep(
     """
     import torch
 
-    from ..method.discriminate import discriminate
-    from ..method.erase import apply_updates
+    from ...method.discriminate import discriminate
+    from ...method.erase import apply_updates
 
     if not factors or not scales:
         raise ValueError(f"subspace_sweep ({method}): no ranks or no scales to sweep")
@@ -138,7 +138,7 @@ def baseline_sweep(
     trained: Callable[[], Any] | None = None,
 ) -> pd.DataFrame:
     """Run baseline ``method`` from a fresh ``load_model()`` at each value of ``param`` (``epochs`` or
-    ``lr``) over ``cfg`` (the settings of a :class:`qrerase.speech.settings.SpeechBaselineConfig`, seed and
+    ``lr``) over ``cfg`` (the settings of a :class:`qrerase.tracks.speech.settings.SpeechBaselineConfig`, seed and
     threads included); ``trained()`` returns the workflow's model at the configured value (re-used, not retrained)."""
     from .baselines import SpeechBaselineConfig, run_baseline
 
@@ -198,8 +198,8 @@ def tradeoff_plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from ..reports.plots import save_figure
-    from ..reports.speech import SETTING_LABELS
+    from ...reports.plots import save_figure
+    from .tables import SETTING_LABELS
 
     labels = dict(labels or {})
     settings = list(dict.fromkeys(base["setting"]))

@@ -1,4 +1,6 @@
-# Speech track: constants and input functions (its rules: rules/speech.smk, which includes this file).
+# Speech track: constants and input functions (its rules: rules/speech/rules.smk, which includes this file).
+from qrerase.workflow.naming import format_exp
+
 SPEECH_EXPS = exp_pattern("speech_<setting>")
 SPEECH_BASELINES = registry.baselines_for("speech")
 SPEECH_SETTINGS = list(config["speech"]["settings"])
@@ -11,6 +13,11 @@ SPEECH_TRADEOFF = config["speech"]["tradeoff"]
 SPEECH_TRADEOFF_SETTINGS = [
     s for s in SPEECH_TRADEOFF["settings"] if s in SPEECH_SETTINGS
 ]
+
+
+def speech_exp(setting=None):
+    """'sample' -> 'speech_sample'; None -> the shared 'speech' experiment."""
+    return format_exp("speech", setting)
 
 
 def speech_setting(wildcards):
@@ -31,7 +38,7 @@ def speech_data_params():
 
 def speech_wavs(wildcards):
     """The recordings the data rule reads (editing one re-runs everything downstream)."""
-    from qrerase.speech.data import list_recordings
+    from qrerase.tracks.speech.data import list_recordings
 
     data = config["speech"]["data"]
     try:
@@ -183,7 +190,7 @@ def speech_costs():
 def speech_robustness():
     """The speech track's robustness plan (rules/robustness.smk): per setting, the fine-tuned classifier
     (ceiling), the retain reference (floor: the same recipe on D_r only, trained in its attack job by
-    qrerase.speech.robustness.retain_reference) and the table models of robustness.methods.speech. The
+    qrerase.tracks.speech.robustness.retain_reference) and the table models of robustness.methods.speech. The
     statistic is top-1 speaker accuracy; B is half of D_f (split by speaker in the class setting).
     """
     chosen = robustness_methods("speech", SPEECH_METHODS)

@@ -17,7 +17,7 @@ configured seed. Losses (logits ``s`` of the student, ``t`` of a teacher, labels
 Every trainer (``run_<method>(model, data, cfg)``, registered as the method's ``speech``
 implementation in :mod:`qrerase.registry`, which :func:`run_baseline` looks up) returns (unlearned
 model — a plain, merged ``transformers`` model — and its loss curve ``step, epoch, phase, loss``).
-``cfg`` is a :class:`~qrerase.speech.settings.SpeechBaselineConfig`: the shared training keys, ``mode``
+``cfg`` is a :class:`~qrerase.tracks.speech.settings.SpeechBaselineConfig`: the shared training keys, ``mode``
 and the LoRA shape, and the method's own hyperparameters ``cfg.hparams`` (SCRUB: ``max_epochs``,
 ``α`` = ``alpha``, ``γ`` = ``gamma``, ``τ`` = ``temperature``; Bad Teaching: ``τ``, ``retain_fraction``).
 """
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import registry
+from ... import registry
 from .settings import SpeechBaselineConfig
 
 __all__ = [
@@ -145,8 +145,8 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
     """Adam at the constant rate ``cfg.lr`` with clipping, on the engine's loop
     (:func:`qrerase.engine.train_steps`). ``steps``: ``(epoch, (phase, idx))`` per update;
     ``losses[phase](idx)``: that phase's batch-mean loss. Returns the curve ``step, epoch, phase, loss``."""
-    from .. import engine
-    from ..engine import train_steps
+    from ... import engine
+    from ...engine import train_steps
 
     if not any(p.requires_grad for p in student.parameters()):
         raise ValueError("baseline: the student has no trainable parameters")
@@ -177,7 +177,7 @@ def _train(student, cfg: SpeechBaselineConfig, steps, losses: Mapping[str, Calla
 
 
 def _batches(n: int, cfg: SpeechBaselineConfig, salt: int) -> list[np.ndarray]:
-    from ..engine.determinism import epoch_seed
+    from ...engine.determinism import epoch_seed
     from .train import batches
 
     return batches(n, cfg.batch_size, epoch_seed(cfg.seed, salt))
@@ -274,8 +274,8 @@ def run_baseline(
     plug-in's) from the fine-tuned ``model`` (modified in place in full mode) with its registered
     ``speech`` implementation. ``forget_mask`` / ``retain_mask`` select the utterances of D_f ∩ train
     and D_r. Returns ``(model, loss_curve)``."""
-    from ..engine.determinism import set_determinism
-    from ..engine.placement import model_device
+    from ...engine.determinism import set_determinism
+    from ...engine.placement import model_device
     from .train import as_tensors
 
     known = registry.baselines_of_runner("speech")

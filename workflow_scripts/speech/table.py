@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from qrerase.reports.speech import SETTING_LABELS, speech_table
 from qrerase.reports.tables import write_table
+from qrerase.tracks.speech.tables import SETTING_LABELS, speech_table
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import method_of
 

@@ -4,7 +4,7 @@ import pandas as pd
 
 from qrerase.io import write_csv
 from qrerase.registry import method_labels
-from qrerase.speech.tradeoff import select_scale, tradeoff_plot
+from qrerase.tracks.speech.tradeoff import select_scale, tradeoff_plot
 from qrerase.workflow.job import job
 
 p, out = snakemake.params, snakemake.output

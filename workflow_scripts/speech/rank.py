@@ -3,7 +3,7 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.reports.speech import rank_curve, rank_plot
+from qrerase.tracks.speech.tables import rank_curve, rank_plot
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output

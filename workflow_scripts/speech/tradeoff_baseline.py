@@ -3,9 +3,9 @@
 import pandas as pd
 
 from qrerase.io import write_csv
-from qrerase.speech.data import load_speech_data, train_mask
-from qrerase.speech.model import load_speech_model
-from qrerase.speech.tradeoff import SWEEP_COLUMNS, baseline_sweep, evaluate_point, sweep_sets
+from qrerase.tracks.speech.data import load_speech_data, train_mask
+from qrerase.tracks.speech.model import load_speech_model
+from qrerase.tracks.speech.tradeoff import SWEEP_COLUMNS, baseline_sweep, evaluate_point, sweep_sets
 from qrerase.workflow.job import job
 from qrerase.workflow.launch import is_main_process, load_job
 

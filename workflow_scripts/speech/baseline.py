@@ -2,9 +2,9 @@
 
 from qrerase.engine import resuming
 from qrerase.io import write_csv
-from qrerase.speech.baselines import SpeechBaselineConfig, run_baseline
-from qrerase.speech.data import load_speech_data, train_mask
-from qrerase.speech.model import load_speech_model, save_speech_model
+from qrerase.tracks.speech.baselines import SpeechBaselineConfig, run_baseline
+from qrerase.tracks.speech.data import load_speech_data, train_mask
+from qrerase.tracks.speech.model import load_speech_model, save_speech_model
 from qrerase.workflow.job import job, resume_dir
 from qrerase.workflow.launch import is_main_process, load_job
 

@@ -1,14 +1,14 @@
 """Rule speech_evaluate: top-k speaker accuracy of one model on D_t, D_f and D_r of one setting, and
-(output 'mia') every registered metric of the speech track (qrerase.speech.privacy.attack_metrics: the
+(output 'mia') every registered metric of the speech track (qrerase.tracks.speech.privacy.attack_metrics: the
 LOSS attack's AUC on D_f's training clips against the same speakers' held-out clips, and a plug-in's)
 with the per-clip losses."""
 
 from qrerase.config import model_options
 from qrerase.io import write_csv, write_json
-from qrerase.speech.data import eval_masks, load_speech_data
-from qrerase.speech.model import load_speech_model
-from qrerase.speech.privacy import attack_masks, attack_metrics, clip_losses
-from qrerase.speech.train import evaluate_sets, predict_logits
+from qrerase.tracks.speech.data import eval_masks, load_speech_data
+from qrerase.tracks.speech.model import load_speech_model
+from qrerase.tracks.speech.privacy import attack_masks, attack_metrics, clip_losses
+from qrerase.tracks.speech.train import evaluate_sets, predict_logits
 from qrerase.workflow.job import job
 
 p, inp = snakemake.params, snakemake.input

@@ -3,8 +3,9 @@
 :func:`build_tiny_hubert` (a small ``HubertForSequenceClassification`` trained here from scratch, the
 embedded default's "fine-tuned model") or :func:`load_speech_model` (a local / cached checkpoint such
 as ``facebook/hubert-xlarge-ll60k``, a wav2vec 2.0 one, or Qwen3-Omni's audio encoder; a new
-classification head when it has none; the families: :mod:`qrerase.speech.architectures`);
-:func:`graft_encoder` copies a pretrained encoder into it. Training and evaluation are :mod:`qrerase.speech.train`.
+classification head when it has none; the families: :mod:`qrerase.tracks.speech.architectures`);
+:func:`graft_encoder` copies a pretrained encoder into it. Training and evaluation are
+:mod:`qrerase.tracks.speech.train`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import model_options
+from ...config import model_options
 
 __all__ = [
     "TinyHubertConfig",
@@ -71,7 +72,7 @@ class TinyHubertConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> TinyHubertConfig:
-        from ..config import from_mapping
+        from ...config import from_mapping
 
         return from_mapping(cls, d, "speech.model.tiny")
 
@@ -127,14 +128,14 @@ def load_speech_model(
     seed: int = 0,
 ):
     """The speaker classifier of a checkpoint, by its architecture family
-    (:func:`qrerase.speech.architectures.architecture_of_dir`), in eval mode.
+    (:func:`qrerase.tracks.speech.architectures.architecture_of_dir`), in eval mode.
 
     ``audio-classification`` families (HuBERT, e.g. ``facebook/hubert-xlarge-ll60k`` from the local
     cache; wav2vec 2.0, WavLM, Data2Vec-audio): ``AutoModelForAudioClassification.from_pretrained``.
     With ``speakers`` the classification head is sized to them (a new, seeded head where the checkpoint
     has none or another label set); without, the checkpoint's own head is used (a fine-tuned model).
     SpecAugment and layer drop are switched off. Qwen3-Omni: a released checkpoint's audio encoder
-    (:func:`qrerase.speech.qwen3_omni.load_audio_tower`, a new seeded head) or a classifier saved here.
+    (:func:`qrerase.tracks.speech.qwen3_omni.load_audio_tower`, a new seeded head) or a classifier saved here.
     A path that holds no model, or whose weights do not match its ``config.json``
     (:func:`qrerase.models.checkpoints.check_loading_info`): one-line ValueError. Allowed: the new head's
     ``projector`` / ``classifier`` weights with ``speakers`` (missing, or of another shape), and a
@@ -143,8 +144,8 @@ def load_speech_model(
     import torch
     from transformers import AutoModelForAudioClassification
 
-    from ..engine.placement import resolve_device
-    from ..models.checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint
+    from ...engine.placement import resolve_device
+    from ...models.checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint
     from .architectures import architecture_of_dir
 
     if dtype not in DTYPES:
@@ -212,7 +213,7 @@ def load_pretrained(
 
 def save_speech_model(model, out_dir: str | os.PathLike) -> None:
     """``save_pretrained`` (safetensors) atomically; a PEFT-wrapped model is merged first."""
-    from ..models.checkpoints import save_model
+    from ...models.checkpoints import save_model
 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
