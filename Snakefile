@@ -31,7 +31,6 @@ include: "rules/evaluate.smk"
 include: "rules/baselines.smk"
 include: "rules/tofu.smk"
 include: "rules/cost.smk"
-include: "rules/crosslingual.smk"
 
 
 # The rules file of each track that names one (qrerase.tracks.Track.rules): the built-in tracks that

@@ -7,8 +7,8 @@
 # register more, imported by validate below).
 #
 # Names: the cross-lingual track is `crosslingual` wherever a user sees it (config key, track name,
-# table names); its rules, scripts, path keys and experiment names keep the short prefix `xling`
-# (results/xling*, rule xling_*, workflow_scripts/xling_*.py); the library says `crosslingual`.
+# table names, its folders); its rules, path keys and experiment names keep the short prefix `xling`
+# (results/xling*, rule xling_*).
 # Experiment names are built and parsed only by qrerase.workflow.naming.
 import os
 import sys
@@ -28,9 +28,9 @@ from qrerase.workflow.plan_config import refusal, rule_resources
 from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
 from qrerase.text.tofu_log import EVAL_SETS as TOFU_EVAL_SETS
 from qrerase.workflow.naming import (
-    XLING_EXP,
     exp_pattern,
     language_model_kinds,
+    text_unlearning_kinds,
     format_model,
     model_exp,
     parse_exp,
@@ -38,7 +38,6 @@ from qrerase.workflow.naming import (
     size_of,
     tofu_exp,
     track_of_exp,
-    xling_exp,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +74,7 @@ EVAL_SETS = list(TOFU_EVAL_SETS)
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 # (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
 TEXT_EXPS = exp_pattern(*language_model_kinds())
-UNLEARN_EXPS = exp_pattern("tofu_<split>", "xling_<lang>", "size_<shape>")
+UNLEARN_EXPS = exp_pattern(*text_unlearning_kinds())
 
 
 def method_decomp(method):

@@ -177,10 +177,23 @@ def tofu_robustness():
 
 
 # the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+def tofu_sweep_eval(wildcards):
+    """A TOFU sweep point's evaluation (rules/tradeoff_common.smk: sweep_eval): the TOFU eval sets (keys
+    eval_<set>: a baseline point also reads the training sets forget / retain), the held-out retain
+    slice and the retain reference's eval log; tofu.evaluate."""
+    inputs = {
+        **{f"eval_{s}": f for s, f in eval_data_inputs(wildcards).items()},
+        "tune": path("data", exp=wildcards.exp, name="tune_retain"),
+        "reference": path("eval", exp=wildcards.exp, model="retain"),
+    }
+    return inputs, config["tofu"]["evaluate"]
+
+
 registry.TRACKS["tofu"].bind(
     targets=tofu_targets,
     costs=tofu_costs,
     tradeoff_targets=tofu_tradeoff_targets,
     sweep=tofu_sweep,
+    sweep_eval=tofu_sweep_eval,
     robustness=tofu_robustness,
 )

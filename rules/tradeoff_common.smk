@@ -23,29 +23,21 @@ def tradeoff_lang(wildcards):
     return exp.arg if registry.TRACKS[exp.track].sweep_language else None
 
 
+def sweep_eval(wildcards):
+    """(evaluation inputs, evaluation settings) of a sweep point: its track's bound `sweep_eval`
+    (qrerase.tracks.Track.bind; TOFU: its eval sets, the held-out retain slice and the retain reference;
+    cross-lingual: the unlearning language X, so a point is the X -> X pair)."""
+    return registry.TRACKS[parse_exp(wildcards.exp).track].function("sweep_eval")(
+        wildcards
+    )
+
+
 def tradeoff_eval_inputs(wildcards):
-    """The track's evaluation sets and the retain reference's eval log (TOFU: also the held-out
-    retain slice; cross-lingual: the unlearning language X, so a point is the X -> X pair).
-    """
-    lang = tradeoff_lang(wildcards)
-    # keys eval_<set>: a baseline point also reads the training sets forget/retain
-    if lang is None:
-        return {
-            **{f"eval_{s}": f for s, f in eval_data_inputs(wildcards).items()},
-            "tune": path("data", exp=wildcards.exp, name="tune_retain"),
-            "reference": path("eval", exp=wildcards.exp, model="retain"),
-        }
-    return {
-        **{
-            f"eval_{s}": path("xling_sets", lang=lang, name=f"eval_{s}")
-            for s in EVAL_SETS
-        },
-        "reference": path("xling_eval", exp=XLING_EXP, model="retain"),
-    }
+    return sweep_eval(wildcards)[0]
 
 
 def tradeoff_evaluate(wildcards):
-    return XLING["evaluate"] if tradeoff_lang(wildcards) else config["tofu"]["evaluate"]
+    return sweep_eval(wildcards)[1]
 
 
 def tradeoff_erase_inputs(wildcards):

@@ -1,7 +1,7 @@
 """Paper-layout result tables (CSV + Markdown + LaTeX), shared by all tracks.
 
 The tables of each track are built in :mod:`qrerase.reports.tofu`, :mod:`qrerase.tracks.task_level.tables`,
-:mod:`qrerase.reports.crosslingual`, :mod:`qrerase.tracks.speech.tables` and :mod:`qrerase.reports.cost`;
+:mod:`qrerase.tracks.crosslingual.tables`, :mod:`qrerase.tracks.speech.tables` and :mod:`qrerase.reports.cost`;
 this module renders and writes them.
 
 A table is a pandas DataFrame with one row per model/method (a label column, by default

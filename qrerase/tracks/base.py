@@ -238,7 +238,7 @@ class Track:
 
 #: The roles of the functions a track's rules file binds (:meth:`Track.bind`), the required ones first.
 REQUIRED_ROLES = ("targets", "costs", "tradeoff_targets")
-ROLES = (*REQUIRED_ROLES, "sweep", "finetune_start", "robustness")
+ROLES = (*REQUIRED_ROLES, "sweep", "sweep_eval", "finetune_start", "robustness")
 #: track name -> role -> its function (filled as the Snakefile includes the tracks' rules files).
 _BOUND: dict[str, dict[str, Callable]] = {}
 #: The fields a track may leave empty (``None`` or ``()``).

@@ -39,10 +39,10 @@ __all__ = [
     "PREFIX",
     "exp_pattern",
     "language_model_kinds",
+    "text_unlearning_kinds",
     "parse_exp",
     "format_exp",
     "tofu_exp",
-    "xling_exp",
     "model_exp",
     "size_exp",
     "size_of",
@@ -50,7 +50,6 @@ __all__ = [
     "parse_model",
     "method_of",
     "track_of_exp",
-    "XLING_EXP",
 ]
 
 
@@ -74,8 +73,6 @@ PREFIX: dict[str, str] = _tables()[0]
 #: order is the central ``exp`` wildcard constraint's (rules/common.smk).
 EXP_PATTERNS: dict[str, str] = _tables()[1]
 
-XLING_EXP = PREFIX["crosslingual"]
-
 
 class Experiment(NamedTuple):
     """A parsed experiment name: its track, and its argument (TOFU split, unlearning language,
@@ -96,6 +93,20 @@ def language_model_kinds() -> list[str]:
     lm_tracks = {t.name for t in TRACKS.values() if t.language_model}
     kind_track = _tables()[2]
     return [k for k in _tables()[1] if kind_track[k] in lm_tracks]
+
+
+def text_unlearning_kinds() -> list[str]:
+    """The experiment kinds that unlearn with the shared text rules (baselines and trade-off sweeps):
+    those of the tracks whose baselines use the ``text`` runner, less a track's shared-model kind (the
+    ``<prefix>`` experiment of a :attr:`qrerase.tracks.Track.shared_models` track only trains), in the
+    order of :data:`EXP_PATTERNS`."""
+    patterns, kind_track = _tables()[1], _tables()[2]
+    return [
+        k
+        for k in patterns
+        if TRACKS[kind_track[k]].runner == "text"
+        and not (TRACKS[kind_track[k]].shared_models and k == TRACKS[kind_track[k]].prefix)
+    ]
 
 
 def exp_pattern(*kinds: str) -> str:
@@ -145,11 +156,6 @@ def format_exp(track: str, arg: str | None = None) -> str:
 def tofu_exp(split: str) -> str:
     """``'forget10'`` -> ``'tofu_forget10'``."""
     return format_exp("tofu", split)
-
-
-def xling_exp(lang: str | None = None) -> str:
-    """``'hi_R'`` -> ``'xling_hi_R'`` (unlearning in that language); ``None`` -> the shared ``'xling'``."""
-    return format_exp("crosslingual", lang)
 
 
 def size_exp(width: int, seed: int) -> str:

@@ -19,7 +19,6 @@ from qrerase.workflow.naming import (
     parse_exp,
     parse_model,
     tofu_exp,
-    xling_exp,
 )
 
 
@@ -46,8 +45,8 @@ def test_round_trip(name, track, arg):
 
 def test_builders():
     assert tofu_exp("forget10") == "tofu_forget10"
-    assert xling_exp("hi_R") == "xling_hi_R" and xling_exp() == "xling"
-    # the speech track builds its names with format_exp (rules/speech/common.smk: speech_exp)
+    assert format_exp("crosslingual", "hi_R") == "xling_hi_R" and format_exp("crosslingual", None) == "xling"
+    # the cross-lingual and speech tracks build theirs with format_exp (xling_exp, speech_exp in their rules)
     assert format_exp("speech", "class") == "speech_class" and format_exp("speech", None) == "speech"
 
 

@@ -2,7 +2,8 @@
 ``rules/<t>/`` and ``workflow_scripts/<t>/``, and no module outside them names it.
 
 "Names" means code, not prose: an identifier (``TASK_LEVEL_EXP``), a string literal (``"task_level"``,
-``"task_level.baselines"``) or an import of its package. Docstrings and comments may name a track as an
+``"task_level.baselines"``) or an import of its package, by the track's name or its experiments' prefix
+(``xling`` for ``crosslingual``). Docstrings and comments may name a track as an
 example. The one exception is the list of the built-in tracks' modules (``qrerase.tracks.BUILTIN``),
 which names each track once to import it.
 """
@@ -30,8 +31,14 @@ def _folders(name: str) -> tuple[Path, ...]:
     return (REPO / "qrerase" / "tracks" / name, REPO / "rules" / name, REPO / "workflow_scripts" / name)
 
 
+def _words(name: str) -> tuple[str, ...]:
+    """What names a track: its name and the prefix of its experiment names (``crosslingual``, ``xling``)."""
+    t = tracks.TRACKS.get(name)
+    return tuple(dict.fromkeys((name, t.prefix if t else name)))
+
+
 def _names(text: str, name: str) -> bool:
-    return name in text.lower()
+    return any(word in text.lower() for word in _words(name))
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -150,7 +150,7 @@ def test_read_jsonl_numbers_the_file_lines(tmp_path):
 
 
 def test_crosslingual_split_and_task_knowledge_name_file_and_line(tmp_path):
-    from qrerase.text.crosslingual import load_language_split
+    from qrerase.tracks.crosslingual.data import load_language_split
     from qrerase.tracks.task_level.data import KnowledgeConfig, _knowledge_facts
 
     (tmp_path / "forget01.jsonl").write_bytes(GOOD.encode() * 2 + b"[1, 2]\n")
@@ -272,7 +272,7 @@ def test_vendored_holdout_shares_no_question_with_forget_or_retain():
 def test_crosslingual_forget_question_in_retain_names_both_lines(tmp_path):
     import shutil
 
-    from qrerase.text.crosslingual import SPLIT_FILES, make_language_sets
+    from qrerase.tracks.crosslingual.data import SPLIT_FILES, make_language_sets
 
     for split in SPLIT_FILES:
         shutil.copy(f"{ROOT}/{split}.jsonl", tmp_path / f"{split}.jsonl")

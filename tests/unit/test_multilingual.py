@@ -13,10 +13,10 @@ import pytest
 from support import REPO
 
 from qrerase.io import read_jsonl
-from qrerase.reports.crosslingual import matrix_table, metrics_rows, pairs_table, scatter_points
-from qrerase.reports.plots import crosslingual_scatter, energy_overlay_plot
+from qrerase.reports.plots import energy_overlay_plot
 from qrerase.reports.tables import render_latex, render_markdown, table_csv_frame
-from qrerase.text.crosslingual import (
+from qrerase.text.evaluation import UnicodeWords
+from qrerase.tracks.crosslingual.data import (
     check_language_files,
     language_label,
     load_language_split,
@@ -24,8 +24,9 @@ from qrerase.text.crosslingual import (
     parse_language,
     romanise_split,
 )
-from qrerase.text.evaluation import UnicodeWords
-from qrerase.text.romanise import romanise_record, romanise_text
+from qrerase.tracks.crosslingual.plots import crosslingual_scatter
+from qrerase.tracks.crosslingual.romanise import romanise_record, romanise_text
+from qrerase.tracks.crosslingual.tables import matrix_table, metrics_rows, pairs_table, scatter_points
 
 EN = REPO / "data" / "tofu"
 MTOFU = REPO / "data" / "mtofu"

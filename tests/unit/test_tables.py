@@ -409,7 +409,7 @@ def test_collapsed_utility_marks_forget_quality_degenerate_not_passing(tmp_path)
 
 
 def test_cross_lingual_pair_with_collapsed_utility_is_degenerate():
-    from qrerase.reports.crosslingual import matrix_table, pairs_table
+    from qrerase.tracks.crosslingual.tables import matrix_table, pairs_table
 
     rows = []
     for unlearn, method in (("base", "base"), ("retain", "retain"), ("en", "qr_erase")):

@@ -5,7 +5,7 @@ import pandas as pd
 from qrerase.io import write_csv
 from qrerase.method.energy import read_selection
 from qrerase.reports.plots import energy_overlay_plot
-from qrerase.text.crosslingual import language_label
+from qrerase.tracks.crosslingual.data import language_label
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output

@@ -1,7 +1,7 @@
 """Rule xling_sets: one language's training QA and evaluation sets (row-aligned across languages)."""
 
 from qrerase.io import write_jsonl
-from qrerase.text.crosslingual import make_language_sets
+from qrerase.tracks.crosslingual.data import make_language_sets
 from qrerase.workflow.job import job
 
 p = snakemake.params

@@ -2,7 +2,7 @@
 
 Its experiments are the shared ``xling`` (data and fine-tuned models) and ``xling_<lang>`` (unlearning
 in ``<lang>``); its settings are ``crosslingual`` (its ``pretrain`` / ``finetune`` / ``lora`` override the
-top-level ones); its rules are ``rules/crosslingual.smk`` with ``rules/crosslingual_common.smk``.
+top-level ones); its rules are ``rules/crosslingual/rules.smk`` with ``rules/crosslingual/common.smk``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import Track, register_track, section_at
+from ..base import Track, register_track, section_at
 
 #: A cross-lingual language code: ISO 639-1, '_R' for its romanised copy ('hi', 'hi_R').
 LANG_PATTERN = r"[a-z]{2}(_R)?"
@@ -26,8 +26,8 @@ def crosslingual_root(code: str, cfg: Mapping) -> str:
 
 def check(cfg: Mapping, runs: bool) -> None:
     """The 'crosslingual' section: language codes, table method; data files only when the track runs."""
-    from ..text.crosslingual import check_language_files, parse_language
-    from ..workflow.validation import ConfigError
+    from ...workflow.validation import ConfigError
+    from .data import check_language_files, parse_language
 
     xl = cfg.get("crosslingual")
     if xl is None or TRACK.name not in cfg["methods"]:
@@ -99,7 +99,8 @@ TRACK = register_track(
         page_prefixes=("crosslingual", "xling"),
         check="qrerase.tracks.crosslingual:check",
         metrics=False,
-        rules=None,
+        rules="rules/crosslingual/rules.smk",
         schema=None,
+        methods="qrerase.tracks.crosslingual.methods",
     )
 )

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 from qrerase.io import write_csv
-from qrerase.reports.crosslingual import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
-from qrerase.reports.plots import crosslingual_scatter
 from qrerase.reports.tables import METHOD_LABELS, write_table
-from qrerase.text.crosslingual import language_label
 from qrerase.text.tofu_log import load_log
+from qrerase.tracks.crosslingual.data import language_label
+from qrerase.tracks.crosslingual.plots import crosslingual_scatter
+from qrerase.tracks.crosslingual.tables import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import method_of
 

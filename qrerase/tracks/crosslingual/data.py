@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import read_jsonl_numbered
-from .data import KNOWLEDGE_SETS, check_distinct, check_fields, log_repeats, normalise
+from ...io import read_jsonl_numbered
+from ...text.data import KNOWLEDGE_SETS, check_distinct, check_fields, log_repeats, normalise
 from .romanise import ROMANISERS, romanise_record
 
 __all__ = [
@@ -182,7 +182,7 @@ def check_language_files(root: str | os.PathLike) -> None:
 
 
 def romanise_split(rows: Sequence[Mapping[str, Any]], script: str) -> list[dict]:
-    """Transliterate every text field of every record (see :func:`qrerase.text.romanise.romanise_record`)."""
+    """Transliterate every text field of every record (:func:`.romanise.romanise_record`)."""
     return [romanise_record(r, script) for r in rows]
 
 

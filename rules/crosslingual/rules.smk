@@ -3,7 +3,7 @@
 # every model in every configured language. (Naming rule: rules/common.smk, top.)
 
 
-include: "crosslingual_common.smk"
+include: "common.smk"
 
 
 rule xling_romanise:
@@ -20,12 +20,12 @@ rule xling_romanise:
     wildcard_constraints:
         lang=ROMANISED_LANG_PATTERN,
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     script:
-        "../workflow_scripts/xling_romanise.py"
+        "../../workflow_scripts/crosslingual/romanise.py"
 
 
 rule xling_sets:
@@ -39,7 +39,7 @@ rule xling_sets:
     wildcard_constraints:
         lang=LANG_PATTERN,
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -48,7 +48,7 @@ rule xling_sets:
         data=XLING.get("data"),
         max_questions=XLING.get("evaluate", {}).get("max_questions"),
     script:
-        "../workflow_scripts/xling_sets.py"
+        "../../workflow_scripts/crosslingual/sets.py"
 
 
 rule xling_data:
@@ -65,14 +65,14 @@ rule xling_data:
     log:
         log_path("xling_data"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         languages=XLING_LANGS,
     script:
-        "../workflow_scripts/xling_data.py"
+        "../../workflow_scripts/crosslingual/data.py"
 
 
 rule xling_unlearn_data:
@@ -88,12 +88,12 @@ rule xling_unlearn_data:
     wildcard_constraints:
         exp=exp_pattern("xling_<lang>"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     script:
-        "../workflow_scripts/xling_unlearn_data.py"
+        "../../workflow_scripts/crosslingual/unlearn_data.py"
 
 
 rule xling_evaluate:
@@ -108,7 +108,7 @@ rule xling_evaluate:
     wildcard_constraints:
         exp=exp_pattern("xling", "xling_<lang>"),
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -118,7 +118,7 @@ rule xling_evaluate:
         evaluate=XLING.get("evaluate"),
         seed=config["seed"],
     script:
-        "../workflow_scripts/evaluate.py"
+        "../../workflow_scripts/evaluate.py"
 
 
 rule xling_table:
@@ -129,7 +129,7 @@ rule xling_table:
         **{
             f"{table}_{ext}": report(
                 path("table", table=table, ext=ext),
-                caption=f"../report/{table}_table.rst",
+                caption=f"{table}_table.rst",
                 category="Cross-lingual",
                 subcategory="Tables",
                 labels={"table": table, "format": ext},
@@ -140,7 +140,7 @@ rule xling_table:
         metrics=path("xling_metrics"),
         scatter=report(
             path("figure", name="crosslingual_scatter"),
-            caption="../report/crosslingual_scatter.rst",
+            caption="crosslingual_scatter.rst",
             category="Cross-lingual",
             subcategory="Figures",
             labels={"figure": "utility vs forget quality"},
@@ -148,7 +148,7 @@ rule xling_table:
     log:
         log_path("xling_table"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -160,7 +160,7 @@ rule xling_table:
         table_method=XLING.get("table_method"),
         rank=RANK,
     script:
-        "../workflow_scripts/xling_table.py"
+        "../../workflow_scripts/crosslingual/table.py"
 
 
 rule xling_energy:
@@ -171,7 +171,7 @@ rule xling_energy:
         csv=path("xling_energy"),
         figure=report(
             path("figure", name="crosslingual_energy"),
-            caption="../report/crosslingual_energy.rst",
+            caption="crosslingual_energy.rst",
             category="Cross-lingual",
             subcategory="Figures",
             labels={"figure": "energy per language"},
@@ -179,11 +179,11 @@ rule xling_energy:
     log:
         log_path("xling_energy"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         unlearn=XLING_UNLEARN,
     script:
-        "../workflow_scripts/xling_energy.py"
+        "../../workflow_scripts/crosslingual/energy.py"

@@ -1,6 +1,7 @@
-# Cross-lingual track: constants and input functions (its rules: rules/crosslingual.smk, which includes this file).
-from qrerase.text.crosslingual import SPLIT_FILES as XLING_SPLITS
-from qrerase.text.crosslingual import parse_language
+# Cross-lingual track: constants and input functions (its rules: rules/crosslingual/rules.smk, which includes this file).
+from qrerase.tracks.crosslingual.data import SPLIT_FILES as XLING_SPLITS
+from qrerase.tracks.crosslingual.data import parse_language
+from qrerase.workflow.naming import format_exp
 from qrerase.tracks.crosslingual import (
     LANG_PATTERN,
     ROMANISED_LANG_PATTERN,
@@ -8,6 +9,9 @@ from qrerase.tracks.crosslingual import (
 )
 
 XLING = config.get("crosslingual", {})
+XLING_EXP = registry.TRACKS[
+    "crosslingual"
+].prefix  # the shared multilingual models' experiment
 XLING_LANGS = list(XLING.get("languages", []))
 XLING_UNLEARN = list(XLING.get("unlearn", []))
 XLING_METHODS = list(config["methods"].get("crosslingual", []))
@@ -30,6 +34,11 @@ XLING_SHARED_DATA = [
     "eval_real_authors",
     "eval_world_facts",
 ]
+
+
+def xling_exp(lang=None):
+    """'hi_R' -> 'xling_hi_R' (unlearning in that language); None -> the shared 'xling'."""
+    return format_exp("crosslingual", lang)
 
 
 def xling_vendored_root(code):
@@ -168,10 +177,26 @@ def crosslingual_robustness():
 
 
 # the functions the generic rules call for this track (qrerase.tracks.Track.bind)
+def crosslingual_sweep_eval(wildcards):
+    """A cross-lingual sweep point's evaluation (rules/tradeoff_common.smk: sweep_eval): the eval sets of
+    its unlearning language X (the X -> X pair) and the shared retain reference's eval log; the
+    crosslingual.evaluate settings."""
+    lang = parse_exp(wildcards.exp).arg
+    inputs = {
+        **{
+            f"eval_{s}": path("xling_sets", lang=lang, name=f"eval_{s}")
+            for s in EVAL_SETS
+        },
+        "reference": path("xling_eval", exp=XLING_EXP, model="retain"),
+    }
+    return inputs, XLING["evaluate"]
+
+
 registry.TRACKS["crosslingual"].bind(
     targets=crosslingual_targets,
     costs=crosslingual_costs,
     tradeoff_targets=crosslingual_tradeoff_targets,
     sweep=crosslingual_sweep,
+    sweep_eval=crosslingual_sweep_eval,
     robustness=crosslingual_robustness,
 )

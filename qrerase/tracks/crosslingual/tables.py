@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..registry import method_labels, tex_method_labels
-from ..text.crosslingual import language_label
-from ..text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
-from .tables import METHOD_LABELS, Column, TableSpec, degenerate_utility, tex_escape
+from ...registry import method_labels, tex_method_labels
+from ...reports.tables import METHOD_LABELS, Column, TableSpec, degenerate_utility, tex_escape
+from ...text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
+from .data import language_label
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]
 

@@ -1,7 +1,7 @@
 """Rule xling_romanise: a romanised language '<lang>_R' as six new split files (vendored data untouched)."""
 
 from qrerase.io import read_jsonl, write_jsonl
-from qrerase.text.crosslingual import check_records, parse_language, romanise_split
+from qrerase.tracks.crosslingual.data import check_records, parse_language, romanise_split
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:
