@@ -1,5 +1,5 @@
-"""Code style, enforced: ``ruff check``, ``ruff format --check``, ``snakemake --lint`` and ``snakefmt --check``
-over the repository must report nothing (the same checks as ``.pre-commit-config.yaml``).
+"""Code style, enforced: ``ruff check``, ``ruff format --check``, ``snakemake --lint``, ``snakefmt --check``
+and ``mypy`` over the repository must report nothing (the same checks as ``.pre-commit-config.yaml``).
 
 Each check also runs once on a small known-bad input, so a check that silently stopped checking (a
 wrong path, an excluded directory, a tool that exits 0 on findings) fails here too. The linters'
@@ -65,6 +65,47 @@ def test_snakemake_lint_is_clean():
     proc = _run("snakemake", "--lint")
     assert proc.returncode == 0, _report(proc)
     assert "Congratulations" in proc.stdout + proc.stderr, _report(proc)
+
+
+def _mypy_config() -> dict:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+
+
+def test_mypy_is_clean_and_its_exemptions_are_exactly_the_failing_modules(tmp_path):
+    """``mypy`` (``[tool.mypy]`` of pyproject.toml) over qrerase/: run once without the exemptions, the
+    modules with errors are exactly those the config exempts. A new error elsewhere fails (name the
+    module and the line), and so does an exempt module that now checks clean (take it off the list)."""
+    _tool("mypy")
+    cfg = _mypy_config()
+    (exempt,) = [o["module"] for o in cfg["overrides"] if o.get("ignore_errors")]
+    bare = "\n".join(
+        ["[mypy]", f"files = {','.join(cfg['files'])}", "ignore_missing_imports = True", "python_version = 3.11"]
+    )
+    (tmp_path / "mypy.ini").write_text(bare + "\n")
+    proc = _run("mypy", "--config-file", str(tmp_path / "mypy.ini"), "--cache-dir", str(tmp_path / "cache"))
+    failing = {
+        ".".join(Path(m.group(1)).with_suffix("").parts).removesuffix(".__init__")
+        for m in re.finditer(r"^(qrerase/\S+?\.py):\d+: error:", proc.stdout, flags=re.M)
+    }
+    new = sorted(failing - set(exempt))
+    assert not new, "type errors outside the exempt modules:\n" + "\n".join(
+        line for line in proc.stdout.splitlines() if any(line.startswith(m.replace(".", "/")) for m in new)
+    )
+    assert not sorted(set(exempt) - failing), (
+        f"exempt modules that now check clean (remove them): {sorted(set(exempt) - failing)}"
+    )
+    assert proc.returncode == (1 if failing else 0), _report(proc)
+
+
+def test_mypy_reports_a_type_error(tmp_path):
+    """The check checks: a module with a type error fails it."""
+    _tool("mypy")
+    bad = tmp_path / "bad.py"
+    bad.write_text('def f(x: int) -> int:\n    return x\n\n\nf("one")\n')
+    proc = _run("mypy", "--no-incremental", "--config-file", "/dev/null", str(bad))
+    assert proc.returncode == 1 and 'incompatible type "str"' in proc.stdout, _report(proc)
 
 
 def test_no_noqa_for_undefined_snakemake():
