@@ -12,7 +12,7 @@ choices); the same declaration gives
 :class:`TrainConfig` holds the keys every training job shares (optimisation and training engine), once.
 A method's own hyperparameters are an :class:`Hparams` dataclass it registers
 (:func:`qrerase.registry.register_method` ``hparams=``). A baseline job's config composes both
-(:class:`qrerase.jobs.TrainingJob`).
+(:class:`qrerase.baseline_config.BaselineConfig`).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def keys_schema(cls, defaults: Mapping[str, Any] | None = None) -> dict[str, dic
 class Hparams:
     """Base of a method's hyperparameter dataclass: its fields are :func:`hparam` keys, validated on
     construction (:func:`check`). ``train_defaults`` (a class attribute, optional): the method's defaults
-    of the training keys, over its job kind's (:attr:`TrainingJob.train_defaults`)."""
+    of the training keys, over its job kind's (:attr:`BaselineConfig.train_defaults`)."""
 
     train_defaults: ClassVar[Mapping[str, Any]] = {}
 

@@ -3,8 +3,9 @@
 Each method is registered once (:func:`register_method`, duplicate names rejected) with its
 implementation per runner, the tracks it serves and its own hyperparameters (``hparams=``).
 Everything else is derived from it: the config schema's method and track enums and the methods'
-config sections (from the shared training keys and its hyperparameters: :func:`qrerase.jobs.section_schemas`),
-the job configs (:class:`qrerase.jobs.TrainingJob`), the workflow's ``DECOMP`` and localised-method logic
+config sections (from the shared training keys and its hyperparameters:
+:func:`qrerase.baseline_config.section_schemas`), the job configs
+(:class:`qrerase.baseline_config.BaselineConfig`), the workflow's ``DECOMP`` and localised-method logic
 (``rules/common.smk``), the table labels (:data:`qrerase.reports.tables.METHOD_LABELS`), each track's
 target function (``all_targets`` in ``rules/common.smk``) and the dispatch of every baseline job
 (:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline` and by the runners the
@@ -79,10 +80,11 @@ RUNNERS: dict[str, str] = {
 SETTINGS_SECTIONS: dict[str, str] = {
     "tofu.baselines": "text",
 }
-#: The sections whose entry is a job of that runner (schema: :func:`qrerase.jobs.section_schemas`); the
+#: The sections whose entry is a job of that runner (schema: :func:`qrerase.baseline_config.section_schemas`); the
 #: others hold what a method registers (``settings=``), e.g. a trade-off sweep's parameter and values.
 HPARAM_SECTIONS: dict[str, str] = dict(SETTINGS_SECTIONS)
-#: Runner -> its job config class, a :class:`qrerase.jobs.TrainingJob` subclass (``"module:Class"``: torch-free).
+#: Runner -> its job config class, a :class:`qrerase.baseline_config.BaselineConfig` subclass (``"module:Class"``:
+#: torch-free).
 JOB_CLASSES: dict[str, str] = {
     "text": "qrerase.baselines.settings:TextBaselineConfig",
 }
@@ -361,7 +363,7 @@ def baselines_of_runner(runner: str) -> list[str]:
 def settings_of(section: str) -> dict[str, Mapping[str, Any]]:
     """Method name -> the JSON schema of its ``<section>.<name>`` config entry, in registry order, as
     registered (``settings=``); the entries of :data:`HPARAM_SECTIONS` are generated instead
-    (:func:`qrerase.jobs.section_schemas`)."""
+    (:func:`qrerase.baseline_config.section_schemas`)."""
     if section not in SETTINGS_SECTIONS:
         raise RegistryError(f"unknown settings section {section!r}; expected among {list(SETTINGS_SECTIONS)}")
     return {m.name: m.settings[section] for m in _METHODS.values() if section in m.settings}

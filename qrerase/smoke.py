@@ -56,7 +56,7 @@ __all__ = ["SmokeJob", "smoke_jobs", "model_config", "write_random_checkpoint", 
 #: The CSV's columns, in order.
 COLUMNS = (
     "job",
-    "kind",
+    "workload",
     "backend",
     "processes",
     "micro_batch",
@@ -377,7 +377,7 @@ def run_smoke(
         rows.append(
             {
                 "job": j.spec.name,
-                "kind": j.spec.kind,
+                "workload": j.spec.workload,
                 "backend": j.plan.backend,
                 "processes": j.plan.processes,
                 "micro_batch": j.plan.micro_batch,

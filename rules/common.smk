@@ -24,13 +24,13 @@ from qrerase.workflow.validation import ConfigError, validate
 from qrerase.workflow.launch import export_launch_env, job_params, launch_command
 from qrerase.workflow.manifest import missing_artifacts
 from qrerase.workflow.paths import all_paths, benchmark_path, fill, log_path
-from qrerase.workflow.plan_config import refusal, rule_resources
+from qrerase.workflow.plan_config import RESOURCE_CLASSES, refusal, rule_resources
 from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
 from qrerase.text.tofu_log import EVAL_SETS as TOFU_EVAL_SETS
 from qrerase.workflow.naming import (
     exp_pattern,
-    language_model_kinds,
-    text_unlearning_kinds,
+    language_model_templates,
+    text_unlearning_templates,
     format_model,
     model_exp,
     parse_exp,
@@ -73,8 +73,8 @@ CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 EVAL_SETS = list(TOFU_EVAL_SETS)
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 # (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
-TEXT_EXPS = exp_pattern(*language_model_kinds())
-UNLEARN_EXPS = exp_pattern(*text_unlearning_kinds())
+TEXT_EXPS = exp_pattern(*language_model_templates())
+UNLEARN_EXPS = exp_pattern(*text_unlearning_templates())
 
 
 def method_decomp(method):
@@ -108,20 +108,20 @@ wildcard_constraints:
 # ---------------------------------------------------------------------------------------------
 # Resources.
 # ---------------------------------------------------------------------------------------------
-def resources_for(kind):
-    """Snakemake resources of a rule kind (train / evaluate / linalg / light), from the memory plan.
+def resources_for(resource_class):
+    """Snakemake resources of a resource class (train / evaluate / linalg / light), from the memory plan.
 
     qrerase.workflow.plan_config.rule_resources: mem_mb (host), runtime (min), gpu (= processes on a
     GPU device; linalg and light jobs ask for none), nodes, cpus_per_task, as the slurm executor
-    plugin reads them; config `resources.<kind>.<key>` overrides each (`qrerase plan` prints the plan).
+    plugin reads them; config `resources.<class>.<key>` overrides each (`qrerase plan` prints the plan).
     """
-    return _RESOURCES[kind]
+    return _RESOURCES[resource_class]
 
 
 try:
     _RESOURCES = {
-        kind: rule_resources(config, kind, threads=config["threads"])
-        for kind in ("train", "evaluate", "linalg", "light")
+        c: rule_resources(config, c, threads=config["threads"])
+        for c in RESOURCE_CLASSES
     }
     # a job that does not fit its GPUs: refused (one line) before any job runs
     _REFUSED = refusal(config)
@@ -133,17 +133,17 @@ if _REFUSED:
 
 # ---------------------------------------------------------------------------------------------
 # Launching training jobs (qrerase.workflow.launch): a `shell:` command, so `snakemake -n -p` shows
-# it; `accelerate launch --num_processes N` when resources.<kind>.processes N > 1.
+# it; `accelerate launch --num_processes N` when resources.<class>.processes N > 1.
 # ---------------------------------------------------------------------------------------------
 export_launch_env(sys.executable, workflow.basedir)
 
 
-def launch(script, kind="train"):
+def launch(script, resource_class="train"):
     """The shell command of a training rule (qrerase.workflow.launch.launch_command)."""
     from snakemake.settings.types import DeploymentMethod
 
     deployed = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
-    return launch_command(config, script, kind, conda=deployed)
+    return launch_command(config, script, resource_class, conda=deployed)
 
 
 def launch_params(rule_name, **params):

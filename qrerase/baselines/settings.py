@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..baseline_config import BaselineConfig
 from ..hparams import ENGINE_KEYS, Hparams, hparam
-from ..jobs import TrainingJob
 
 __all__ = [
     "DIVERGENCES",
@@ -141,7 +141,7 @@ class RmuHparams(Hparams):
 
 
 @dataclass
-class TextBaselineConfig(TrainingJob):
+class TextBaselineConfig(BaselineConfig):
     """One text baseline run (:func:`qrerase.baselines.text.train_baseline`).
 
     ``method``: a registered text baseline; ``train``: its optimisation (``epochs`` over the forget

@@ -47,7 +47,7 @@ class Runner:
     runners are the registry's, :data:`qrerase.registry.RUNNERS`).
 
     description: what its implementation of a method is called with. job_class: ``"module:Class"``, its
-    job config (a :class:`qrerase.jobs.TrainingJob` subclass in a torch-free module). section: the dotted
+    job config (a :class:`qrerase.baseline_config.BaselineConfig` subclass in a torch-free module). section: the dotted
     config key holding one entry per method (``<section>.<method>``, its schema generated from the job
     config and the method's hyperparameters). required: a baseline listed in a track of this runner must
     have its entry there. inputs: input name -> description, the extra inputs its baseline jobs may read
@@ -76,8 +76,8 @@ class Track:
     ``pretrain`` / ``finetune`` / ``lora`` / ``tokenizer`` entries override the shared top-level ones,
     most specific first. baselines_section: the dotted config key of its baselines' settings.
     eval_sections: dotted keys of its evaluation settings, the first non-empty one wins.
-    prefix: the prefix of its experiment names. experiments: experiment kind (the name's template)
-    -> regex of its names (:data:`qrerase.workflow.naming.EXP_PATTERNS`). kind_prefixes: kinds whose
+    prefix: the prefix of its experiment names. experiments: experiment template (``tofu_<split>``)
+    -> regex of its names (:data:`qrerase.workflow.naming.EXP_PATTERNS`). template_prefixes: templates whose
     names start with another prefix (the size study's ``size_``). shared_models: its experiments
     ``<prefix>_<arg>`` unlearn from the models of experiment ``<prefix>``. pretrain_text: its
     tokenizer is also trained on the pretraining text. language_model: its models are causal language
@@ -121,7 +121,7 @@ class Track:
     page_prefixes: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     eval_sections: tuple[str, ...] = ()
-    kind_prefixes: Mapping[str, str] = field(default_factory=dict)
+    template_prefixes: Mapping[str, str] = field(default_factory=dict)
     shared_models: bool = False
     pretrain_text: bool = False
     smoke: bool = False
@@ -193,7 +193,7 @@ class Track:
         return base
 
     def stage(self, cfg: Mapping, stage: str) -> Any:
-        """The training job kind ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name)
+        """The training job ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name)
         before planning, a :class:`qrerase.workflow.stages.Stage`; ``None`` (here): the text track's
         (:func:`qrerase.workflow.stages.stage_of`)."""
         return None
@@ -213,7 +213,7 @@ class Track:
         return 20 * int((section_at(cfg, self.section).get("data") or {}).get("n_authors") or 200)
 
     def plan_jobs(self, cfg: Mapping) -> list | None:
-        """(rule kind, job, examples per epoch) of its jobs; ``None`` (here): a text track's
+        """(resource class, job, examples per epoch) of its jobs; ``None`` (here): a text track's
         (:func:`qrerase.workflow.plan_config.text_jobs`)."""
         return None
 
@@ -244,7 +244,7 @@ _BOUND: dict[str, dict[str, Callable]] = {}
 #: The fields a track may leave empty (``None`` or ``()``).
 _MAY_BE_EMPTY = (
     "overrides",
-    "kind_prefixes",
+    "template_prefixes",
     "eval_sections",
     "cost_group_header",
     "rules",

@@ -4,7 +4,7 @@ A training rule runs its script through a ``shell:`` command (so ``snakemake -n 
 
 - one process: ``"$QRERASE_PYTHON" "$QRERASE_WORKFLOW/workflow_scripts/<script>" --threads T --log L --job
   '<json>'``;
-- ``resources.<kind>.processes`` N > 1: HF Accelerate's launcher, ``accelerate launch --num_processes N
+- ``resources.<class>.processes`` N > 1: HF Accelerate's launcher, ``accelerate launch --num_processes N
   --main_process_port 0 --config_file envs/accelerate/multi_process.yaml <script> ...``, which starts N
   workers through ``torch.distributed.run`` and sets ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` /
   ``MASTER_ADDR`` / ``MASTER_PORT`` for each (port 0: a free port, so jobs on one node never collide).
@@ -114,7 +114,7 @@ def launcher(processes: int, device: str, python: str, accelerate: str, config_f
     for ``processes < 1``, ``nodes < 1`` or processes that ``nodes`` does not divide.
     """
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"resources.<kind>.processes: expected an integer >= 1, got {processes!r}")
+        raise ValueError(f"resources.<class>.processes: expected an integer >= 1, got {processes!r}")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or processes % nodes:
         raise ValueError(f"nodes: expected an integer >= 1 that divides the {processes} processes, got {nodes!r}")
     prefix = "ACCELERATE_USE_CPU=true " if device == "cpu" and processes > 1 else ""
@@ -270,9 +270,9 @@ def export_launch_env(python: str, workflow_dir: str) -> None:
     )
 
 
-def launch_command(config: Mapping, script: str, kind: str = "train", conda: bool = False) -> str:
+def launch_command(config: Mapping, script: str, resource_class: str = "train", conda: bool = False) -> str:
     """The shell command of a training rule: ``workflow_scripts/<script>`` with the rule's job spec
-    (``params.job``, :func:`job_params`), through ``accelerate launch`` when ``resources.<kind>.processes``
+    (``params.job``, :func:`job_params`), through ``accelerate launch`` when ``resources.<class>.processes``
     > 1, started once per node (srun, :mod:`qrerase.workflow.multinode`) when the processes span several
     nodes. ``conda``: under ``--software-deployment-method conda`` the environment's own ``python`` and
     ``accelerate``, else this interpreter's (:func:`export_launch_env`)."""
@@ -280,7 +280,7 @@ def launch_command(config: Mapping, script: str, kind: str = "train", conda: boo
     from .stages import node_of, processes  # the planning modules import torch-free; lazily: no cycle
 
     python, accelerate = ("python", "accelerate") if conda else (f"${ENV_PYTHON}", f"${ENV_ACCELERATE}")
-    n = processes(config, kind)  # resources.<kind>.processes, as the plan reads it
+    n = processes(config, resource_class)  # resources.<class>.processes, as the plan reads it
     device = config["model"].get("device", "cpu")
     prefix = launcher(
         n, device, python, accelerate, f"${ENV_WORKFLOW}/{LAUNCH_CONFIG}", nodes_of(n, node_of(config, device).gpus)

@@ -38,8 +38,8 @@ __all__ = [
     "EXP_PATTERNS",
     "PREFIX",
     "exp_pattern",
-    "language_model_kinds",
-    "text_unlearning_kinds",
+    "language_model_templates",
+    "text_unlearning_templates",
     "parse_exp",
     "format_exp",
     "tofu_exp",
@@ -54,22 +54,22 @@ __all__ = [
 
 
 def _tables() -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
-    """(track -> prefix, kind -> regex, kind -> track, kind -> prefix) of the registered tracks
-    (:attr:`qrerase.tracks.Track.prefix`, ``experiments``, ``kind_prefixes``), read when called so that a
+    """(track -> prefix, template -> regex, template -> track, template -> prefix) of the registered tracks
+    (:attr:`qrerase.tracks.Track.prefix`, ``experiments``, ``template_prefixes``), read when called so that a
     plug-in track's names parse too."""
     prefix = {t.name: t.prefix for t in TRACKS.values()}
-    own = [(k, r) for t in TRACKS.values() for k, r in t.experiments.items() if k not in t.kind_prefixes]
-    other = [(k, r) for t in TRACKS.values() for k, r in t.experiments.items() if k in t.kind_prefixes]
-    patterns = dict(own + other)  # the kinds named by their track's prefix first, then the others
-    kind_track = {k: t.name for t in TRACKS.values() for k in t.experiments}
-    kind_prefix = {k: p for t in TRACKS.values() for k, p in t.kind_prefixes.items()}
-    return prefix, patterns, kind_track, kind_prefix
+    own = [(k, r) for t in TRACKS.values() for k, r in t.experiments.items() if k not in t.template_prefixes]
+    other = [(k, r) for t in TRACKS.values() for k, r in t.experiments.items() if k in t.template_prefixes]
+    patterns = dict(own + other)  # the templates named by their track's prefix first, then the others
+    template_track = {k: t.name for t in TRACKS.values() for k in t.experiments}
+    template_prefix = {k: p for t in TRACKS.values() for k, p in t.template_prefixes.items()}
+    return prefix, patterns, template_track, template_prefix
 
 
 #: track -> the prefix of its experiment names (the built-in tracks; :attr:`qrerase.tracks.Track.prefix`).
 PREFIX: dict[str, str] = _tables()[0]
-#: kind -> regex of its names; a kind is the name's template (the built-in tracks'
-#: :attr:`qrerase.tracks.Track.experiments`, in track order, the kinds with another prefix last). The
+#: template -> regex of its names; a template is the name's template (the built-in tracks'
+#: :attr:`qrerase.tracks.Track.experiments`, in track order, the templates with another prefix last). The
 #: order is the central ``exp`` wildcard constraint's (rules/common.smk).
 EXP_PATTERNS: dict[str, str] = _tables()[1]
 
@@ -86,46 +86,46 @@ class Experiment(NamedTuple):
         return format_exp(self.track, self.arg)
 
 
-def language_model_kinds() -> list[str]:
-    """The experiment kinds whose models are causal language models, built by the shared text chain
+def language_model_templates() -> list[str]:
+    """The experiment templates whose models are causal language models, built by the shared text chain
     (tokenizer, pretrain, finetune, LoRA: ``rules/model.smk``, ``rules/lora.smk``), in the order of
     :data:`EXP_PATTERNS`: those of the tracks with :attr:`qrerase.tracks.Track.language_model`."""
     lm_tracks = {t.name for t in TRACKS.values() if t.language_model}
-    kind_track = _tables()[2]
-    return [k for k in _tables()[1] if kind_track[k] in lm_tracks]
+    template_track = _tables()[2]
+    return [k for k in _tables()[1] if template_track[k] in lm_tracks]
 
 
-def text_unlearning_kinds() -> list[str]:
-    """The experiment kinds that unlearn with the shared text rules (baselines and trade-off sweeps):
-    those of the tracks whose baselines use the ``text`` runner, less a track's shared-model kind (the
+def text_unlearning_templates() -> list[str]:
+    """The experiment templates that unlearn with the shared text rules (baselines and trade-off sweeps):
+    those of the tracks whose baselines use the ``text`` runner, less a track's shared-model template (the
     ``<prefix>`` experiment of a :attr:`qrerase.tracks.Track.shared_models` track only trains), in the
     order of :data:`EXP_PATTERNS`."""
-    patterns, kind_track = _tables()[1], _tables()[2]
+    patterns, template_track = _tables()[1], _tables()[2]
     return [
         k
         for k in patterns
-        if TRACKS[kind_track[k]].runner == "text"
-        and not (TRACKS[kind_track[k]].shared_models and k == TRACKS[kind_track[k]].prefix)
+        if TRACKS[template_track[k]].runner == "text"
+        and not (TRACKS[template_track[k]].shared_models and k == TRACKS[template_track[k]].prefix)
     ]
 
 
-def exp_pattern(*kinds: str) -> str:
-    """The regex of experiment names of the given kinds (keys of :data:`EXP_PATTERNS`; none: all)."""
+def exp_pattern(*templates: str) -> str:
+    """The regex of experiment names of the given templates (keys of :data:`EXP_PATTERNS`; none: all)."""
     patterns = _tables()[1]
-    unknown = [k for k in kinds if k not in patterns]
+    unknown = [k for k in templates if k not in patterns]
     if unknown:
-        raise KeyError(f"exp_pattern: unknown kind(s) {unknown}; known: {list(patterns)}")
-    return "|".join(patterns[k] for k in (kinds or patterns))
+        raise KeyError(f"exp_pattern: unknown template(s) {unknown}; known: {list(patterns)}")
+    return "|".join(patterns[k] for k in (templates or patterns))
 
 
 def parse_exp(exp: str) -> Experiment:
     """``'xling_hi_R'`` -> ``Experiment('crosslingual', 'hi_R')``; ValueError for a malformed name."""
-    prefixes, patterns, kind_track, kind_prefix = _tables()
-    for kind, pattern in patterns.items():
+    prefixes, patterns, template_track, template_prefix = _tables()
+    for template, pattern in patterns.items():
         if re.fullmatch(pattern, exp):
-            name = kind_track[kind]
-            prefix = kind_prefix.get(kind, prefixes[name])
-            arg = exp[len(prefix) + 1 :] if "<" in kind else None
+            name = template_track[template]
+            prefix = template_prefix.get(template, prefixes[name])
+            arg = exp[len(prefix) + 1 :] if "<" in template else None
             return Experiment(name, arg)
     raise ValueError(f"experiment name {exp!r} matches none of {list(patterns)}")
 
@@ -137,12 +137,16 @@ def track_of_exp(exp: str) -> Track:
 
 def format_exp(track: str, arg: str | None = None) -> str:
     """The inverse of :func:`parse_exp`; ValueError when the result would not parse back."""
-    prefixes, patterns, kind_track, kind_prefix = _tables()
+    prefixes, patterns, template_track, template_prefix = _tables()
     if track not in prefixes:
         raise ValueError(f"unknown track {track!r}; known: {list(prefixes)}")
     name = prefixes[track] if arg is None else f"{prefixes[track]}_{arg}"
-    for kind, prefix in kind_prefix.items():  # e.g. ('tofu', 'h64_s0') -> 'size_h64_s0'
-        if kind_track[kind] == track and arg is not None and re.fullmatch(patterns[kind], f"{prefix}_{arg}"):
+    for template, prefix in template_prefix.items():  # e.g. ('tofu', 'h64_s0') -> 'size_h64_s0'
+        if (
+            template_track[template] == track
+            and arg is not None
+            and re.fullmatch(patterns[template], f"{prefix}_{arg}")
+        ):
             name = f"{prefix}_{arg}"
     try:
         parsed = parse_exp(name)

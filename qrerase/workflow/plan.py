@@ -105,9 +105,9 @@ REPLICATED = "ddp"
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job kind's recipe, with the engine settings it runs with.
+    """One planned job's recipe, with the engine settings it runs with.
 
-    kind: 'train' (full weights), 'lora', 'infer' (forward / generation) or 'linalg' (CPU, streaming).
+    workload: 'train' (full weights), 'lora', 'infer' (forward / generation) or 'linalg' (CPU, streaming).
     sequences: sequences per example (2: forget + retain batches, or DPO's chosen + rejected).
     references: frozen model copies held during training (KL / NPO / DPO / FLAT in full mode: 1; in LoRA
     mode the reference is the base with the adapter disabled: 0); memory.
@@ -120,7 +120,7 @@ class JobSpec:
     """
 
     name: str
-    kind: str
+    workload: str
     batch_size: int = 1
     max_length: int = 512
     sequences: int = 1
@@ -138,15 +138,15 @@ class JobSpec:
     reference_forwards: int | None = None
 
     def __post_init__(self):
-        if self.kind not in ("train", "lora", "infer", "linalg"):
-            raise ValueError(f"job {self.name}: kind must be train | lora | infer | linalg, got {self.kind!r}")
+        if self.workload not in ("train", "lora", "infer", "linalg"):
+            raise ValueError(f"job {self.name}: workload must be train | lora | infer | linalg, got {self.workload!r}")
         if self.batch_size < 1 or self.processes < 1 or self.max_length < 1:
             raise ValueError(f"job {self.name}: batch_size, processes and max_length must be >= 1")
 
     @property
     def processes_key(self) -> str:
         """The config key of the job's process count."""
-        return f"resources.{'evaluate' if self.kind == 'infer' else 'train'}.processes"
+        return f"resources.{'evaluate' if self.workload == 'infer' else 'train'}.processes"
 
 
 @dataclass(frozen=True)
@@ -244,22 +244,22 @@ def device_bytes(
     P = shape.count_params()
     backend = job.backend if backend is None else backend
     tokens = micro * job.sequences * job.max_length
-    if job.kind == "infer":
+    if job.workload == "infer":
         kv = 2 * shape.layers * shape.kv_dim * a * micro * (job.max_length + job.new_tokens)
         logits = (a + 4) * shape.vocab * micro * job.max_length
         return math.ceil(a * P / processes) + kv + logits + 2 * a * shape.hidden * micro * job.max_length
     acts = activation_bytes(shape, tokens, a, job.checkpointing)
     refs = job.references * a * P
     accum = accumulation_steps(job.batch_size, micro, processes)
-    trained = P if job.kind == "train" else lora_params(shape, job)
-    base = 16 * P if job.kind == "train" else a * P + 16 * trained  # one process's static state
+    trained = P if job.workload == "train" else lora_params(shape, job)
+    base = 16 * P if job.workload == "train" else a * P + 16 * trained  # one process's static state
     if processes == 1 or backend == REPLICATED:
-        cache = a * P if job.kind == "train" and a < 4 else 0  # autocast's copies of the fp32 weights
+        cache = a * P if job.workload == "train" and a < 4 else 0  # autocast's copies of the fp32 weights
         buckets = 4 * trained if processes > 1 else 0  # DDP's all-reduce buckets
         return base + buckets + cache + refs + acts
     root = (1 + job.references) * a * shape.root_params()
     gathered = 2 * a * shape.layer_params() + root
-    if job.kind == "train":
+    if job.workload == "train":
         grads = a * P if accum > 1 else a * (shape.layer_params() + shape.root_params())
     else:
         grads = 4 * trained if accum > 1 else 0
@@ -273,9 +273,9 @@ def host_bytes(shape: ModelShape, job: JobSpec, dtype: str, processes: int, on_g
     set) hold both adapters' factors and their decompositions in fp32 (3 x 4 B x 2 adapters) + 1 GiB."""
     a = DTYPE_BYTES[dtype]
     P = shape.count_params()
-    if job.kind == "linalg" and job.lora_rank:  # factors: both adapters' A, B and their QR / SVD in fp32
+    if job.workload == "linalg" and job.lora_rank:  # factors: both adapters' A, B and their QR / SVD in fp32
         return 3 * 4 * 2 * lora_params(shape, job) + GIB
-    if job.kind == "linalg":  # erase_merged: one shard read, one edited
+    if job.workload == "linalg":  # erase_merged: one shard read, one edited
         return 2 * min(a * P, SHARD_BYTES) + GIB
     if on_gpu:
         return a * P * (1 + job.references) + processes * PROCESS_OVERHEAD + GIB
@@ -303,12 +303,12 @@ def plan_job(shape: ModelShape, job: JobSpec, dtype: str, node: Node) -> JobPlan
     ``micro_batch_size``, more processes, or ``job.hint`` when no node of ``node.gpus`` GPUs fits it.
     """
     share = math.ceil(job.batch_size / job.processes)
-    training = job.kind in ("train", "lora")
-    if job.kind == "linalg" or node.gpus == 0:
+    training = job.workload in ("train", "lora")
+    if job.workload == "linalg" or node.gpus == 0:
         host = host_bytes(shape, job, dtype, job.processes, on_gpu=False)
-        if job.kind == "linalg":
+        if job.workload == "linalg":
             micro = 0
-        elif job.kind == "infer":
+        elif job.workload == "infer":
             micro = min(job.micro_batch_size or job.batch_size, job.batch_size)
         else:
             micro = min(job.micro_batch_size or share, share)

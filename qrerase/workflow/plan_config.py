@@ -1,15 +1,15 @@
 """A workflow config -> the jobs it runs (:class:`qrerase.workflow.plan.JobSpec`), their plan, the
-Snakemake ``resources`` of each rule kind, the engine settings each training job runs with, and the
+Snakemake ``resources`` of each resource class, the engine settings each training job runs with, and the
 table ``qrerase plan`` prints.
 
 The training jobs come from :mod:`qrerase.workflow.stages` (their recipes and engine settings, the
 same ones their rules pass the scripts); :func:`refusal` is the one line with which ``qrerase plan``
 and Snakemake's planning refuse a config whose jobs do not fit.
 
-Resource kinds (rules/common.smk ``resources_for``): ``train`` (pretrain, finetune, lora, every baseline),
-``evaluate``, ``linalg`` (factors, erase_merged: CPU only), ``light``. A resource kind's resources are the
-largest over its jobs in the configured tracks; ``resources.<kind>.<key>`` in the config overrides
-any of them (mem_mb, runtime, gpu, cpus_per_task), and ``resources.<kind>.processes`` (default 1) is
+Resource classes (rules/common.smk ``resources_for``): ``train`` (pretrain, finetune, lora, every baseline),
+``evaluate``, ``linalg`` (factors, erase_merged: CPU only), ``light``. A resource class's resources are the
+largest over its jobs in the configured tracks; ``resources.<class>.<key>`` in the config overrides
+any of them (mem_mb, runtime, gpu, cpus_per_task), and ``resources.<class>.processes`` (default 1) is
 the processes per job, one GPU each on a GPU device.
 
 Runtime (minutes) is a FLOP count at an assumed throughput, x3 for safety, never below a floor:
@@ -36,9 +36,8 @@ from .stages import processes as _processes
 #: The embedded default config: package data, in a checkout a link to config.yaml next to the Snakefile
 #: (a built sdist / wheel holds a copy), so a non-editable install plans with it too.
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.yaml"
-#: The resource kinds a rule asks for (``resources_for(kind)``; config ``resources.<kind>``), not the runner
-#: kinds of baselines (:data:`qrerase.registry.RUNNERS`).
-RESOURCE_KINDS = ("train", "evaluate", "linalg", "light")
+#: The resource classes a rule asks for (``resources_for(resource_class)``; config ``resources.<class>``).
+RESOURCE_CLASSES = ("train", "evaluate", "linalg", "light")
 FLOOR_MIN = {"train": (15, 60), "evaluate": (15, 30), "linalg": (10, 10), "light": (5, 5)}  # (cpu, gpu)
 GPU_FLOPS, CPU_FLOPS, GPU_BANDWIDTH = 1e14, 5e10, 2e12
 LIGHT_MB = 1000
@@ -55,7 +54,7 @@ def deep_update(base: dict, over: Mapping) -> dict:
 
 
 def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
-    """(rule kind, job, examples per epoch) of a text track: pretraining (:meth:`Track.pretrains`),
+    """(resource class, job, examples per epoch) of a text track: pretraining (:meth:`Track.pretrains`),
     fine-tuning, the task adapters, the baselines with settings in its baselines section, evaluation
     (its first non-empty evaluation section), factors and erase."""
     t = tracks.track(track)
@@ -86,26 +85,33 @@ def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
 
 
 def runtime_min(
-    shape: ModelShape, job: JobSpec, rule_kind: str, examples: int, epochs: int, dtype: str, gpus: int, threads: int
+    shape: ModelShape,
+    job: JobSpec,
+    resource_class: str,
+    examples: int,
+    epochs: int,
+    dtype: str,
+    gpus: int,
+    threads: int,
 ) -> int:
-    """Wall minutes (module docstring): FLOPs / throughput x 3, at least the kind's floor."""
-    floor = FLOOR_MIN[rule_kind][1 if gpus else 0]
-    if job.kind == "linalg":
+    """Wall minutes (module docstring): FLOPs / throughput x 3, at least the resource class's floor."""
+    floor = FLOOR_MIN[resource_class][1 if gpus else 0]
+    if job.workload == "linalg":
         return floor
     P = shape.count_params()
     active = P - (shape.experts - shape.experts_per_token) * 3 * shape.hidden * shape.intermediate * shape.layers
-    per_token = {"train": 8 if job.checkpointing else 6, "lora": 4, "infer": 2}[job.kind] * active
+    per_token = {"train": 8 if job.checkpointing else 6, "lora": 4, "infer": 2}[job.workload] * active
     per_token += 2 * active * (job.references if job.reference_forwards is None else job.reference_forwards)
     seconds = per_token * examples * job.sequences * job.max_length * max(1, epochs)
     seconds /= GPU_FLOPS * gpus if gpus else CPU_FLOPS * max(1, threads)
-    if job.kind == "infer" and job.new_tokens:
+    if job.workload == "infer" and job.new_tokens:
         reads = math.ceil(examples / job.batch_size) * job.new_tokens
         seconds += reads * DTYPE_BYTES[dtype] * P / (GPU_BANDWIDTH * max(1, gpus) if gpus else CPU_FLOPS)
     return max(floor, math.ceil(3 * seconds / 60))
 
 
 def plan_config(cfg: Mapping) -> list[JobPlan]:
-    """Every job kind of the config's tracks, planned."""
+    """Every job of the config's tracks, planned."""
     return [row[1] for row in _planned(cfg)]
 
 
@@ -117,19 +123,19 @@ def _planned(cfg: Mapping) -> Iterable[tuple[str, JobPlan, int]]:
         jobs, sections = t.plan_jobs(cfg), t.plan_sections(cfg)
         baselines = tracks.section_at(cfg, t.baselines_section)
         jobs = text_jobs(cfg, track) if jobs is None else jobs
-        for rule_kind, job, examples in jobs:
+        for resource_class, job, examples in jobs:
             plan = plan_job(shape, job, dtype, node)
             minutes = runtime_min(
                 shape,
                 job,
-                rule_kind,
+                resource_class,
                 examples,
                 _epochs(sections, baselines, job),
                 dtype,
                 plan.gpus,
                 threads,
             )
-            yield rule_kind, plan, minutes
+            yield resource_class, plan, minutes
 
 
 def refusal(cfg: Mapping) -> str | None:
@@ -153,25 +159,27 @@ def _epochs(sections: Mapping, baselines: Mapping, job: JobSpec) -> int:
     return 1
 
 
-def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
-    """Snakemake resources of a rule kind: the plan's largest job of that kind, then the config's
-    ``resources.<kind>`` overrides. Keys as snakemake-executor-plugin-slurm reads them: mem_mb,
+def rule_resources(cfg: Mapping, resource_class: str, threads: int = 1) -> dict[str, Any]:
+    """Snakemake resources of a resource class: the plan's largest job of that class, then the config's
+    ``resources.<class>`` overrides. Keys as snakemake-executor-plugin-slurm reads them: mem_mb,
     runtime (min), gpu (--gpus; only when > 0), tasks_per_gpu (0 with gpu: the job is one task that
     sees all its GPUs; without it plugin versions 2.0 to 2.7.0 submit --ntasks-per-gpu=1, one task
     per GPU), nodes (for GPU / multi-process jobs: 1, or processes / gpus_per_node for a training job
     that spans nodes, :func:`qrerase.workflow.plan.nodes_of`), cpus_per_task (threads x processes per
     node for a multi-process job; mem_mb is per node too), slurm_partition, slurm_extra
     (docs/cluster.md lists the sbatch flags)."""
-    if kind not in RESOURCE_KINDS:
-        raise ValueError(f"resources_for: kind must be one of {', '.join(RESOURCE_KINDS)}, got {kind!r}")
-    over = (cfg.get("resources") or {}).get(kind) or {}
-    rows = [(p, m) for k, p, m in _planned(cfg) if k == kind]
-    procs = _processes(cfg, kind)
+    if resource_class not in RESOURCE_CLASSES:
+        raise ValueError(
+            f"resources_for: the resource class must be one of {', '.join(RESOURCE_CLASSES)}, got {resource_class!r}"
+        )
+    over = (cfg.get("resources") or {}).get(resource_class) or {}
+    rows = [(p, m) for k, p, m in _planned(cfg) if k == resource_class]
+    procs = _processes(cfg, resource_class)
     if rows:
         mem_mb = max(math.ceil(p.host_bytes / 2**20) for p, _ in rows)
         runtime, gpu = max(m for _, m in rows), max(p.gpus for p, _ in rows)
     else:
-        mem_mb, runtime, gpu = LIGHT_MB, FLOOR_MIN[kind][0], 0
+        mem_mb, runtime, gpu = LIGHT_MB, FLOOR_MIN[resource_class][0], 0
     out: dict[str, Any] = {"mem_mb": int(over.get("mem_mb", mem_mb)), "runtime": int(over.get("runtime", runtime))}
     gpu = int(over.get("gpu", gpu))
     if gpu:
@@ -191,15 +199,15 @@ def rule_resources(cfg: Mapping, kind: str, threads: int = 1) -> dict[str, Any]:
 def format_table(cfg: Mapping) -> str:
     """The plan as a Markdown table (``qrerase plan``)."""
     lines = [
-        "| job | rule kind | processes | GPUs | GPUs needed | micro-batch x accum. | GiB per GPU | "
+        "| job | resource class | processes | GPUs | GPUs needed | micro-batch x accum. | GiB per GPU | "
         "host GiB | runtime min | fits | note |",
         "|" + "---|" * 11,
     ]
-    for kind, p, minutes in _planned(cfg):
+    for resource_class, p, minutes in _planned(cfg):
         mb = f"{p.micro_batch} x {p.accumulation}" if p.micro_batch else "-"
         dev = f"{p.device_bytes / GIB:.1f}" if p.gpus else "-"
         lines.append(
-            f"| {p.name} | {kind} | {p.processes} | {p.gpus} | {p.gpus_needed or '-'} | {mb} | {dev} | "
+            f"| {p.name} | {resource_class} | {p.processes} | {p.gpus} | {p.gpus_needed or '-'} | {mb} | {dev} | "
             f"{p.host_bytes / GIB:.1f} | {minutes} | "
             f"{'yes' if p.fits else 'NO'} | {p.note} |"
         )

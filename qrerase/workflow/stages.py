@@ -1,4 +1,4 @@
-"""The training job kinds ("stages") of a config's tracks: the recipe each one's rule passes its script,
+"""The training jobs ("stages") of a config's tracks: the recipe each one's rule passes its script,
 and the engine settings it runs with, which are its memory-plan row.
 
 One source for what a training job runs: a training rule passes its script the recipe of
@@ -26,12 +26,12 @@ from .plan import REPLICATED, JobSpec, Node, plan_job
 from .shapes import ModelShape, resolve_shape
 
 
-def processes(cfg: Mapping, kind: str) -> int:
-    """``resources.<kind>.processes`` (default 1): the processes of a job of rule kind ``kind``, the
+def processes(cfg: Mapping, resource_class: str) -> int:
+    """``resources.<class>.processes`` (default 1): the processes of a job of resource class ``resource_class``, the
     launcher's ``--num_processes`` (rules/common.smk ``launch``)."""
-    n = (cfg.get("resources", {}).get(kind) or {}).get("processes", 1)
+    n = (cfg.get("resources", {}).get(resource_class) or {}).get("processes", 1)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"resources.{kind}.processes: expected an integer >= 1, got {n!r}")
+        raise ValueError(f"resources.{resource_class}.processes: expected an integer >= 1, got {n!r}")
     return n
 
 
@@ -55,7 +55,7 @@ def track_section(cfg: Mapping, track: str, name: str) -> dict:
 
 @dataclass(frozen=True)
 class Stage:
-    """One training job kind of a track before planning.
+    """One training job of a track before planning (its workload: ``train`` or ``lora``).
 
     recipe: what its rule passes the training script, less the engine keys; chain: ``(config key,
     section)`` pairs where an engine key is looked up, most specific first (its own sections, the
@@ -63,7 +63,7 @@ class Stage:
     """
 
     name: str
-    kind: str
+    workload: str
     recipe: dict
     chain: tuple[tuple[str, Mapping], ...]
     own: int
@@ -96,15 +96,15 @@ def text_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
     section = t.training_section(cfg, stage)
     own = t.chain(cfg, stage)
     chain = own if stage == "finetune" else own + ft_chain
-    kind, rank, hint = "train", 0, "use finetune.mode: lora"
+    workload, rank, hint = "train", 0, "use finetune.mode: lora"
     if stage == "lora":
-        kind, rank, hint = "lora", int(section["r"]), ""
+        workload, rank, hint = "lora", int(section["r"]), ""
     elif stage == "finetune" and ft.get("mode") == "lora":
         shape = ft.get("lora") or t.training_section(cfg, "lora")
-        kind, rank, hint = "lora", int(shape["r"]), ""
+        workload, rank, hint = "lora", int(shape["r"]), ""
     return Stage(
         f"{t.name}:{stage}",
-        kind,
+        workload,
         section,
         tuple(chain),
         len(own),
@@ -154,7 +154,7 @@ def text_baseline_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
 
 
 def stage_of(cfg: Mapping, track: str, stage: str) -> Stage:
-    """The training job kind ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name) of
+    """The training job ``stage`` (``pretrain``, ``finetune``, ``lora`` or a baseline's name) of
     ``track``, before planning."""
     t = tracks.track(track)
     own = t.stage(cfg, stage)
@@ -171,7 +171,7 @@ def stage_job(cfg: Mapping, track: str, stage: str) -> JobSpec:
     micro, micro_key = st.lookup("micro_batch_size", own_only=True)
     return JobSpec(
         st.name,
-        st.kind,
+        st.workload,
         batch_size=int(st.recipe["batch_size"]),
         max_length=st.max_length,
         sequences=st.sequences,

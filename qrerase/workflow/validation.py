@@ -6,8 +6,8 @@ line naming the config key: ``config key 'speech.top_k': 12 exceeds the number o
 The schema file (``schemas/config.schema.yaml``) lists no method or track names: a node holding
 ``x-registry: <source>`` gets its ``enum`` from :mod:`qrerase.registry` at load time (sources:
 ``methods.<track>``, ``subspace``, ``tracks``), a node holding ``x-registry-settings: <section>`` one
-property per method of that section (:func:`qrerase.jobs.section_schemas`, else
-:func:`qrerase.registry.settings_of`), the shared training keys come from :func:`qrerase.jobs.inject`.
+property per method of that section (:func:`qrerase.baseline_config.section_schemas`, else
+:func:`qrerase.registry.settings_of`), the shared training keys come from :func:`qrerase.baseline_config.inject`.
 ``x-registry-tracks: sections`` (the top level) adds the section of each track registering its schema
 (:attr:`qrerase.tracks.Track.schema`, a plug-in track's), ``x-registry-tracks: methods`` a
 ``methods.<track>`` entry for each registered track the file does not list.
@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .. import jobs, registry
+from .. import baseline_config, registry
 from ..tracks.base import TRACKS, TrackError
 
 __all__ = [
@@ -77,7 +77,9 @@ def _registered() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _inject(node: Any) -> Any:
     if isinstance(node, dict):
-        out = jobs.inject(node, {k: _inject(v) for k, v in node.items() if not k.startswith("x-")})  # markers
+        out = baseline_config.inject(
+            node, {k: _inject(v) for k, v in node.items() if not k.startswith("x-")}
+        )  # markers
         if "x-registry" in node:
             out["enum"] = registry_enum(node["x-registry"])
         if node.get("x-registry-tracks") == "sections":  # a track's own section (Track.schema)
@@ -93,7 +95,7 @@ def _inject(node: Any) -> Any:
                 props.setdefault(t.name, {**_TRACK_METHODS, "items": {"enum": registry.methods_for(t.name)}})
         if "x-registry-settings" in node:
             section, props = node["x-registry-settings"], out.setdefault("properties", {})
-            for name, schema in jobs.section_schemas(section).items():
+            for name, schema in baseline_config.section_schemas(section).items():
                 if name in props:
                     raise ValueError(f"schema: '{section}.{name}' is both in the schema file and registered")
                 props[name] = _inject(copy.deepcopy(dict(schema)))

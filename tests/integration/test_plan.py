@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from qrerase.cli import main
 from qrerase.workflow.plan import GIB, JobSpec, Node, nodes_of, plan_job, saved_activation_bytes
-from qrerase.workflow.plan_config import RESOURCE_KINDS, load_config, plan_config, rule_resources
+from qrerase.workflow.plan_config import RESOURCE_CLASSES, load_config, plan_config, rule_resources
 from qrerase.workflow.shapes import KNOWN_SHAPES, ModelShape, resolve_shape, shape_from_hf_config
 
 TOLERANCE = 0.15  # relative; the enumeration matches transformers' Llama to the byte today
@@ -130,7 +130,7 @@ def test_70b_full_finetune_does_not_fit_a_node_and_points_at_lora():
 
 def test_a_training_job_over_one_node_is_planned_on_several():
     shape, node = KNOWN_SHAPES["meta-llama/Meta-Llama-3-70B"], Node(8, 80.0, 1000.0)
-    spec = dict(kind="train", batch_size=32, max_length=500, checkpointing=True, backend="fsdp", hint="use lora")
+    spec = dict(workload="train", batch_size=32, max_length=500, checkpointing=True, backend="fsdp", hint="use lora")
     eight = plan_job(shape, JobSpec("finetune", processes=8, **spec), "bfloat16", node)
     assert not eight.fits and eight.nodes == 1 and eight.nodes_needed >= 2
     wanted = eight.nodes_needed * 8
@@ -237,17 +237,17 @@ def test_parameter_count_from_config_json_of_each_architecture():
 
 
 def test_resource_kinds_are_the_config_resources_sections():
-    """RESOURCE_KINDS (the rules' resource kinds, not the registry's runner KINDS) are each a
-    ``resources.<kind>`` section of the schema, and an unknown kind is refused by name."""
+    """RESOURCE_CLASSES (the rules' resource classes, not the registry's runners) are each a
+    ``resources.<class>`` section of the schema, and an unknown class is refused by name."""
     import yaml
 
     from qrerase.registry import RUNNERS
 
     sections = yaml.safe_load((ROOT / "schemas/config.schema.yaml").read_text(encoding="utf-8"))["properties"]
-    assert RESOURCE_KINDS == ("train", "evaluate", "linalg", "light")
-    assert set(RESOURCE_KINDS) <= set(sections["resources"]["properties"])
-    assert not set(RESOURCE_KINDS) & set(RUNNERS)  # two different sets of kinds, two names
+    assert RESOURCE_CLASSES == ("train", "evaluate", "linalg", "light")
+    assert set(RESOURCE_CLASSES) <= set(sections["resources"]["properties"])
+    assert not set(RESOURCE_CLASSES) & set(RUNNERS)  # two different sets, two names
     with pytest.raises(
-        ValueError, match=r"resources_for: kind must be one of train, evaluate, linalg, light, got 'text'"
+        ValueError, match=r"resources_for: the resource class must be one of train, evaluate, linalg, light, got 'text'"
     ):
         rule_resources(load_config(ROOT / "config.yaml"), "text")

@@ -116,7 +116,7 @@ def test_a_lora_mode_baseline_holds_no_reference_copy_but_still_runs_its_forward
     shape = KNOWN_SHAPES["meta-llama/Meta-Llama-3-8B"]
     for name in ("tofu:kl", "tofu:npo", "tofu:dpo"):
         spec = stage_job(lora_cfg, "tofu", name.split(":")[1])
-        assert (spec.kind, spec.references, spec.reference_forwards) == ("lora", 0, 1), name
+        assert (spec.workload, spec.references, spec.reference_forwards) == ("lora", 0, 1), name
         assert stage_job(full_cfg, "tofu", name.split(":")[1]).references == 1, name
         copy = replace(spec, references=1, reference_forwards=None)  # what was planned before
         micro, n = lora[name].micro_batch, lora[name].processes

@@ -59,7 +59,7 @@ def test_every_word_is_quoted_and_environment_variables_stay_expandable():
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_bad_process_counts_are_refused_naming_the_key(bad):
-    with pytest.raises(ValueError, match=r"resources.<kind>.processes"):
+    with pytest.raises(ValueError, match=r"resources.<class>.processes"):
         launcher(bad, "cpu", "python", "accelerate", "c.yaml")
 
 

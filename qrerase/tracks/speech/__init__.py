@@ -135,9 +135,9 @@ class SpeechTrack(Track):
         if stage in ("pretrain", "finetune", "lora"):
             section = dict(sp[stage])
             chain = ((f"speech.{stage}", section),) if stage == "finetune" else ((f"speech.{stage}", section), ft)
-            kind = "lora" if stage == "lora" else "train"
+            workload = "lora" if stage == "lora" else "train"
             rank = int(section["r"]) if stage == "lora" else 0
-            return Stage(f"speech:{stage}", kind, section, chain, 1, max_length=n, lora_rank=rank)
+            return Stage(f"speech:{stage}", workload, section, chain, 1, max_length=n, lora_rank=rank)
         baselines = sp.get("baselines") or {}
         common, own = baselines.get("common") or {}, baselines.get(stage) or {}
         section = {**common, **own}
@@ -159,7 +159,7 @@ class SpeechTrack(Track):
         )
 
     def plan_jobs(self, cfg: Mapping) -> list:
-        """(rule kind, job, examples per epoch): its training stages, evaluation, factors and erase."""
+        """(resource class, job, examples per epoch): its training stages, evaluation, factors and erase."""
         from ... import registry
         from ...workflow.plan import JobSpec
         from ...workflow.stages import processes, stage_job
@@ -203,7 +203,7 @@ TRACK = register_track(
         eval_sections=("speech.evaluate",),
         prefix="speech",
         experiments={"speech": "speech", "speech_<setting>": "speech_(sample|class)"},
-        kind_prefixes={},
+        template_prefixes={},
         shared_models=True,
         pretrain_text=True,
         smoke=False,

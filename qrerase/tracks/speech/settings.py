@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...baseline_config import BaselineConfig
 from ...hparams import ENGINE_KEYS, Hparams, hparam
-from ...jobs import TrainingJob
 
 __all__ = ["ScrubHparams", "BadTeachingHparams", "SpeechBaselineConfig"]
 
@@ -38,7 +38,7 @@ class BadTeachingHparams(Hparams):
 
 
 @dataclass
-class SpeechBaselineConfig(TrainingJob):
+class SpeechBaselineConfig(BaselineConfig):
     """One speech baseline's settings (config ``speech.baselines.<method>`` over ``speech.baselines.common``).
 
     ``mode``: ``full`` (all weights) or ``lora`` (LoRA ``lora_r`` / ``lora_alpha`` on ``target_modules``,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...baseline_config import BaselineConfig
 from ...baselines.settings import SECTION_TRAIN
 from ...hparams import Hparams, hparam
-from ...jobs import TrainingJob
 
 __all__ = ["KgaHparams", "KuHparams", "TaskLevelBaselineConfig"]
 
@@ -49,7 +49,7 @@ class KuHparams(Hparams):
 
 
 @dataclass
-class TaskLevelBaselineConfig(TrainingJob):
+class TaskLevelBaselineConfig(BaselineConfig):
     """One task-level baseline run of its own runner (KGA, KU: :mod:`qrerase.tracks.task_level.baselines`):
     ``train`` (``micro_batch_size`` applies to KGA's auxiliary runs too) and the method's ``hparams``.
     A text baseline on the task-level track runs with a :class:`TextBaselineConfig`."""

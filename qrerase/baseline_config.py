@@ -1,11 +1,11 @@
 """A baseline job's config: the shared training keys plus the method's own hyperparameters (torch-free).
 
-:class:`TrainingJob` composes :class:`qrerase.hparams.TrainConfig` (every training key, declared
+:class:`BaselineConfig` composes :class:`qrerase.hparams.TrainConfig` (every training key, declared
 once) and an instance of the hyperparameter dataclass its method registered
 (:func:`qrerase.registry.hparams_of`). One subclass per runner (:data:`qrerase.registry.JOB_CLASSES`):
 :class:`qrerase.baselines.settings.TextBaselineConfig`, :class:`qrerase.tracks.speech.settings.SpeechBaselineConfig`
 and those of the runners tracks bring (:class:`qrerase.tracks.base.Runner`). Its
-:meth:`TrainingJob.section_schema` is the JSON schema of a method's config section, and :func:`inject`
+:meth:`BaselineConfig.section_schema` is the JSON schema of a method's config section, and :func:`inject`
 expands the schema file's markers for the shared keys (:func:`qrerase.workflow.validation.load_schema`).
 """
 
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from . import registry
 from .hparams import ENGINE_KEYS, TRAIN_KEYS, NoHparams, TrainConfig, check, key_schema, keys_schema, strict
 
-__all__ = ["TrainingJob", "job_class", "section_schemas", "inject", "MARKERS"]
+__all__ = ["BaselineConfig", "job_class", "section_schemas", "inject", "MARKERS"]
 
 #: Schema-file markers :func:`inject` expands.
 MARKERS = ("x-train-keys", "x-train-properties", "x-job-section")
@@ -35,8 +35,8 @@ def _build(cls, values: Mapping[str, Any] | None, label: str):
         raise ValueError(f"{label}: '{rest}" if sep else str(exc)) from None
 
 
-def job_class(runner: str) -> type[TrainingJob]:
-    """The :class:`TrainingJob` subclass of runner ``runner`` (:data:`qrerase.registry.JOB_CLASSES`)."""
+def job_class(runner: str) -> type[BaselineConfig]:
+    """The :class:`BaselineConfig` subclass of runner ``runner`` (:data:`qrerase.registry.JOB_CLASSES`)."""
     if runner not in registry.JOB_CLASSES:
         raise ValueError(f"unknown runner {runner!r}; expected among {list(registry.JOB_CLASSES)}")
     module, _, attr = registry.JOB_CLASSES[runner].partition(":")
@@ -44,7 +44,7 @@ def job_class(runner: str) -> type[TrainingJob]:
 
 
 @dataclass
-class TrainingJob:
+class BaselineConfig:
     """One baseline job's config: ``method``, ``train`` (the shared :class:`TrainConfig`), ``hparams``
     (an instance of the method's registered dataclass, :func:`qrerase.registry.hparams_of`) and the
     runner's own keys (a subclass's fields). A shared key reads through: ``cfg.lr`` is ``cfg.train.lr``.
@@ -89,7 +89,7 @@ class TrainingJob:
         check(self, label)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TrainingJob:
+    def from_dict(cls, d: Mapping[str, Any]) -> BaselineConfig:
         """From one flat mapping (a job's settings: ``method``, training keys, the job's own keys and
         the method's hyperparameters); an unknown key is a one-line ``ValueError`` naming it."""
         d = dict(d)
@@ -109,7 +109,7 @@ class TrainingJob:
         return cls(method=method, train=pick(TRAIN_KEYS), hparams=pick(hp_keys), **pick(own))
 
     @classmethod
-    def of(cls, **keys: Any) -> TrainingJob:
+    def of(cls, **keys: Any) -> BaselineConfig:
         """:meth:`from_dict` of keyword arguments: ``TextBaselineConfig.of(method="npo", lr=1e-3, beta=0.5)``."""
         return cls.from_dict(keys)
 
