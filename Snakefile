@@ -19,18 +19,18 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
-include: "rules/core_common.smk"
+include: "rules/core/common.smk"
 include: "rules/tofu_common.smk"
 include: "rules/data.smk"
-include: "rules/model.smk"
-include: "rules/lora.smk"
-include: "rules/task_matrices.smk"
-include: "rules/energy.smk"
-include: "rules/erase.smk"
-include: "rules/evaluate.smk"
-include: "rules/baselines.smk"
+include: "rules/core/model.smk"
+include: "rules/core/lora.smk"
+include: "rules/core/task_matrices.smk"
+include: "rules/core/energy.smk"
+include: "rules/core/erase.smk"
+include: "rules/core/evaluate.smk"
+include: "rules/core/baselines.smk"
 include: "rules/tofu.smk"
-include: "rules/cost.smk"
+include: "rules/studies/cost.smk"
 
 
 # The rules file of each track that names one (qrerase.tracks.Track.rules): the built-in tracks that
@@ -42,13 +42,13 @@ for _rules in track_rules():
     include: _rules
 
 
-include: "rules/bench.smk"
-include: "rules/tradeoff.smk"
-include: "rules/size_study.smk"
-include: "rules/seeds.smk"
-include: "rules/robustness_common.smk"
-include: "rules/robustness.smk"
-include: "rules/provenance.smk"
+include: "rules/studies/bench.smk"
+include: "rules/studies/tradeoff.smk"
+include: "rules/studies/size_study.smk"
+include: "rules/studies/seeds.smk"
+include: "rules/studies/robustness_common.smk"
+include: "rules/studies/robustness.smk"
+include: "rules/studies/provenance.smk"
 
 
 rule all:

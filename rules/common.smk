@@ -1,9 +1,9 @@
 # Shared by every rule, in this order: config validation, globals, path patterns (path / log_path /
 # benchmark_path: qrerase.workflow.paths), resources, the launch of training jobs
 # (qrerase.workflow.launch), the default target. The text chain's input functions are in
-# rules/core_common.smk; each track's constants and input functions in rules/<track>_common.smk,
+# rules/core/common.smk; each track's constants and input functions in rules/<track>_common.smk,
 # which binds the functions the generic rules call to its Track (qrerase.tracks.Track.bind); cost
-# tables: rules/cost.smk. Methods and their implementations: qrerase.registry (the config's `plugins`
+# tables: rules/studies/cost.smk. Methods and their implementations: qrerase.registry (the config's `plugins`
 # register more, imported by validate below).
 #
 # Names: the cross-lingual track is `crosslingual` wherever a user sees it (config key, track name,
@@ -72,7 +72,7 @@ CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
 # The TOFU evaluation sets: the one list, qrerase.text.tofu_log
 EVAL_SETS = list(TOFU_EVAL_SETS)
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
-# (size_h<W>_s<S>: the size study's TOFU experiments, rules/size_study.smk)
+# (size_h<W>_s<S>: the size study's TOFU experiments, rules/studies/size_study.smk)
 TEXT_EXPS = exp_pattern(*language_model_templates())
 UNLEARN_EXPS = exp_pattern(*text_unlearning_templates())
 

@@ -130,7 +130,7 @@ def tofu_targets():
 
 
 def tofu_costs():
-    """The TOFU track's cost groups (rules/cost_common.smk track_costs): one, its experiment."""
+    """The TOFU track's cost groups (rules/studies/cost_common.smk track_costs): one, its experiment."""
     given = config["lora"]["adapters"]
     return {
         "": cost_components(
@@ -140,7 +140,7 @@ def tofu_costs():
 
 
 def tofu_sweep():
-    """(experiments, methods) of the TOFU trade-off sweep (rules/tradeoff_common.smk): exp tofu_<split>."""
+    """(experiments, methods) of the TOFU trade-off sweep (rules/studies/tradeoff_common.smk): exp tofu_<split>."""
     return [TOFU_EXP], TOFU_METHODS
 
 
@@ -149,7 +149,7 @@ def tofu_tradeoff_targets():
 
 
 def tofu_robustness():
-    """The TOFU track's robustness plan (rules/robustness.smk): its experiment's table models of
+    """The TOFU track's robustness plan (rules/studies/robustness.smk): its experiment's table models of
     robustness.methods.tofu with the fine-tuned model (ceiling) and the retain reference (floor);
     forget QA in blocks of 20 per author (TOFU's layout); utility: the retain evaluation set.
     """
@@ -178,7 +178,7 @@ def tofu_robustness():
 
 # the functions the generic rules call for this track (qrerase.tracks.Track.bind)
 def tofu_sweep_eval(wildcards):
-    """A TOFU sweep point's evaluation (rules/tradeoff_common.smk: sweep_eval): the TOFU eval sets (keys
+    """A TOFU sweep point's evaluation (rules/studies/tradeoff_common.smk: sweep_eval): the TOFU eval sets (keys
     eval_<set>: a baseline point also reads the training sets forget / retain), the held-out retain
     slice and the retain reference's eval log; tofu.evaluate."""
     inputs = {

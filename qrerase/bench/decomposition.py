@@ -1,6 +1,6 @@
 """Decomposition-runtime benchmark (paper §6.1, Table "runtime").
 
-Library side of ``workflow_scripts/bench_decomposition.py``. :func:`bench_decomposition` reproduces the
+Library side of ``workflow_scripts/studies/bench_decomposition.py``. :func:`bench_decomposition` reproduces the
 paper's setting (float64, Fortran-ordered standard-normal n×n matrix with a fixed seed;
 ``scipy.linalg.svd(lapack_driver="gesdd")`` vs ``scipy.linalg.qr(pivoting=True)`` (xGEQP3); warm-up,
 then the median of timed runs with ``time.perf_counter``) and adds the LoRA-structured case T = B @ A

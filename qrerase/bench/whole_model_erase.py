@@ -1,6 +1,6 @@
 """Whole-model erase benchmark (appendix): wall time and peak memory of the streaming QR-Erase pipeline.
 
-Library side of ``workflow_scripts/bench_erase.py``. :func:`bench_whole_model_erase` times the complete
+Library side of ``workflow_scripts/studies/bench_erase.py``. :func:`bench_whole_model_erase` times the complete
 streaming pipeline (energy → selection → decompose forget & retain → forget_update → erase-adapter
 write) on random adapters with Llama-3-8B / 70B shapes, in a fresh child interpreter
 (:func:`erase_child_main`) whose own peak RSS (``ru_maxrss`` of RUSAGE_SELF, read by the child itself

@@ -4,7 +4,7 @@ A track is everything the workflow does differently for it, declared once in its
 config section, experiment names, runner kind, cost groups, page) or as a method that its
 :class:`Track` subclass overrides (how its training sections and jobs are composed, its memory plan,
 its config checks). The generic code (``qrerase.workflow``, ``qrerase.reports.pages``,
-``qrerase.smoke``, ``rules/common.smk``, ``rules/cost_common.smk``, ``rules/tradeoff_common.smk``)
+``qrerase.smoke``, ``rules/common.smk``, ``rules/studies/cost_common.smk``, ``rules/studies/tradeoff_common.smk``)
 looks a track up with :func:`track` and never compares track names; the functions it calls
 (``targets``, ``costs``, ``tradeoff_targets``, ``sweep``, ``finetune_start``, ``robustness``) are
 bound by the track's rules file (:meth:`Track.bind`): ``rules/<name>_common.smk``, or the rules file

@@ -154,7 +154,7 @@ class Track:
         ``targets()`` its default targets, ``costs()`` its cost groups ``{group: {method: components}}``,
         ``tradeoff_targets()`` its trade-off targets (the three required), ``sweep()`` the
         ``(experiments, methods)`` of a text sweep, ``finetune_start(wildcards)`` its own fine-tuning start
-        inputs, ``robustness()`` its robustness plan (rules/robustness.smk). A track without an optional
+        inputs, ``robustness()`` its robustness plan (rules/studies/robustness.smk). A track without an optional
         role has none (its sweep is its own rules', the shared fine-tuning start, no robustness stage).
         :class:`TrackError` for an unknown role, a function that is not callable or a required one missing."""
         unknown = sorted(set(functions) - set(ROLES))

@@ -88,7 +88,7 @@ class Experiment(NamedTuple):
 
 def language_model_templates() -> list[str]:
     """The experiment templates whose models are causal language models, built by the shared text chain
-    (tokenizer, pretrain, finetune, LoRA: ``rules/model.smk``, ``rules/lora.smk``), in the order of
+    (tokenizer, pretrain, finetune, LoRA: ``rules/core/model.smk``, ``rules/core/lora.smk``), in the order of
     :data:`EXP_PATTERNS`: those of the tracks with :attr:`qrerase.tracks.Track.language_model`."""
     lm_tracks = {t.name for t in TRACKS.values() if t.language_model}
     template_track = _tables()[2]

@@ -178,7 +178,7 @@ def crosslingual_robustness():
 
 # the functions the generic rules call for this track (qrerase.tracks.Track.bind)
 def crosslingual_sweep_eval(wildcards):
-    """A cross-lingual sweep point's evaluation (rules/tradeoff_common.smk: sweep_eval): the eval sets of
+    """A cross-lingual sweep point's evaluation (rules/studies/tradeoff_common.smk: sweep_eval): the eval sets of
     its unlearning language X (the X -> X pair) and the shared retain reference's eval log; the
     crosslingual.evaluate settings."""
     lang = parse_exp(wildcards.exp).arg

@@ -118,7 +118,7 @@ rule xling_evaluate:
         evaluate=XLING.get("evaluate"),
         seed=config["seed"],
     script:
-        "../../workflow_scripts/evaluate.py"
+        "../../workflow_scripts/core/evaluate.py"
 
 
 rule xling_table:

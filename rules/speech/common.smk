@@ -188,7 +188,7 @@ def speech_costs():
 
 
 def speech_robustness():
-    """The speech track's robustness plan (rules/robustness.smk): per setting, the fine-tuned classifier
+    """The speech track's robustness plan (rules/studies/robustness.smk): per setting, the fine-tuned classifier
     (ceiling), the retain reference (floor: the same recipe on D_r only, trained in its attack job by
     qrerase.tracks.speech.robustness.retain_reference) and the table models of robustness.methods.speech. The
     statistic is top-1 speaker accuracy; B is half of D_f (split by speaker in the class setting).

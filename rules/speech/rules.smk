@@ -455,7 +455,7 @@ rule robustness_speech:
     params:
         job=speech_robustness_params,
         model=config["speech"]["model"],
-        settings=lambda wc: ROBUSTNESS_JOB,  # rules/robustness_common.smk: the attack settings only
+        settings=lambda wc: ROBUSTNESS_JOB,  # rules/studies/robustness_common.smk: the attack settings only
         seed=config["seed"],
         threads=config["threads"],
     script:

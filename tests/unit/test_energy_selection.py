@@ -35,7 +35,7 @@ def _factors(norms: list[float]) -> dict[str, LowRank]:
 
 
 def _write_like_rule_energy(folder, factors):
-    """workflow_scripts/energy.py's two outputs."""
+    """workflow_scripts/core/energy.py's two outputs."""
     energy = layer_energy(factors)
     selected = select_layers(energy)
     modules = modules_for_layers(selected, factors)

@@ -213,10 +213,10 @@ def test_rule_families_are_smaller_than_the_all_in_one_env():
 @pytest.mark.parametrize(
     "script, expected, absent",
     [
-        ("workflow_scripts/factors.py", {"numpy", "scipy", "safetensors"}, {"torch"}),
-        ("workflow_scripts/finetune.py", {"torch", "transformers", "pandas", "tqdm"}, {"tokenizers"}),
-        ("workflow_scripts/train_tokenizer.py", {"tokenizers", "transformers"}, set()),
-        ("workflow_scripts/evaluate.py", {"torch", "rouge_score", "peft"}, set()),
+        ("workflow_scripts/core/factors.py", {"numpy", "scipy", "safetensors"}, {"torch"}),
+        ("workflow_scripts/core/finetune.py", {"torch", "transformers", "pandas", "tqdm"}, {"tokenizers"}),
+        ("workflow_scripts/core/train_tokenizer.py", {"tokenizers", "transformers"}, set()),
+        ("workflow_scripts/core/evaluate.py", {"torch", "rouge_score", "peft"}, set()),
         ("workflow_scripts/tofu_table.py", {"pandas", "matplotlib", "scipy"}, {"torch"}),
     ],
 )

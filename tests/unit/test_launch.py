@@ -41,8 +41,8 @@ def test_several_processes_use_accelerate_launch_with_gloo_workers_on_cpu():
 
 def test_every_word_is_quoted_and_environment_variables_stay_expandable():
     assert (
-        shell_word("$QRERASE_WORKFLOW/workflow_scripts/finetune.py")
-        == '"$QRERASE_WORKFLOW/workflow_scripts/finetune.py"'
+        shell_word("$QRERASE_WORKFLOW/workflow_scripts/core/finetune.py")
+        == '"$QRERASE_WORKFLOW/workflow_scripts/core/finetune.py"'
     )
     assert shell_word("/home/me/my runs/qr-érase/x.py") == "'/home/me/my runs/qr-érase/x.py'"
     assert shell_word("$(rm -rf ~)") == "'$(rm -rf ~)'" and shell_word("$HOME/a b") == "'$HOME/a b'"

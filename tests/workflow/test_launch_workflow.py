@@ -193,7 +193,7 @@ def test_dry_run_shows_the_launcher_for_training_jobs_only(tmp_path):
     assert "rule evaluate:" in proc.stdout  # evaluation and the others still run as scripts, unlaunched
     one = snakemake(tmp_path, "-n", "-p", "--cores", "2", "--configfile", str(tofu_config(tmp_path, **processes(1))))
     assert "--num_processes" not in one.stdout
-    assert '"$QRERASE_PYTHON" "$QRERASE_WORKFLOW/workflow_scripts/finetune.py" --threads' in one.stdout
+    assert '"$QRERASE_PYTHON" "$QRERASE_WORKFLOW/workflow_scripts/core/finetune.py" --threads' in one.stdout
 
 
 def test_finetune_mode_lora_trains_an_adapter_and_saves_the_merged_checkpoint(text_runs, tmp_path):

@@ -1,4 +1,4 @@
-# The robustness stage: constants and input functions (its rules: rules/robustness.smk). A track takes
+# The robustness stage: constants and input functions (its rules: rules/studies/robustness.smk). A track takes
 # part by binding a plan function (role `robustness`, qrerase.tracks.Track.bind) in its rules/<track>_common.smk.
 from types import SimpleNamespace
 
@@ -188,7 +188,7 @@ def robustness_table_outputs(suffix):
     for part, name in (("table", ""), ("subspace", "_subspace")):
         stem = f"{{track}}_robustness{suffix}{name}"
         kw = dict(
-            caption=f"../report/robustness_{part}.rst",
+            caption=f"../../report/robustness_{part}.rst",
             category="Robustness",
             subcategory="{track}",
         )

@@ -1,4 +1,4 @@
-# Trade-off sweeps: constants and input functions (its rules: rules/tradeoff.smk, which includes this file).
+# Trade-off sweeps: constants and input functions (its rules: rules/studies/tradeoff.smk, which includes this file).
 from qrerase.text.tradeoff import scale_name
 
 TRADEOFF = config.get("tradeoff", {})

@@ -1,6 +1,6 @@
 # The model-size study (`snakemake size_study --cores 2`; not in the default target): the TOFU
 # track's chain at every width of size_study.widths and seed of size_study.seeds (experiments
-# size_h<W>_s<S>, served by the TOFU rules), each swept over lambda / epochs (rules/tradeoff.smk);
+# size_h<W>_s<S>, served by the TOFU rules), each swept over lambda / epochs (rules/studies/tradeoff.smk);
 # per width and method the selectivity at a 0.1-nat held-out retain rise, Forget Quality and utility
 # at the lambda rule's pick, the forget/retain principal angles and the effective number of layers.
 
@@ -20,7 +20,7 @@ rule size_study_exp:
     wildcard_constraints:
         exp=exp_pattern("size_<shape>"),
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -29,7 +29,7 @@ rule size_study_exp:
         max_rise=TRADEOFF.get("max_retain_nll_rise", 0.1),
         sweeps=subspace_sweeps(SIZE_METHODS, [RANK]),
     script:
-        "../workflow_scripts/size_study_exp.py"
+        "../../workflow_scripts/studies/size_study_exp.py"
 
 
 rule size_study_table:
@@ -43,13 +43,13 @@ rule size_study_table:
         trend=path("table", table="size_study_trend", ext="csv"),
         figure=report(
             path("figure", name="size_study"),
-            caption="../report/size_study.rst",
+            caption="../../report/size_study.rst",
             category="Size study",
         ),
     log:
         log_path("size_study_table"),
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -57,7 +57,7 @@ rule size_study_table:
         target=SIZE.get("selectivity_rise", 0.1),
         max_rise=TRADEOFF.get("max_retain_nll_rise", 0.1),
     script:
-        "../workflow_scripts/size_study_table.py"
+        "../../workflow_scripts/studies/size_study_table.py"
 
 
 rule size_study:

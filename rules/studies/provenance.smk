@@ -7,9 +7,9 @@ rule provenance_manifest:
     log:
         log_path("provenance_manifest"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     script:
-        "../workflow_scripts/provenance_manifest.py"
+        "../../workflow_scripts/studies/provenance_manifest.py"

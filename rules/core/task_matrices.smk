@@ -10,12 +10,12 @@ rule task_matrices:
     benchmark:
         benchmark_path("task_matrices", "exp", "set")
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
     script:
-        "../workflow_scripts/task_matrices.py"
+        "../../workflow_scripts/core/task_matrices.py"
 
 
 rule factors:
@@ -29,14 +29,14 @@ rule factors:
     benchmark:
         benchmark_path("factors", "exp", "rank", "decomp", "set")
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
     params:
         rank=lambda wc: int(wc.rank),
     script:
-        "../workflow_scripts/factors.py"
+        "../../workflow_scripts/core/factors.py"
 
 
 rule factor_report:
@@ -51,7 +51,7 @@ rule factor_report:
     log:
         log_path("factor_report", "exp", "rank"),
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -62,7 +62,7 @@ rule factor_report:
         # named in the error when the two adapters adapt different modules
         adapters=lambda wc: [adapter_dir_of(wc.exp, s) for s in ("forget", "retain")],
     script:
-        "../workflow_scripts/factor_report.py"
+        "../../workflow_scripts/core/factor_report.py"
 
 
 rule forget_update:
@@ -77,7 +77,7 @@ rule forget_update:
     benchmark:
         benchmark_path("forget_update", "exp", "rank", "decomp")
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -85,7 +85,7 @@ rule forget_update:
         retain_rank=config["unlearn"]["retain_rank"],
         scale=lambda wc: erase_scale(wc.exp),
     script:
-        "../workflow_scripts/forget_update.py"
+        "../../workflow_scripts/core/forget_update.py"
 
 
 rule forget_update_control:
@@ -98,7 +98,7 @@ rule forget_update_control:
     log:
         log_path("forget_update_control", "exp", "rank", "decomp"),
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("linalg"),
@@ -106,4 +106,4 @@ rule forget_update_control:
         retain_rank=config["unlearn"]["retain_rank"],
         scale=lambda wc: erase_scale(wc.exp),
     script:
-        "../workflow_scripts/forget_update.py"
+        "../../workflow_scripts/core/forget_update.py"

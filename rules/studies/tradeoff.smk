@@ -21,7 +21,7 @@ rule tradeoff_erase:
         exp=UNLEARN_EXPS,
         scale=r"\d+(\.\d+)?",
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -33,7 +33,7 @@ rule tradeoff_erase:
         protocol=TRADEOFF_PROTOCOL,
         seed=lambda wc: exp_seed(wc.exp),
     script:
-        "../workflow_scripts/tradeoff_erase.py"
+        "../../workflow_scripts/studies/tradeoff_erase.py"
 
 
 rule tradeoff_baseline:
@@ -51,7 +51,7 @@ rule tradeoff_baseline:
         method="|".join(TEXT_BASELINES),
         epochs=r"\d+",
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -67,7 +67,7 @@ rule tradeoff_baseline:
             protocol=TRADEOFF_PROTOCOL,
         ),
     shell:
-        launch("tradeoff_baseline.py")
+        launch("studies/tradeoff_baseline.py")
 
 
 rule track_tradeoff:
@@ -80,7 +80,7 @@ rule track_tradeoff:
         selectivity=path("table", table="{track}_selectivity", ext="csv"),
         figure=report(
             path("figure", name="{track}_tradeoff"),
-            caption="../report/tradeoff.rst",
+            caption="../../report/tradeoff.rst",
             category="Trade-off",
         ),
     log:
@@ -88,7 +88,7 @@ rule track_tradeoff:
     wildcard_constraints:
         track="|".join(t.name for t in registry.TRACKS.values() if t.function("sweep")),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -100,7 +100,7 @@ rule track_tradeoff:
         sweeps=lambda wc: subspace_sweeps(text_track_sweep(wc.track)[1], TRADEOFF_RANKS),
         title=lambda wc: f"{wc.track}: utility vs forgetting, every method's sweep",
     script:
-        "../workflow_scripts/tradeoff_table.py"
+        "../../workflow_scripts/studies/tradeoff_table.py"
 
 
 rule tradeoff:

@@ -13,7 +13,7 @@ rule baseline:
         exp=UNLEARN_EXPS,
         method="|".join(TEXT_BASELINES),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -26,4 +26,4 @@ rule baseline:
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
-        launch("baseline.py")
+        launch("core/baseline.py")

@@ -9,7 +9,7 @@ rule bench_decomposition:
     log:
         log_path("bench_decomposition"),
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: config["threads"]
     resources:
         **resources_for("linalg"),
@@ -20,7 +20,7 @@ rule bench_decomposition:
         max_dense_svd=config["bench"]["max_dense_svd"],
         seed=config["seed"],
     script:
-        "../workflow_scripts/bench_decomposition.py"
+        "../../workflow_scripts/studies/bench_decomposition.py"
 
 
 rule bench_erase:
@@ -30,7 +30,7 @@ rule bench_erase:
     log:
         log_path("bench_erase"),
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: config["threads"]
     resources:
         **resources_for("linalg"),
@@ -39,7 +39,7 @@ rule bench_erase:
         lora_rank=config["bench"]["lora_rank"],
         seed=config["seed"],
     script:
-        "../workflow_scripts/bench_erase.py"
+        "../../workflow_scripts/studies/bench_erase.py"
 
 
 rule bench:

@@ -1,6 +1,6 @@
 # The robustness stage (docs/robustness.md): every attack on one model per job, then per track its
 # tables and figures; `snakemake robustness` builds every configured track's tables, the default target
-# those of robustness.in_default_target. Input functions: rules/robustness_common.smk.
+# those of robustness.in_default_target. Input functions: rules/studies/robustness_common.smk.
 
 
 rule robustness_halves:
@@ -21,7 +21,7 @@ rule robustness_halves:
     wildcard_constraints:
         exp=TEXT_EXPS,
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -31,7 +31,7 @@ rule robustness_halves:
         seed=config["seed"],
         a_share=robustness_settings(ROBUSTNESS).a_share,
     script:
-        "../workflow_scripts/robustness_halves.py"
+        "../../workflow_scripts/studies/robustness_halves.py"
 
 
 rule robustness_text:
@@ -47,7 +47,7 @@ rule robustness_text:
     wildcard_constraints:
         exp=TEXT_EXPS,
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -58,7 +58,7 @@ rule robustness_text:
         seed=config["seed"],
         threads=config["threads"],
     script:
-        "../workflow_scripts/robustness_text.py"
+        "../../workflow_scripts/studies/robustness_text.py"
 
 
 rule robustness_table:
@@ -72,14 +72,14 @@ rule robustness_table:
     wildcard_constraints:
         track="|".join(registry.TRACKS),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         plan=robustness_table_params,
     script:
-        "../workflow_scripts/robustness_table.py"
+        "../../workflow_scripts/studies/robustness_table.py"
 
 
 rule robustness_rule_table:
@@ -93,14 +93,14 @@ rule robustness_rule_table:
     wildcard_constraints:
         track="|".join(registry.TRACKS),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         plan=lambda wc: robustness_table_params(wc, RULE),
     script:
-        "../workflow_scripts/robustness_table.py"
+        "../../workflow_scripts/studies/robustness_table.py"
 
 
 rule robustness:

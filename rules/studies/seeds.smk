@@ -1,5 +1,5 @@
 # Seed spreads: every headline table of the configured tracks (qrerase.registry Track.tables) from the
-# run of each seed of `seeds` (rules/seeds_common.smk), as mean ± sd per cell.
+# run of each seed of `seeds` (rules/studies/seeds_common.smk), as mean ± sd per cell.
 
 
 include: "seeds_common.smk"
@@ -17,14 +17,14 @@ rule seed_table:
     wildcard_constraints:
         table="|".join(SEED_TABLES) or "no-track",
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         seeds=SEEDS,
     script:
-        "../workflow_scripts/seed_table.py"
+        "../../workflow_scripts/studies/seed_table.py"
 
 
 rule seeds:

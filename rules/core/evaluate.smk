@@ -10,7 +10,7 @@ rule evaluate:
     log:
         log_path("evaluate", "exp", "model"),
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: config["threads"]
     resources:
         **resources_for("evaluate"),
@@ -19,4 +19,4 @@ rule evaluate:
         evaluate=config["tofu"]["evaluate"],
         seed=lambda wc: exp_seed(wc.exp),
     script:
-        "../workflow_scripts/evaluate.py"
+        "../../workflow_scripts/core/evaluate.py"

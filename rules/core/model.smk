@@ -6,7 +6,7 @@ rule tokenizer:
     log:
         log_path("tokenizer", "exp"),
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -16,7 +16,7 @@ rule tokenizer:
             "individual_digits", False
         ),
     script:
-        "../workflow_scripts/train_tokenizer.py"
+        "../../workflow_scripts/core/train_tokenizer.py"
 
 
 rule pretrain:
@@ -36,7 +36,7 @@ rule pretrain:
     wildcard_constraints:
         exp=TEXT_EXPS,
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -49,7 +49,7 @@ rule pretrain:
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
-        launch("pretrain.py")
+        launch("core/pretrain.py")
 
 
 rule finetune:
@@ -73,7 +73,7 @@ rule finetune:
         exp=TEXT_EXPS,  # speech exps: rule speech_finetune
         which="full|retain",
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -87,7 +87,7 @@ rule finetune:
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
-        launch("finetune.py")
+        launch("core/finetune.py")
 
 
 rule memorisation_probe:
@@ -108,7 +108,7 @@ rule memorisation_probe:
         exp=exp_pattern("tofu_<split>"),
         which="full",
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -119,7 +119,7 @@ rule memorisation_probe:
         evaluate=config["tofu"]["evaluate"],
         seed=lambda wc: exp_seed(wc.exp),
     script:
-        "../workflow_scripts/memorisation_probe.py"
+        "../../workflow_scripts/core/memorisation_probe.py"
 
 
 rule import_gguf:
@@ -137,11 +137,11 @@ rule import_gguf:
     wildcard_constraints:
         exp=TEXT_EXPS,
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("light"),
     params:
         dtype=config["model"]["dtype"],
     script:
-        "../workflow_scripts/import_gguf.py"
+        "../../workflow_scripts/core/import_gguf.py"

@@ -19,7 +19,7 @@ from qrerase.text.training import LoraTrainConfig
 from qrerase.workflow.job import job, load_for_eval, template_from
 
 inp, p = snakemake.input, snakemake.params
-j = p.job  # the track's plan for this job (rules/robustness.smk robustness_params)
+j = p.job  # the track's plan for this job (rules/studies/robustness.smk robustness_params)
 with job(snakemake, seed=p.seed) as log:
     settings = robustness_settings(p.settings)
     model, tokenizer = load_for_eval(inp.model, inp.adapter if "adapter" in inp.keys() else None, p.model)

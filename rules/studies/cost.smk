@@ -14,7 +14,7 @@ rule cost:
         **{
             ext: report(
                 path("table", table="{track}_cost", ext=ext),
-                caption="../report/cost_table.rst",
+                caption="../../report/cost_table.rst",
                 category="Cost",
                 subcategory="{track}",
                 labels={"table": "{track}_cost", "format": ext},
@@ -26,7 +26,7 @@ rule cost:
     wildcard_constraints:
         track="|".join(COST_GROUP_HEADER),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -37,4 +37,4 @@ rule cost:
         ),
         group_header=lambda wildcards: COST_GROUP_HEADER[wildcards.track],
     script:
-        "../workflow_scripts/cost.py"
+        "../../workflow_scripts/studies/cost.py"

@@ -1,7 +1,7 @@
 """Rule pretrain: the embedded model's pretrained checkpoint, a new tiny Llama built on the run's
 tokenizer and trained on the pretraining set (authors in neither the forget nor the retain set, plus
 the knowledge sets). A hub model (model.name_or_path) skips this rule: its checkpoint is the
-pretrained model. Fine-tuning from this checkpoint: workflow_scripts/finetune.py."""
+pretrained model. Fine-tuning from this checkpoint: workflow_scripts/core/finetune.py."""
 
 from qrerase.config import model_options
 from qrerase.engine import resuming

@@ -12,7 +12,7 @@ rule lora:
     wildcard_constraints:
         exp=TEXT_EXPS,  # speech exps: rule speech_lora
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("train"),
@@ -25,4 +25,4 @@ rule lora:
             seed=lambda wc: exp_seed(wc.exp),
         ),
     shell:
-        launch("train_lora.py")
+        launch("core/train_lora.py")

@@ -11,12 +11,12 @@ rule erase_adapter:
     benchmark:
         benchmark_path("erase_adapter", "exp", "rank", "method")
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     script:
-        "../workflow_scripts/erase_adapter.py"
+        "../../workflow_scripts/core/erase_adapter.py"
 
 
 rule erase_merged:
@@ -32,9 +32,9 @@ rule erase_merged:
     benchmark:
         benchmark_path("erase_merged", "exp", "rank", "method")
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: config["threads"]
     resources:
         **resources_for("linalg"),
     script:
-        "../workflow_scripts/erase_merged.py"
+        "../../workflow_scripts/core/erase_merged.py"

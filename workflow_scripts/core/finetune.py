@@ -1,5 +1,5 @@
 """Rule finetune: the "fine-tuned" (forget + retain) model and the retain-only reference, from the
-pretrained checkpoint (rule pretrain, workflow_scripts/pretrain.py), from a new tiny Llama on the
+pretrained checkpoint (rule pretrain, workflow_scripts/core/pretrain.py), from a new tiny Llama on the
 run's tokenizer (the task-level track's model from scratch), or from the hub model named by
 model.name_or_path; a full fine-tune, or a LoRA adapter merged after (finetune.mode: lora)."""
 

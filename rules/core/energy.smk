@@ -7,7 +7,7 @@ rule energy:
         selected=path("selected"),
         figure=report(
             path("energy_fig"),
-            caption="../report/energy.rst",
+            caption="../../report/energy.rst",
             category="TOFU",
             subcategory="Figures",
             labels={"figure": "layer energy", "experiment": "{exp}"},
@@ -17,11 +17,11 @@ rule energy:
     benchmark:
         benchmark_path("energy", "exp")
     conda:
-        "../envs/linalg.yaml"
+        "../../envs/linalg.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         granularity=config["unlearn"]["energy_granularity"],
     script:
-        "../workflow_scripts/energy.py"
+        "../../workflow_scripts/core/energy.py"

@@ -1,4 +1,4 @@
-# Size study: constants and input functions (its rules: rules/size_study.smk, which includes this file).
+# Size study: constants and input functions (its rules: rules/studies/size_study.smk, which includes this file).
 # An experiment size_h<W>_s<S> runs the TOFU track's rules with the embedded model at hidden width W
 # and seed S (qrerase.workflow.naming); the recipe of every width is qrerase.text.size_study's.
 from qrerase.text.size_study import scaled_lr, size_model

@@ -1,4 +1,4 @@
-# Cost tables: constants and input functions (its rules: rules/cost.smk, which includes this file).
+# Cost tables: constants and input functions (its rules: rules/studies/cost.smk, which includes this file).
 #: track -> header of its cost table's column groups (None: one group, the track's one experiment;
 #: qrerase.tracks.Track.cost_group_header).
 COST_GROUP_HEADER = {t.name: t.cost_group_header for t in registry.TRACKS.values()}
