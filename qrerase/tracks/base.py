@@ -272,12 +272,20 @@ def register_track(t: Track) -> Track:
     missing = [f for f in _NON_EMPTY if not getattr(t, f)]
     if missing:
         raise TrackError(f"track {t.name!r}: empty field(s) {missing}")
-    if t.rules is not None and not rules_path(t).is_file():
+    if t.rules is not None and _checkable(t.rules) and not rules_path(t).is_file():
         raise TrackError(f"track {t.name!r}: rules file {rules_path(t)} not found (Track.rules)")
     if t.schema is not None and not isinstance(t.schema, Mapping):
         raise TrackError(f"track {t.name!r}: schema must be a mapping (a JSON schema), got {type(t.schema).__name__}")
     TRACKS[t.name] = t
     return t
+
+
+def _checkable(rules: str) -> bool:
+    """Whether a rules file can be checked at registration: an absolute path always; a relative one in a
+    checkout (the workflow directory holds the Snakefile). An installed package (a wheel) has no rules
+    folder: ``qrerase plan`` and the config checks work without it, and :func:`track_rules` (the
+    Snakefile's call) checks every file."""
+    return Path(rules).is_absolute() or (WORKFLOW_DIR / "Snakefile").is_file()
 
 
 def rules_path(t: Track) -> Path | None:
@@ -288,8 +296,13 @@ def rules_path(t: Track) -> Path | None:
 
 def track_rules() -> list[str]:
     """The rules files of the registered tracks that name one (:attr:`Track.rules`), in registration
-    order: the Snakefile includes each after the built-in rules."""
-    return [str(rules_path(t)) for t in TRACKS.values() if t.rules is not None]
+    order: the Snakefile includes each after the shared stages' rules. :class:`TrackError` for a file
+    that does not exist."""
+    files = [(t, rules_path(t)) for t in TRACKS.values() if t.rules is not None]
+    for t, path in files:
+        if not path.is_file():
+            raise TrackError(f"track {t.name!r}: rules file {path} not found (Track.rules)")
+    return [str(path) for _, path in files]
 
 
 def track(name: str) -> Track:

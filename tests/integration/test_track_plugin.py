@@ -109,6 +109,22 @@ def test_bad_track_registrations_are_one_line_errors(plugin_path):
         load_schema()
 
 
+def test_the_snakefile_refuses_a_rules_file_gone_since_registration(plugin_path, tmp_path):
+    """track_rules() (the Snakefile's include list) checks every file again: a rules file removed after its
+    track registered (or a relative one an installed package could not check) stops the planning in one line."""
+    import dataclasses
+
+    import toy_track
+
+    rules = tmp_path / "gone.smk"
+    rules.write_text(PLUGINS.joinpath("toy_track.smk").read_text())
+    register_track(dataclasses.replace(toy_track.TRACK, name="toy_gone", rules=str(rules)))
+    assert track_rules()[-1] == str(rules)
+    rules.unlink()
+    with pytest.raises(TrackError, match=rf"^track 'toy_gone': rules file {rules} not found \(Track.rules\)$"):
+        track_rules()
+
+
 def test_a_metric_names_only_tracks_whose_evaluations_compute_metrics(plugin_path, monkeypatch):
     monkeypatch.setattr(metrics, "_METRICS", dict(metrics._METRICS))
     import toy_track  # noqa: F401  (registers toy_count, Track.metrics False)
