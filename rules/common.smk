@@ -1,7 +1,7 @@
 # Shared by every rule, in this order: config validation, globals, path patterns (path / log_path /
 # benchmark_path: qrerase.workflow.paths), resources, the launch of training jobs
 # (qrerase.workflow.launch), the default target. The text chain's input functions are in
-# rules/core/common.smk; each track's constants and input functions in rules/<track>_common.smk,
+# rules/core/common.smk; each track's constants and input functions in rules/<track>/common.smk,
 # which binds the functions the generic rules call to its Track (qrerase.tracks.Track.bind); cost
 # tables: rules/studies/cost.smk. Methods and their implementations: qrerase.registry (the config's `plugins`
 # register more, imported by validate below).
@@ -152,7 +152,7 @@ def launch_params(rule_name, **params):
 
 
 # ---------------------------------------------------------------------------------------------
-# The default target: each configured track's bound `targets()` (rules/<track>_common.smk).
+# The default target: each configured track's bound `targets()` (rules/<track>/common.smk).
 # ---------------------------------------------------------------------------------------------
 def all_targets():
     """Each configured track's targets, and the trade-off sweeps when tradeoff.in_default_target."""

@@ -148,7 +148,7 @@ class Track:
             if not getattr(self, key):
                 object.__setattr__(self, key, value)
 
-    # ----- the functions of its rules file (rules/<name>_common.smk, or Track.rules) -----
+    # ----- the functions of its rules file (rules/<name>/common.smk; TOFU: rules/tofu_common.smk) -----
     def bind(self, **functions: Callable) -> None:
         """Bind the functions of its rules file that the generic rules call, by role (:data:`ROLES`):
         ``targets()`` its default targets, ``costs()`` its cost groups ``{group: {method: components}}``,

@@ -80,7 +80,7 @@ def cost_components(
 
 def track_costs(track):
     """A track's cost groups, {group: {method: components}}: its bound `costs()` in
-    rules/<track>_common.smk (qrerase.tracks.Track.bind), e.g. one per cross-lingual unlearning
+    rules/<track>/common.smk (qrerase.tracks.Track.bind), e.g. one per cross-lingual unlearning
     language, one per speech setting, the single '' group of the TOFU and task experiments.
     """
     return registry.TRACKS[track].function("costs")()

@@ -1,5 +1,5 @@
 # The robustness stage: constants and input functions (its rules: rules/studies/robustness.smk). A track takes
-# part by binding a plan function (role `robustness`, qrerase.tracks.Track.bind) in its rules/<track>_common.smk.
+# part by binding a plan function (role `robustness`, qrerase.tracks.Track.bind) in its rules/<track>/common.smk.
 from types import SimpleNamespace
 
 from qrerase.robustness.settings import robustness_settings
