@@ -75,13 +75,11 @@ TRACK = register_track(
     CrosslingualTrack(
         name="crosslingual",
         runner="text",
-        section="crosslingual",
         overrides=("crosslingual",),
         baselines_section="tofu.baselines",
         eval_sections=("crosslingual.evaluate", "tofu.evaluate"),
         prefix="xling",
         experiments={"xling": "xling", "xling_<lang>": rf"xling_{LANG_PATTERN}"},
-        template_prefixes={},
         shared_models=True,
         pretrain_text=True,
         smoke=True,
@@ -98,9 +96,7 @@ TRACK = register_track(
         title="Cross-lingual track",
         page_prefixes=("crosslingual", "xling"),
         check="qrerase.tracks.crosslingual:check",
-        metrics=False,
         rules="rules/crosslingual/rules.smk",
-        schema=None,
         methods="qrerase.tracks.crosslingual.methods",
     )
 )

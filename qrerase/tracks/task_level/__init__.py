@@ -108,18 +108,10 @@ TRACK = register_track(
     TaskLevelTrack(
         name="task_level",
         runner="task_level",
-        section="task_level",
         overrides=("task_level",),
-        baselines_section="task_level.baselines",
         eval_sections=("task_level.evaluate",),
         prefix="task_level",
         experiments={"task_level": "task_level"},
-        template_prefixes={},
-        shared_models=False,
-        pretrain_text=False,
-        smoke=False,
-        sweep_language=False,
-        cost_group_header=None,
         tables=("task_level",),
         paths={  # its artifacts (qrerase.workflow.paths)
             "task_level_eval": "results/{exp}/task_level_eval/{model}.csv",
@@ -129,9 +121,7 @@ TRACK = register_track(
         title="Task-level track",
         page_prefixes=("task_level", "task"),
         check="qrerase.tracks.task_level:check",
-        metrics=False,
         rules="rules/task_level/rules.smk",
-        schema=None,
         runner_spec=Runner(
             description=(
                 "f(job) -> (model, curve), job a TaskLevelBaselineJob "
