@@ -215,7 +215,7 @@ def register_method(
         raise RegistryError(f"method {name!r}: section(s) {generated} are generated from its hparams, not settings=")
     hp_map: dict[str, Any] = {}
     if decomp is None:
-        given = dict(hparams) if isinstance(hparams, Mapping) else {k: hparams for k in run_map}
+        given: dict[str, Any] = dict(hparams) if isinstance(hparams, Mapping) else {k: hparams for k in run_map}
         if bad := [k for k in given if k not in run_map]:
             raise RegistryError(f"method {name!r}: hparams for runner(s) {bad} it has no implementation of")
         hp_map = {k: given.get(k) or NoHparams for k in run_map}

@@ -351,7 +351,7 @@ def _pick(resume: Path) -> tuple[Path | None, list[Path]]:
     """``(newest state of resume that passes check_state or None, the newer ones that fail)``; each
     failure is logged (one line naming the file and what is tried next)."""
     states = _states(resume)
-    bad = []
+    bad: list[Path] = []
     for i, state in enumerate(states):
         problem = check_state(state)
         if problem is None:

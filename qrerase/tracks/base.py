@@ -272,8 +272,8 @@ def register_track(t: Track) -> Track:
     missing = [f for f in _NON_EMPTY if not getattr(t, f)]
     if missing:
         raise TrackError(f"track {t.name!r}: empty field(s) {missing}")
-    if t.rules is not None and _checkable(t.rules) and not rules_path(t).is_file():
-        raise TrackError(f"track {t.name!r}: rules file {rules_path(t)} not found (Track.rules)")
+    if t.rules is not None and _checkable(t.rules) and not (WORKFLOW_DIR / t.rules).is_file():
+        raise TrackError(f"track {t.name!r}: rules file {WORKFLOW_DIR / t.rules} not found (Track.rules)")
     if t.schema is not None and not isinstance(t.schema, Mapping):
         raise TrackError(f"track {t.name!r}: schema must be a mapping (a JSON schema), got {type(t.schema).__name__}")
     TRACKS[t.name] = t
@@ -298,7 +298,7 @@ def track_rules() -> list[str]:
     """The rules files of the registered tracks that name one (:attr:`Track.rules`), in registration
     order: the Snakefile includes each after the shared stages' rules. :class:`TrackError` for a file
     that does not exist."""
-    files = [(t, rules_path(t)) for t in TRACKS.values() if t.rules is not None]
+    files = [(t, WORKFLOW_DIR / t.rules) for t in TRACKS.values() if t.rules is not None]
     for t, path in files:
         if not path.is_file():
             raise TrackError(f"track {t.name!r}: rules file {path} not found (Track.rules)")
