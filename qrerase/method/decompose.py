@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import scipy.linalg as sla
@@ -144,14 +144,14 @@ def task_shape(x: Any, name: str | None) -> tuple[int, int]:
     return (int(arr.shape[0]), int(arr.shape[1]))
 
 
-def check_decomp(decomp: str) -> str:
+def check_decomp(decomp: str) -> Decomp:
     """``decomp`` when it is one of :data:`DECOMPOSITIONS`, else ValueError."""
     if decomp not in DECOMPOSITIONS:
         raise ValueError(f"decomp must be one of {DECOMPOSITIONS}, got {decomp!r}")
-    return decomp
+    return cast(Decomp, decomp)
 
 
-def resolve_decomp(decomp: str, method: str | None, func: str) -> str:
+def resolve_decomp(decomp: str, method: str | None, func: str) -> Decomp:
     """The checked decomposition of a call of ``func`` that may still pass the deprecated ``method=``.
 
     ``method`` not None: DeprecationWarning naming ``decomp=`` (pointing at the caller of ``func``), and

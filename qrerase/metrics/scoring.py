@@ -99,6 +99,7 @@ def aggregate(
         if n not in forget or (m.aggregate == "auc" and (holdout is None or n not in holdout)):
             raise MetricError(f"metric {n!r}: no per-sequence statistics for the sets it needs {list(m.needs)}")
         if m.aggregate == "auc":
+            assert holdout is not None  # checked above
             values[n] = auc(forget[n], holdout[n])
         else:
             xs = [float(x) for x in forget[n]]

@@ -251,6 +251,7 @@ def _tie_key(col: Column, x: float) -> str:
     """Ranking ties: a higher/lower column's printed value; a target column's printed distance to the
     target (0.45 and 0.55 tie around 0.5)."""
     if col.direction == "target":
+        assert col.target is not None  # a target column has one (Column's check)
         return format_value(abs(x - col.target), col.fmt, "md", col.sci_threshold)
     return _display(col, x)
 
