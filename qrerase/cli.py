@@ -102,6 +102,7 @@ def _manifest_file(results: str) -> Path:
 
 def _audit(args: argparse.Namespace) -> int:
     from .workflow.manifest import audit
+    from .workflow.provenance import Problem
     from .workflow.signature import verify_manifest
 
     if args.verify_signature and not (args.allowed_signers and args.identity):
@@ -119,7 +120,7 @@ def _audit(args: argparse.Namespace) -> int:
             summary += f"; {good}"
         except ValueError as exc:
             print(f"BROKEN {exc}")
-            problems = [*problems, exc]
+            problems = [*problems, Problem(str(_manifest_file(args.results)), str(exc))]
     if problems:
         print(f"qrerase audit: {len(problems)} problem(s); {summary}", file=sys.stderr)
         return 1

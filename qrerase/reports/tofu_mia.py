@@ -54,6 +54,7 @@ def metric_rows(
             if m.aggregate != "relative":
                 row[n] = float(vals.get(n, np.nan))
                 continue
+            assert m.of is not None  # a relative metric names the metric it is computed from
             ref, own = values.get(reference, {}).get(m.of), vals.get(m.of)
             try:
                 row[n] = float(metric_function(n)(own, ref)) if ref is not None and own is not None else np.nan

@@ -200,12 +200,12 @@ def load_split_numbered(cfg: TofuDataConfig, name: str) -> tuple[list[dict], lis
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("data.source: hub needs the 'datasets' package (pip install datasets)") from exc
         rows = [dict(r) for r in datasets.load_dataset(cfg.hub_name, name)["train"]]
-        where = f"{cfg.hub_name}:{name}"
+        split = f"{cfg.hub_name}:{name}"
     else:
         raise ValueError(f"data.source: expected 'local' or 'hub', got {cfg.source!r}")
     if not rows:
-        raise ValueError(f"{where}: split is empty")
-    lines = [f"{where}:{i + 1}" for i in range(len(rows))]
+        raise ValueError(f"{split}: split is empty")
+    lines = [f"{split}:{i + 1}" for i in range(len(rows))]
     return [normalise(r, w) for r, w in zip(rows, lines)], lines
 
 

@@ -255,11 +255,11 @@ def audit(
             graph, nodes = {}, {}
         n_manifest = len(nodes)
         for path, node in sorted(nodes.items()):
-            rec = records.get(path)
-            if node.get("rule") is not None and rec is None:
+            record = records.get(path)
+            if node.get("rule") is not None and record is None:
                 problems.append(Problem(path, "listed in the manifest but has no provenance record"))
-            elif rec is not None:
-                made = next(o for o in rec["outputs"] if o["path"] == path)["sha256"]
+            elif record is not None:
+                made = next(o for o in record["outputs"] if o["path"] == path)["sha256"]
                 if made != node.get("sha256"):
                     problems.append(
                         Problem(
@@ -267,7 +267,7 @@ def audit(
                             (
                                 f"manifest hash {_short(node.get('sha256'))} differs from its record's {_short(made)}: "
                                 + _since(
-                                    rec,
+                                    record,
                                     records.get(MANIFEST),
                                     "the manifest was built",
                                     "re-made after the manifest was built",
