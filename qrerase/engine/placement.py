@@ -42,8 +42,8 @@ def resolve_device(device: str = "auto") -> torch.device:
     """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and local_rank() is not None:
-        index = local_rank()
+    index = local_rank() if device == "cuda" else None
+    if index is not None:
         if index >= torch.cuda.device_count():
             raise ValueError(
                 f"environment variable LOCAL_RANK: {index}, but this process sees {torch.cuda.device_count()} GPU(s)"
