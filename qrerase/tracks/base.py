@@ -272,8 +272,8 @@ def register_track(t: Track) -> Track:
     missing = [f for f in _NON_EMPTY if not getattr(t, f)]
     if missing:
         raise TrackError(f"track {t.name!r}: empty field(s) {missing}")
-    if t.rules is not None and _checkable(t.rules) and not (WORKFLOW_DIR / t.rules).is_file():
-        raise TrackError(f"track {t.name!r}: rules file {WORKFLOW_DIR / t.rules} not found (Track.rules)")
+    if t.rules is not None and _checkable(t.rules):
+        _existing_rules(t, t.rules)
     if t.schema is not None and not isinstance(t.schema, Mapping):
         raise TrackError(f"track {t.name!r}: schema must be a mapping (a JSON schema), got {type(t.schema).__name__}")
     TRACKS[t.name] = t
@@ -288,6 +288,14 @@ def _checkable(rules: str) -> bool:
     return Path(rules).is_absolute() or (WORKFLOW_DIR / "Snakefile").is_file()
 
 
+def _existing_rules(t: Track, rules: str) -> Path:
+    """A track's rules file resolved against the workflow directory; :class:`TrackError` when it does not exist."""
+    path = WORKFLOW_DIR / rules
+    if not path.is_file():
+        raise TrackError(f"track {t.name!r}: rules file {path} not found (Track.rules)")
+    return path
+
+
 def rules_path(t: Track) -> Path | None:
     """A track's rules file (:attr:`Track.rules`), a relative one resolved against the workflow
     directory (the checkout holding ``qrerase/``); ``None`` for a track without one."""
@@ -298,11 +306,7 @@ def track_rules() -> list[str]:
     """The rules files of the registered tracks that name one (:attr:`Track.rules`), in registration
     order: the Snakefile includes each after the shared stages' rules. :class:`TrackError` for a file
     that does not exist."""
-    files = [(t, WORKFLOW_DIR / t.rules) for t in TRACKS.values() if t.rules is not None]
-    for t, path in files:
-        if not path.is_file():
-            raise TrackError(f"track {t.name!r}: rules file {path} not found (Track.rules)")
-    return [str(path) for _, path in files]
+    return [str(_existing_rules(t, t.rules)) for t in TRACKS.values() if t.rules is not None]
 
 
 def track(name: str) -> Track:
