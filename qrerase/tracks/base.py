@@ -93,8 +93,10 @@ class Track:
     metric may name only such a track). rules: its rules file, which the Snakefile includes after the
     shared stages' rules (absolute, or relative to the workflow directory: ``rules/<name>/rules.smk``
     for a built-in track in its folder; ``None``: the Snakefile includes it by name). schema: the JSON
-    schema of its config section ``section``, added to the config schema (``None``: the section is in
-    ``schemas/config.schema.yaml``).
+    schema of its config section ``section``, added to the config schema: a mapping, or the path of a
+    YAML file holding it (a built-in track's ``schema.yaml`` beside its ``__init__.py``, package data;
+    ``None``: the section is in ``schemas/config.schema.yaml``). Its ``$ref`` s resolve against the
+    whole config schema (``#/definitions/posint``).
     paths: its own artifact path patterns, key -> pattern (:mod:`qrerase.workflow.paths`; the shared ones
     are :data:`qrerase.workflow.paths.SHARED`). runner_spec: the runner ``runner`` when the track brings
     its own (:class:`Runner`). methods: the torch-free module registering the methods only this track
@@ -130,7 +132,7 @@ class Track:
     cost_group_header: str | None = None
     metrics: bool = False
     rules: str | None = None
-    schema: Mapping[str, Any] | None = None
+    schema: Mapping[str, Any] | Path | None = None
     paths: Mapping[str, str] = field(default_factory=dict)
     runner_spec: Runner | None = None
     methods: str | None = None
@@ -274,8 +276,13 @@ def register_track(t: Track) -> Track:
         raise TrackError(f"track {t.name!r}: empty field(s) {missing}")
     if t.rules is not None and _checkable(t.rules):
         _existing_rules(t, t.rules)
-    if t.schema is not None and not isinstance(t.schema, Mapping):
-        raise TrackError(f"track {t.name!r}: schema must be a mapping (a JSON schema), got {type(t.schema).__name__}")
+    if t.schema is not None and not isinstance(t.schema, (Mapping, Path)):
+        raise TrackError(
+            f"track {t.name!r}: schema must be a mapping (a JSON schema) or the Path of a YAML file holding one, "
+            f"got {type(t.schema).__name__}"
+        )
+    if isinstance(t.schema, Path) and not t.schema.is_file():
+        raise TrackError(f"track {t.name!r}: schema file {t.schema} not found (Track.schema)")
     TRACKS[t.name] = t
     return t
 

@@ -1,6 +1,7 @@
 """Walking the config schema: every key at any depth, with its description (:func:`config_keys`).
 
-Every config key is a property of ``schemas/config.schema.yaml`` at some depth: under ``properties``, in
+Every config key is a property of the config schema (``schemas/config.schema.yaml`` with the tracks'
+sections, :attr:`qrerase.tracks.Track.schema`) at some depth: under ``properties``, in
 an ``allOf`` / ``oneOf`` / ``anyOf`` branch, in a ``$ref``'d definition, in the items of a list of
 objects (path ``a[].b``) or in an ``additionalProperties`` object (path ``a.<name>.b``). Used by the
 validation (the keys allowed where an unknown key stands) and by the generated reference

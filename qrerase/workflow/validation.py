@@ -8,9 +8,9 @@ The schema file (``schemas/config.schema.yaml``) lists no method or track names:
 ``methods.<track>``, ``subspace``, ``tracks``), a node holding ``x-registry-settings: <section>`` one
 property per method of that section (:func:`qrerase.baseline_config.section_schemas`, else
 :func:`qrerase.registry.settings_of`), the shared training keys come from :func:`qrerase.baseline_config.inject`.
-``x-registry-tracks: sections`` (the top level) adds the section of each track registering its schema
-(:attr:`qrerase.tracks.Track.schema`, a plug-in track's), ``x-registry-tracks: methods`` a
-``methods.<track>`` entry for each registered track the file does not list.
+``x-registry-tracks: sections`` (the top level) adds the section of each track declaring its schema
+(:attr:`qrerase.tracks.Track.schema`: a built-in track's ``schema.yaml``, a plug-in track's mapping),
+``x-registry-tracks: methods`` a ``methods.<track>`` entry for each registered track the file does not list.
 The methods and tracks of the config's ``plugins`` are registered first (:func:`validate`).
 """
 
@@ -88,7 +88,7 @@ def _inject(node: Any) -> Any:
                 if t.schema is not None:
                     if t.section in props:
                         raise ValueError(f"schema: track {t.name!r}: section '{t.section}' is in the schema file")
-                    props[t.section] = _inject(copy.deepcopy(dict(t.schema)))
+                    props[t.section] = _inject(_track_schema(t.schema))
         if node.get("x-registry-tracks") == "methods":  # methods.<track> of a track the file does not list
             props = out.setdefault("properties", {})
             for t in TRACKS.values():
@@ -105,15 +105,29 @@ def _inject(node: Any) -> Any:
     return node
 
 
-@cache
-def _load_schema(path: str, _registered: tuple) -> dict:
-    """The schema file, parsed by libyaml's safe loader where PyYAML was built with it (the same
-    document as ``yaml.safe_load``, about 8 x faster: 0.02 s against 0.17 s for config.schema.yaml,
-    read by every ``snakemake`` call), with the registry's settings injected."""
+def _yaml(path: Path) -> Any:
+    """A YAML file parsed by libyaml's safe loader where PyYAML was built with it (the same document as
+    ``yaml.safe_load``, about 8 x faster: 0.02 s against 0.17 s for config.schema.yaml)."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return _inject(yaml.load(Path(path).read_text(), Loader=loader))
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _track_schema(schema: Mapping | Path) -> dict:
+    """A track's section schema (:attr:`qrerase.tracks.Track.schema`): a copy of the mapping, or its YAML file read."""
+    if isinstance(schema, Path):
+        node = _yaml(schema)
+        if not isinstance(node, dict):
+            raise ValueError(f"schema: {schema} holds no mapping (a track's section schema)")
+        return node
+    return copy.deepcopy(dict(schema))
+
+
+@cache
+def _load_schema(path: str, _registered: tuple) -> dict:
+    """The schema file (read by every ``snakemake`` call), with the registry's settings and the tracks'
+    sections injected."""
+    return _inject(_yaml(Path(path)))
 
 
 def _schema(path: str) -> dict:

@@ -113,15 +113,17 @@ def test_builtin_track_module_supplies_every_field(name):
         value = getattr(t, f.name)
         optional = ("sweep", "finetune_start", "cost_group_header", "rules", "schema", "runner_spec", "methods")
         assert value is not None or f.name in optional, f.name
-    # its section in the schema file (a plug-in track names it); a track in its folder names its rules
-    # file there (rules/<name>/rules.smk, as a plug-in track names its own), another is included by name
-    assert t.schema is None
+    # a track in its folder names its rules file there (rules/<name>/rules.smk) and its section's schema
+    # file beside its module, as a plug-in track names its own; another is included by name and has its
+    # section in the schema file
     snakefile = (ROOT / "Snakefile").read_text()
     if folder.is_dir():
         assert t.rules == f"rules/{name}/rules.smk" and (ROOT / t.rules).is_file()
         assert f"rules/{name}" not in snakefile
+        assert t.schema == folder / "schema.yaml" and t.schema.is_file()
     else:
         assert t.rules is None and f'include: "rules/{name}.smk"' in snakefile
+        assert t.schema is None
     assert t.name == name and t.prefix and t.tables and t.title and t.page_prefixes
     for pattern in t.experiments.values():
         assert re.fullmatch(r"[\w\\{}()|?+\[\]-]+", pattern), pattern

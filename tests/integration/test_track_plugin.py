@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -49,9 +50,21 @@ TOY = {"plugins": ["toy_track"], "tracks": ["toy_count"], "toy_count": {"unit": 
 BUILTIN_RULES = [str(REPO / "rules" / name / "rules.smk") for name in ("crosslingual", "speech", "task_level")]
 
 
-def test_builtin_tracks_name_their_folder_rules_and_no_schema():
-    assert track_rules() == BUILTIN_RULES  # their sections are in the schema file
-    assert [t.name for t in TRACKS.values() if t.schema is not None] == []
+def test_builtin_tracks_in_folders_name_their_rules_and_schema_files():
+    """A built-in track in its folder takes a plug-in's path: its rules file and its section's schema file
+    (``qrerase/tracks/<name>/schema.yaml``), which the schema file itself no longer holds."""
+    import yaml
+
+    from qrerase.workflow.validation import SCHEMA_PATH
+
+    assert track_rules() == BUILTIN_RULES
+    folders = [t.name for t in TRACKS.values() if t.rules is not None]
+    assert [t.name for t in TRACKS.values() if t.schema is not None] == folders
+    top = yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))["properties"]
+    schema = load_schema()["properties"]
+    for name in folders:
+        assert TRACKS[name].schema == REPO / "qrerase" / "tracks" / name / "schema.yaml"
+        assert name not in top and schema[name]["properties"], name
     assert metrics.evaluating_tracks() == ["tofu", "speech"]  # Track.metrics
 
 
@@ -101,11 +114,37 @@ def test_bad_track_registrations_are_one_line_errors(plugin_path):
 
     with pytest.raises(TrackError, match=r"^track 'toy_rel': rules file .*/no/such\.smk not found \(Track.rules\)$"):
         register_track(dataclasses.replace(toy_track.TRACK, name="toy_rel", rules="no/such.smk"))
-    with pytest.raises(TrackError, match=r"^track 'toy_s': schema must be a mapping \(a JSON schema\), got list$"):
+    with pytest.raises(TrackError, match=r"^track 'toy_s': schema must be a mapping \(a JSON schema\) or the Path "):
         register_track(dataclasses.replace(toy_track.TRACK, name="toy_s", schema=[]))
+    with pytest.raises(TrackError, match=r"^track 'toy_f': schema file no/such\.yaml not found \(Track.schema\)$"):
+        register_track(dataclasses.replace(toy_track.TRACK, name="toy_f", schema=Path("no/such.yaml")))
     # a track whose section the schema file already holds: the schema cannot be built
     register_track(dataclasses.replace(toy_track.TRACK, name="toy_dup", section="tofu", prefix="toy_dup"))
     with pytest.raises(ValueError, match=r"^schema: track 'toy_dup': section 'tofu' is in the schema file$"):
+        load_schema()
+
+
+def test_a_track_schema_file_is_its_section(plugin_path, tmp_path):
+    """Track.schema as a YAML file (a built-in track's form) gives the section its mapping would give; a file
+    holding no mapping stops the schema in one line."""
+    import dataclasses
+
+    import toy_track
+
+    register_track(dataclasses.replace(toy_track.TRACK, name="toy_map", section="toy_map", prefix="toy_map"))
+    as_mapping = load_schema()["properties"]["toy_map"]
+    path = tmp_path / "schema.yaml"
+    path.write_text(yaml.safe_dump(dict(toy_track.TRACK.schema)))
+    register_track(
+        dataclasses.replace(toy_track.TRACK, name="toy_yaml", section="toy_yaml", prefix="toy_yaml", schema=path)
+    )
+    assert load_schema()["properties"]["toy_yaml"] == as_mapping
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    register_track(
+        dataclasses.replace(toy_track.TRACK, name="toy_bad_yaml", section="toy_bad_yaml", prefix="tb", schema=bad)
+    )
+    with pytest.raises(ValueError, match=rf"^schema: {bad} holds no mapping \(a track's section schema\)$"):
         load_schema()
 
 

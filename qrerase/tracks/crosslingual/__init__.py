@@ -97,6 +97,7 @@ TRACK = register_track(
         page_prefixes=("crosslingual", "xling"),
         check="qrerase.tracks.crosslingual:check",
         rules="rules/crosslingual/rules.smk",
+        schema=Path(__file__).with_name("schema.yaml"),
         methods="qrerase.tracks.crosslingual.methods",
     )
 )

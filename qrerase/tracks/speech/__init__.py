@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..base import Runner, Track, register_track
@@ -87,7 +88,6 @@ def speech_shape(cfg: Mapping) -> Any:
     declared; a local checkpoint's by its architecture's declaration (Qwen3-Omni: the audio encoder
     alone); a known hub checkpoint's (:data:`qrerase.tracks.speech.architectures.KNOWN_SPEECH_SHAPES`, then
     :data:`qrerase.workflow.shapes.KNOWN_SHAPES`)."""
-    from pathlib import Path
 
     from ...workflow.shapes import ModelShape, resolve_shape
     from .architectures import KNOWN_SPEECH_SHAPES, architecture_for
@@ -221,6 +221,7 @@ TRACK = register_track(
         check="qrerase.tracks.speech:check",
         metrics=True,
         rules="rules/speech/rules.smk",
+        schema=Path(__file__).with_name("schema.yaml"),
         runner_spec=Runner(
             description="f(model, data, cfg) -> (model, curve) (qrerase.tracks.speech.baselines.run_baseline)",
             job_class="qrerase.tracks.speech.settings:SpeechBaselineConfig",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..base import Runner, Track, register_track, section_at
@@ -122,6 +123,7 @@ TRACK = register_track(
         page_prefixes=("task_level", "task"),
         check="qrerase.tracks.task_level:check",
         rules="rules/task_level/rules.smk",
+        schema=Path(__file__).with_name("schema.yaml"),
         runner_spec=Runner(
             description=(
                 "f(job) -> (model, curve), job a TaskLevelBaselineJob "
