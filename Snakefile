@@ -20,8 +20,6 @@ report: "report/workflow.rst"
 
 include: "rules/common.smk"
 include: "rules/core/common.smk"
-include: "rules/tofu_common.smk"
-include: "rules/data.smk"
 include: "rules/core/model.smk"
 include: "rules/core/lora.smk"
 include: "rules/core/task_matrices.smk"
@@ -29,14 +27,13 @@ include: "rules/core/energy.smk"
 include: "rules/core/erase.smk"
 include: "rules/core/evaluate.smk"
 include: "rules/core/baselines.smk"
-include: "rules/tofu.smk"
 include: "rules/studies/cost.smk"
 
 
-# The rules file of each track that names one (qrerase.tracks.Track.rules): the built-in tracks that
-# live in their own folder (rules/<track>/) and those a plug-in registers (config key `plugins`, loaded
-# by rules/common.smk's validation), in registration order. After the tracks' rules above, before the
-# rules whose inputs call every configured track's functions (tradeoff, seeds, provenance's `all`).
+# The rules file of each track (qrerase.tracks.Track.rules): the built-in tracks' rules/<track>/rules.smk
+# and those a plug-in registers (config key `plugins`, loaded by rules/common.smk's validation), in
+# registration order. After the shared stages' rules above, before the rules whose inputs call every
+# configured track's functions (tradeoff, seeds, provenance's `all`).
 for _rules in track_rules():
 
     include: _rules

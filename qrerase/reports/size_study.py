@@ -105,9 +105,9 @@ def exp_rows(
 
 def privacy_row(sequence: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """The :data:`PRIVACY` columns of one experiment from the ``sequence_metrics.json`` values of its
-    ``base`` (fine-tuned) and ``retain`` models (:func:`qrerase.reports.tofu.privacy_frame`: PrivLeak
+    ``base`` (fine-tuned) and ``retain`` models (:func:`qrerase.tracks.tofu.tables.privacy_frame`: PrivLeak
     of the Min-K% AUC against the retain reference's, the Min-K%++ AUC). ValueError naming a missing model."""
-    from .tofu import DEFAULT_ATTACK, privacy_frame
+    from ..tracks.tofu.tables import DEFAULT_ATTACK, privacy_frame
 
     missing = [m for m in ("base", "retain") if m not in sequence]
     if missing:

@@ -1,6 +1,6 @@
 """Paper-layout result tables (CSV + Markdown + LaTeX), shared by all tracks.
 
-The tables of each track are built in :mod:`qrerase.reports.tofu`, :mod:`qrerase.tracks.task_level.tables`,
+The tables of each track are built in :mod:`qrerase.tracks.tofu.tables`, :mod:`qrerase.tracks.task_level.tables`,
 :mod:`qrerase.tracks.crosslingual.tables`, :mod:`qrerase.tracks.speech.tables` and :mod:`qrerase.reports.cost`;
 this module renders and writes them.
 

@@ -1,5 +1,4 @@
-"""Experiment tracks: one package per track (``qrerase/tracks/<name>/``; TOFU still a module,
-``qrerase/tracks/tofu.py``), each registering one :class:`Track`.
+"""Experiment tracks: one package per track (``qrerase/tracks/<name>/``), each registering one :class:`Track`.
 
 A track is everything the workflow does differently for it, declared once in its package as data (its
 config section, experiment names, runner, cost groups, page) or as a method that its :class:`Track`
@@ -8,7 +7,7 @@ checks). The generic code (``qrerase.workflow``, ``qrerase.reports.pages``, ``qr
 ``rules/common.smk``, ``rules/core/``, ``rules/studies/``) looks a track up with :func:`track` and
 never compares track names; the functions it calls (``targets``, ``costs``, ``tradeoff_targets``,
 ``sweep``, ``sweep_eval``, ``finetune_start``, ``robustness``) are bound by the track's rules
-(:meth:`Track.bind`) in ``rules/<name>/common.smk`` (TOFU: ``rules/tofu_common.smk``). The Snakefile
+(:meth:`Track.bind`) in ``rules/<name>/common.smk``. The Snakefile
 includes every rules file a track names (:attr:`Track.rules`, :func:`track_rules`): the built-in
 tracks' ``rules/<name>/rules.smk`` and a plug-in's own. :mod:`qrerase.tracks.base` holds the class and
 the registry (``qrerase.registry`` re-exports :class:`Track` and :data:`TRACKS`); importing this

@@ -116,7 +116,7 @@ def text_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
 
 def text_baseline_stage(cfg: Mapping, t: tracks.Track, stage: str) -> Stage:
     """A text baseline's stage: ``<baselines_section>.<m>`` with the section's mode, max_length and LoRA
-    shape (rules/tofu_common.smk), the track's fine-tuning section after it in the chain. In ``lora``
+    shape (rules/tofu/common.smk), the track's fine-tuning section after it in the chain. In ``lora``
     mode a method's frozen reference is its own base with the adapter disabled, so the stage holds no
     reference copy (``references`` 0, whatever the method's ``plan_shape`` says for full mode)."""
     ft = t.training_section(cfg, "finetune")

@@ -1,33 +1,5 @@
-# The shared text baseline rule (TOFU and cross-lingual experiments) and its input functions; the
-# settings are the text runner's section (tofu.baselines: qrerase.registry.SETTINGS_SECTIONS).
-
-
-def refusals_file():
-    """Template answers (methods with the 'refusals' input: DPO, FLAT): tofu.baselines.refusals, else
-    idontknow.txt next to the TOFU data."""
-    given = config["tofu"]["baselines"].get("refusals")
-    return (
-        given if given else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
-    )
-
-
-def baseline_inputs(wildcards):
-    """The fine-tuned model of the experiment's model family, its forget/retain sets (any exp)."""
-    inputs = {
-        "model": base_model(wildcards),
-        "forget": path("data", exp=wildcards.exp, name="forget"),
-        "retain": path("data", exp=wildcards.exp, name="retain"),
-    }
-    if "refusals" in registry.method(wildcards.method).inputs:
-        inputs["refusals"] = refusals_file()
-    return inputs
-
-
-def baseline_params(wildcards):
-    """qrerase.baselines.text.TextBaselineConfig fields of one method (stage_params: tofu.baselines.<method>
-    and the mode, max_length and LoRA shape of `tofu.baselines`); the engine settings come as the rule's
-    `engine` param, seed and threads from the job."""
-    return stage_params(wildcards.method, wildcards.exp)
+# The shared text baseline rule (TOFU and cross-lingual experiments); its input functions are in
+# rules/core/common.smk.
 
 
 rule baseline:

@@ -19,11 +19,11 @@ from qrerase.io import read_jsonl
 from qrerase.metrics import registry as reg
 from qrerase.metrics.scoring import track_sequence_metrics
 from qrerase.reports.tables import render_markdown, write_table
-from qrerase.reports.tofu import privacy_frame, privacy_metrics, tofu_table
-from qrerase.reports.tofu_mia import mia_table
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.lm import PromptTemplate, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.tracks.tofu.mia import mia_table
+from qrerase.tracks.tofu.tables import privacy_frame, privacy_metrics, tofu_table
 
 TPL = PromptTemplate()
 BUILT_IN_TOFU = list(reg.metrics_for("tofu"))

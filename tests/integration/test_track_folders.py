@@ -25,6 +25,48 @@ from qrerase import tracks
 IN_FOLDERS = [name for name in tracks.BUILTIN if (REPO / "qrerase" / "tracks" / name).is_dir()]
 #: Where a module may name a track: its registration in the list of built-in track modules.
 ALLOWED = {("qrerase/tracks/__init__.py", "BUILTIN")}
+#: Shared modules that still name a track in its folders (issue 52: the TOFU track's data format, its
+#: evaluation log and the text runner's section ``tofu.baselines`` are shared by the text tracks and the
+#: size study). The list may only shrink: a module not listed that names the track fails, and so does a
+#: listed one that no longer does.
+PENDING: dict[str, set[str]] = {
+    "tofu": {
+        "qrerase/baselines/methods.py",
+        "qrerase/baselines/settings.py",
+        "qrerase/baselines/text.py",
+        "qrerase/cli.py",
+        "qrerase/metrics/registry.py",
+        "qrerase/metrics/scoring.py",
+        "qrerase/registry.py",
+        "qrerase/reports/plots.py",
+        "qrerase/reports/size_study.py",
+        "qrerase/text/data.py",
+        "qrerase/text/evaluation.py",
+        "qrerase/text/tofu.py",
+        "qrerase/text/tofu_log.py",
+        "qrerase/text/tradeoff.py",
+        "qrerase/tracks/crosslingual/__init__.py",
+        "qrerase/tracks/crosslingual/data.py",
+        "qrerase/tracks/crosslingual/plots.py",
+        "qrerase/tracks/crosslingual/tables.py",
+        "qrerase/tracks/task_level/data.py",
+        "qrerase/workflow/naming.py",
+        "qrerase/workflow/validation.py",
+        "rules/common.smk",
+        "rules/core/common.smk",
+        "rules/core/energy.smk",
+        "rules/core/evaluate.smk",
+        "rules/core/model.smk",
+        "rules/studies/tradeoff_common.smk",
+        "rules/task_level/common.smk",
+        "workflow_scripts/core/evaluate.py",
+        "workflow_scripts/crosslingual/table.py",
+        "workflow_scripts/studies/size_study_exp.py",
+        "workflow_scripts/studies/tradeoff_baseline.py",
+        "workflow_scripts/studies/tradeoff_erase.py",
+        "workflow_scripts/studies/tradeoff_table.py",
+    },
+}
 
 
 def _folders(name: str) -> tuple[Path, ...]:
@@ -149,7 +191,11 @@ def test_a_track_in_its_folders_is_named_by_no_module_outside_them(name):
     assert (REPO / "qrerase" / "tracks" / name / "__init__.py").is_file()
     assert (REPO / "rules" / name / "rules.smk").is_file()
     hits = outside_hits(name)
-    assert not hits, f"code outside the {name} track's folders names it:\n" + "\n".join(hits)
+    pending = PENDING.get(name, set())
+    new = [h for h in hits if h.partition(":")[0] not in pending]
+    assert not new, f"code outside the {name} track's folders names it:\n" + "\n".join(new)
+    cleared = sorted(pending - {h.partition(":")[0] for h in hits})
+    assert not cleared, f"no longer name the {name} track; remove them from PENDING: {cleared}"
 
 
 def test_the_task_level_track_is_in_its_folders():

@@ -47,7 +47,7 @@ TOY = {"plugins": ["toy_track"], "tracks": ["toy_count"], "toy_count": {"unit": 
 
 
 #: The built-in tracks' rules files that the Snakefile includes through Track.rules (a track in its folder).
-BUILTIN_RULES = [str(REPO / "rules" / name / "rules.smk") for name in ("crosslingual", "speech", "task_level")]
+BUILTIN_RULES = [str(REPO / "rules" / name / "rules.smk") for name in ("tofu", "crosslingual", "speech", "task_level")]
 
 
 def test_builtin_tracks_in_folders_name_their_rules_and_schema_files():

@@ -217,7 +217,7 @@ def test_rule_families_are_smaller_than_the_all_in_one_env():
         ("workflow_scripts/core/finetune.py", {"torch", "transformers", "pandas", "tqdm"}, {"tokenizers"}),
         ("workflow_scripts/core/train_tokenizer.py", {"tokenizers", "transformers"}, set()),
         ("workflow_scripts/core/evaluate.py", {"torch", "rouge_score", "peft"}, set()),
-        ("workflow_scripts/tofu_table.py", {"pandas", "matplotlib", "scipy"}, {"torch"}),
+        ("workflow_scripts/tofu/table.py", {"pandas", "matplotlib", "scipy"}, {"torch"}),
     ],
 )
 def test_import_scan_sees_lazy_imports(script, expected, absent):

@@ -1,6 +1,6 @@
 """Per-sequence metric statistics of a tiny real Llama on TOFU forget / holdout answers (batched,
 qrerase/metrics/scoring.py) against one unbatched full forward pass per answer, and the TOFU privacy
-table (qrerase/reports/tofu_mia.py)."""
+table (qrerase/tracks/tofu/mia.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from qrerase.metrics.mia import auc
 from qrerase.metrics.registry import metric_function, metrics_for
 from qrerase.metrics.scoring import aggregate, sequence_statistics
 from qrerase.reports.tables import render_markdown
-from qrerase.reports.tofu_mia import mia_table
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.lm import PromptTemplate, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
+from qrerase.tracks.tofu.mia import mia_table
 
 DATA = REPO / "data" / "tofu"
 TPL = PromptTemplate()

@@ -10,9 +10,9 @@ import pytest
 
 from qrerase.metrics.registry import MetricError, direction_distance, distance_to_ideal
 from qrerase.reports.tables import Column, TableSpec, ordered_rows, rank_marks, render_latex, render_markdown
-from qrerase.reports.tofu import privacy_frame, privacy_metrics, tofu_table
 from qrerase.tracks.speech.privacy import attack_masks, attack_metrics, clip_losses, loss_attack_auc, loss_score
 from qrerase.tracks.speech.tables import speech_mia_table
+from qrerase.tracks.tofu.tables import privacy_frame, privacy_metrics, tofu_table
 
 
 def marks(values, col: Column, reference=()):

@@ -21,8 +21,8 @@ from qrerase.reports.tables import (
     table_csv_frame,
     write_table,
 )
-from qrerase.reports.tofu import tofu_table
 from qrerase.text import tofu, tofu_log
+from qrerase.tracks.tofu.tables import tofu_table
 
 LOGS = REPO / "data" / "tofu_reference_logs"
 

@@ -1,3 +1,56 @@
+# TOFU track (paper §4.1): fictitious-author QA, forget / retain splits of TOFU. Its data (tofu_data,
+# tofu_holdout), its metrics and tables; the shared chain (rules/core/: model, lora, task matrices,
+# factors, energy, erase, evaluate, the text baselines) runs on its experiments tofu_<split> and size_<shape>.
+
+
+include: "common.smk"
+
+
+rule tofu_data:
+    input:
+        tofu_data_files,
+    output:
+        **{name: path("data", name=name) for name in DATA_SETS},
+    log:
+        log_path("tofu_data", "exp"),
+    wildcard_constraints:
+        exp=exp_pattern("tofu_<split>", "size_<shape>"),
+    conda:
+        "../../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        data=config["tofu"]["data"],
+        max_questions=config["tofu"]["evaluate"]["max_questions"],
+        max_forget_questions=config["tofu"]["evaluate"].get("max_forget_questions"),
+    script:
+        "../../workflow_scripts/tofu/data.py"
+
+
+rule tofu_holdout:
+    # The membership-inference non-members: QA of the matching TOFU holdout authors (no training set).
+    input:
+        tofu_holdout_file,
+    output:
+        path("data", name="eval_holdout"),
+    log:
+        log_path("tofu_holdout", "exp"),
+    wildcard_constraints:
+        exp=exp_pattern("tofu_<split>", "size_<shape>"),
+    conda:
+        "../../envs/tables.yaml"
+    threads: 1
+    resources:
+        **resources_for("light"),
+    params:
+        data=config["tofu"]["data"],
+        max_questions=config["tofu"]["evaluate"]["max_questions"],
+        max_forget_questions=config["tofu"]["evaluate"].get("max_forget_questions"),
+    script:
+        "../../workflow_scripts/tofu/holdout.py"
+
+
 rule tofu_metrics:
     # Per model: Probability, ROUGE-L, Truth Ratio per set, Model Utility, Forget Quality (tidy CSV).
     input:
@@ -7,14 +60,14 @@ rule tofu_metrics:
     log:
         log_path("tofu_metrics", "exp", "model"),
     conda:
-        "../envs/eval.yaml"
+        "../../envs/eval.yaml"
     threads: 1
     resources:
         **resources_for("light"),
     params:
         name=metrics_name,
     script:
-        "../workflow_scripts/tofu_metrics.py"
+        "../../workflow_scripts/tofu/metrics.py"
 
 
 rule tofu_table:
@@ -30,7 +83,7 @@ rule tofu_table:
         **{
             f"{table}_{ext}": report(
                 path("table", table=table, ext=ext),
-                caption=f"../report/{table}_table.rst",
+                caption=f"{table}_table.rst",
                 category="TOFU",
                 subcategory="Tables",
                 labels={"table": table, "format": ext},
@@ -40,7 +93,7 @@ rule tofu_table:
         },
         truth_ratio=report(
             path("figure", name="tofu_truth_ratio"),
-            caption="../report/truth_ratio.rst",
+            caption="truth_ratio.rst",
             category="TOFU",
             subcategory="Figures",
             labels={"figure": "truth ratio"},
@@ -48,7 +101,7 @@ rule tofu_table:
     log:
         log_path("tofu_table"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -59,7 +112,7 @@ rule tofu_table:
         controls=CONTROLS,
         rank=RANK,
     script:
-        "../workflow_scripts/tofu_table.py"
+        "../../workflow_scripts/tofu/table.py"
 
 
 rule tofu_mia_table:
@@ -71,7 +124,7 @@ rule tofu_mia_table:
         **{
             ext: report(
                 path("table", table="tofu_mia", ext=ext),
-                caption="../report/tofu_mia_table.rst",
+                caption="tofu_mia_table.rst",
                 category="TOFU",
                 subcategory="Tables",
                 labels={"table": "tofu_mia", "format": ext},
@@ -81,7 +134,7 @@ rule tofu_mia_table:
     log:
         log_path("tofu_mia_table"),
     conda:
-        "../envs/tables.yaml"
+        "../../envs/tables.yaml"
     threads: 1
     resources:
         **resources_for("light"),
@@ -89,7 +142,7 @@ rule tofu_mia_table:
         rows=[row_key(m) for m in eval_models()],
         controls=CONTROLS,
     script:
-        "../workflow_scripts/tofu_mia_table.py"
+        "../../workflow_scripts/tofu/mia_table.py"
 
 
 rule probe:

@@ -1,9 +1,9 @@
 """The TOFU track: fictitious-author QA (TOFU), forget / retain splits, the text baselines.
 
 Its experiments are ``tofu_<split>`` (and the size study's ``size_h<W>_s<S>``); its settings are the
-``tofu`` section (its text baselines: ``tofu.baselines``, read by the cross-lingual track too) and
-the shared top-level ``unlearn`` / ``lora`` / ``tradeoff`` sections; its rules are
-``rules/tofu.smk`` with ``rules/tofu_common.smk``.
+``tofu`` section (its schema: ``schema.yaml`` here; its text baselines: ``tofu.baselines``, read by the
+cross-lingual track too) and the shared top-level ``unlearn`` / ``lora`` / ``tradeoff`` sections; its
+rules are ``rules/tofu/rules.smk`` with ``rules/tofu/common.smk``, its scripts ``workflow_scripts/tofu/``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .base import Track, register_track
+from ..base import Track, register_track
 
 
 def check(cfg: Mapping, runs: bool) -> None:
@@ -19,8 +19,8 @@ def check(cfg: Mapping, runs: bool) -> None:
     evaluation settings and baselines): the author counts, the vendored data files of a local
     source, imported models' files, a ``tofu.baselines.<m>`` entry for every baseline of
     ``methods.tofu``, the refusals file."""
-    from ..text.data import TofuDataConfig, author_counts, holdout_split, required_splits
-    from ..workflow.validation import ConfigError, check_method_settings
+    from ...text.data import TofuDataConfig, author_counts, holdout_split, required_splits
+    from ...workflow.validation import ConfigError, check_method_settings
 
     data = cfg["tofu"]["data"]
     try:
@@ -57,5 +57,7 @@ TRACK = register_track(
         title="TOFU track",
         check="qrerase.tracks.tofu:check",
         metrics=True,
+        rules="rules/tofu/rules.smk",
+        schema=Path(__file__).with_name("schema.yaml"),
     )
 )

@@ -1,5 +1,4 @@
-# TOFU track: constants and input functions (its rules: data, model, lora, task_matrices, energy, erase,
-# evaluate, baselines and tofu in rules/; the text baselines serve the crosslingual track too).
+# TOFU track: constants and input functions (its rules: rules.smk here; the shared chain in rules/core/).
 from qrerase.text.data import holdout_split, required_splits
 
 DATA_SETS = [

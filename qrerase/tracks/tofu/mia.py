@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..metrics.registry import metric, metric_function, metrics_for
-from .tables import Column, TableSpec
+from ...metrics.registry import metric, metric_function, metrics_for
+from ...reports.tables import Column, TableSpec
 
 __all__ = ["mia_table", "metric_rows", "load_sequence_metrics"]
 

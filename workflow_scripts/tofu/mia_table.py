@@ -6,7 +6,7 @@ from pathlib import Path
 
 from qrerase.registry import method_labels
 from qrerase.reports.tables import write_table
-from qrerase.reports.tofu_mia import load_sequence_metrics, mia_table
+from qrerase.tracks.tofu.mia import load_sequence_metrics, mia_table
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..metrics.registry import headline_metrics
-from ..text.tofu import FORGET_QUALITY_THRESHOLD
-from ..text.tofu_log import SET_LABELS
-from .tables import Column, TableSpec, degenerate_utility
-from .tofu_mia import metric_rows
+from ...metrics.registry import headline_metrics
+from ...reports.tables import Column, TableSpec, degenerate_utility
+from ...text.tofu import FORGET_QUALITY_THRESHOLD
+from ...text.tofu_log import SET_LABELS
+from .mia import metric_rows
 
 __all__ = ["tofu_table", "degenerate_rows", "privacy_frame", "privacy_metrics", "DEFAULT_ATTACK"]
 
@@ -53,7 +53,7 @@ def degenerate_rows(wide_df: pd.DataFrame) -> tuple[str, ...]:
 def privacy_frame(values: Mapping[str, Mapping[str, float]], reference: str = "retain") -> pd.DataFrame:
     """The privacy columns of :func:`tofu_table`: ``method`` and each of :func:`privacy_metrics`, one
     row per model of ``values`` (row key -> ``sequence_metrics.json``'s ``metrics``).
-    :func:`qrerase.reports.tofu_mia.metric_rows`: PrivLeak against the ``reference`` row (0 for the
+    :func:`qrerase.tracks.tofu.mia.metric_rows`: PrivLeak against the ``reference`` row (0 for the
     reference itself; NaN without a reference row)."""
     if reference not in values:
         raise ValueError(f"privacy_frame: no sequence metrics of the reference row {reference!r}")
