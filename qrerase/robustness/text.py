@@ -18,7 +18,7 @@ from ..text.evaluation import EvalConfig, answer_losses
 from ..text.lm import PromptTemplate, answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
 from .runner import AttackTarget
 
-__all__ = ["text_target", "linear_weights", "rule_scale"]
+__all__ = ["text_target", "linear_weights", "rule_scale", "attacked_model"]
 
 
 def rule_scale(selection_csv: str, method: str, rank: int) -> float:
@@ -32,6 +32,15 @@ def rule_scale(selection_csv: str, method: str, rank: int) -> float:
     if len(hit) != 1:
         raise ValueError(f"{selection_csv}: no selected λ of {method} at k={rank}")
     return float(hit["selected_scale"].iloc[0])
+
+
+def attacked_model(model):
+    """The weights an attacker holds, every parameter trainable: an erase adapter (a PEFT model) merged
+    into the weights it edits. PEFT loads a model's own weights frozen, and the merge keeps them so; a
+    full-parameter attack trains them all, as it does a checkpoint loaded on its own."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    return model.requires_grad_(True)
 
 
 def linear_weights(model) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from qrerase.robustness.quantization import edit_step_ratios, quantize_roundtrip
 from qrerase.robustness.runner import orthonormal_basis, run_attacks, subspace_rows
 from qrerase.robustness.settings import RobustnessSettings, robustness_settings
 from qrerase.robustness.table import recovery_frame, subspace_frame, summary_markdown
-from qrerase.robustness.text import linear_weights, text_target
+from qrerase.robustness.text import attacked_model, linear_weights, text_target
 from qrerase.text.evaluation import EvalConfig, answer_losses
 from qrerase.text.lm import qa_pair
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
@@ -116,6 +116,34 @@ def test_run_attacks_scores_every_budget_and_leaves_the_model_unchanged(tok, for
         subspace_rows(delta, {"task": {diag[0]: orthonormal_basis(np.eye(48)[:, :2] * 3.0)}}, k=2, seed=0)
     )
     assert set(sub["subspace"]) == {"task", "random"} and sub["share"].between(0, 1).all()
+
+
+def test_an_erase_adapter_is_attacked_as_its_merged_weights(tok, forget, tmp_path):
+    """An unlearned model shipped as an erase adapter (``erase.outputs: [adapter]``): PEFT loads the base
+    weights frozen, and merging keeps them so. The attacked model is the merged weights with every
+    parameter trainable, so a full-parameter attack trains (it stopped with "model has no trainable
+    parameters" on the real-model run), and it scores what the merged checkpoint scores."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    base = build_tiny_llama(TINY, tok, seed=1)
+    edit = get_peft_model(copy.deepcopy(base), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    with torch.no_grad():
+        for n, w in edit.named_parameters():
+            if "lora_B" in n:
+                w.normal_(0, 0.05)
+    edit.save_pretrained(tmp_path / "adapter")
+    loaded = PeftModel.from_pretrained(copy.deepcopy(base), str(tmp_path / "adapter"))
+    assert not any(p.requires_grad for p in loaded.merge_and_unload().parameters())
+    model = attacked_model(PeftModel.from_pretrained(copy.deepcopy(base), str(tmp_path / "adapter")))
+    assert not hasattr(model, "merge_and_unload") and all(p.requires_grad for p in model.parameters())
+    merged = edit.merge_and_unload()
+    for k, v in merged.state_dict().items():
+        assert torch.equal(v, model.state_dict()[k]), k
+    in_a = text_halves(forget, 20, seed=0, share=0.5)
+    settings = RobustnessSettings(budgets=(0, 2), lr_factors=(1.0,), modes=("full",), formats=())
+    rows, _ = run_attacks(model, _target(tok, forget, in_a), settings, seed=0)
+    relearn = pd.DataFrame(rows).query("attack == 'relearn' and set == 'B'").set_index("budget")["value"]
+    assert relearn[2] < relearn[0]
 
 
 def test_table_scales_by_floor_and_ceiling_under_the_same_attack():

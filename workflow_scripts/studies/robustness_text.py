@@ -13,7 +13,7 @@ from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
 from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, run_attacks, subspace_bases, subspace_rows
 from qrerase.robustness.settings import robustness_settings
-from qrerase.robustness.text import linear_weights, rule_scale, text_target
+from qrerase.robustness.text import attacked_model, linear_weights, rule_scale, text_target
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.training import LoraTrainConfig
 from qrerase.workflow.job import job, load_for_eval, template_from
@@ -23,8 +23,7 @@ j = p.job  # the track's plan for this job (rules/studies/robustness.smk robustn
 with job(snakemake, seed=p.seed) as log:
     settings = robustness_settings(p.settings)
     model, tokenizer = load_for_eval(inp.model, inp.adapter if "adapter" in inp.keys() else None, p.model)
-    if hasattr(model, "merge_and_unload"):  # an erase adapter: attack the merged weights
-        model = model.merge_and_unload()
+    model = attacked_model(model)  # an erase adapter: its merged weights
     if "selection" in inp.keys():  # a '_rule' model: the fine-tuned weights, erased at the lambda rule's pick
         scale = rule_scale(inp.selection, j["rule"]["method"], j["rule"]["rank"])
         updates = selected_updates(load_updates(inp.tilde), inp.selected if "selected" in inp.keys() else None)
