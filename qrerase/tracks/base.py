@@ -7,7 +7,6 @@ a track module's method that needs planning code imports it when called). The pa
 
 from __future__ import annotations
 
-import copy
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -152,20 +151,6 @@ class Track:
                 object.__setattr__(self, key, value)
 
     # ----- the functions of its rules file (rules/<name>/common.smk) -----
-    def section_schema(self) -> dict[str, Any]:
-        """Its config section's JSON schema (:attr:`schema`): a copy of the mapping, or its YAML file read
-        (PyYAML, imported on call: this module stays standard-library only at import)."""
-        if isinstance(self.schema, Path):
-            import yaml  # type: ignore[import-untyped]
-
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            node = yaml.load(self.schema.read_text(encoding="utf-8"), Loader=loader)
-        else:
-            node = copy.deepcopy(dict(self.schema or {}))
-        if not isinstance(node, dict):
-            raise ValueError(f"schema: {self.schema} holds no mapping (a track's section schema)")
-        return node
-
     def bind(self, **functions: Callable) -> None:
         """Bind the functions of its rules file that the generic rules call, by role (:data:`ROLES`):
         ``targets()`` its default targets, ``costs()`` its cost groups ``{group: {method: components}}``,

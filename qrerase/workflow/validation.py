@@ -88,7 +88,10 @@ def _inject(node: Any) -> Any:
                 if t.schema is not None:
                     if t.section in props:
                         raise ValueError(f"schema: track {t.name!r}: section '{t.section}' is in the schema file")
-                    props[t.section] = _inject(t.section_schema())
+                    node = _yaml(t.schema) if isinstance(t.schema, Path) else copy.deepcopy(dict(t.schema))
+                    if not isinstance(node, dict):
+                        raise ValueError(f"schema: {t.schema} holds no mapping (a track's section schema)")
+                    props[t.section] = _inject(node)
         if node.get("x-registry-tracks") == "methods":  # methods.<track> of a track the file does not list
             props = out.setdefault("properties", {})
             for t in TRACKS.values():
