@@ -71,36 +71,33 @@ class RegistryError(ValueError):
     """A bad registration or an unknown method / track: the message is one line naming it."""
 
 
-#: Runners: what a baseline's implementation of that runner is called with.
-RUNNERS: dict[str, str] = {
-    "text": "a TextObjective subclass (qrerase.baselines.objective), trained by qrerase.baselines.text.train_baseline",
-}
+#: Runners: what a baseline's implementation of that runner is called with. Each is brought by a track
+#: (:attr:`Track.runner_spec`: the text runner by the TOFU track, the speech runner by the speech track, ...)
+#: and added here with its tables below when the registry is imported.
+RUNNERS: dict[str, str] = {}
 #: Config sections holding one entry per method (``<section>.<method>``), by the runner of the tracks whose
 #: methods need one (schema: generated for :data:`HPARAM_SECTIONS`, else the method's :attr:`Method.settings`).
-SETTINGS_SECTIONS: dict[str, str] = {
-    "tofu.baselines": "text",
-}
+SETTINGS_SECTIONS: dict[str, str] = {}
 #: The sections whose entry is a job of that runner (schema: :func:`qrerase.baseline_config.section_schemas`); the
 #: others hold what a method registers (``settings=``), e.g. a trade-off sweep's parameter and values.
-HPARAM_SECTIONS: dict[str, str] = dict(SETTINGS_SECTIONS)
+HPARAM_SECTIONS: dict[str, str] = {}
 #: Runner -> its job config class, a :class:`qrerase.baseline_config.BaselineConfig` subclass (``"module:Class"``:
 #: torch-free).
-JOB_CLASSES: dict[str, str] = {
-    "text": "qrerase.baselines.settings:TextBaselineConfig",
-}
+JOB_CLASSES: dict[str, str] = {}
 #: Extra inputs a baseline job may read, beyond its track's data and fine-tuned model.
-INPUTS: dict[str, str] = {
-    "refusals": "template (refusal) answers, tofu.baselines.refusals (text tracks)",
-}
+INPUTS: dict[str, str] = {}
 #: Sections whose entry a method listed in a track of that runner must have (the others are optional).
-_REQUIRED_SECTIONS = {"text": "tofu.baselines"}
+_REQUIRED_SECTIONS: dict[str, str] = {}
+#: Runner -> the track that brings it: the default track of a method registered for that runner.
+_HOME: dict[str, str] = {}
 
 
-def _add_runner(name: str, spec: Runner) -> None:
-    """Add the runner a track brings (:attr:`Track.runner_spec`) to the tables above."""
+def _add_runner(name: str, spec: Runner, track: str) -> None:
+    """Add the runner that ``track`` brings (:attr:`Track.runner_spec`) to the tables above."""
     if name in RUNNERS:
         raise RegistryError(f"runner {name!r} is already registered")
     RUNNERS[name] = spec.description
+    _HOME[name] = track
     JOB_CLASSES[name] = spec.job_class
     SETTINGS_SECTIONS[spec.section] = HPARAM_SECTIONS[spec.section] = name
     SETTINGS_SECTIONS.update({s: name for s in spec.sweep_sections})
@@ -113,7 +110,7 @@ def _add_runner(name: str, spec: Runner) -> None:
 
 for _track in TRACKS.values():
     if _track.runner_spec is not None:
-        _add_runner(_track.runner, _track.runner_spec)
+        _add_runner(_track.runner, _track.runner_spec, _track.name)
 
 
 @dataclass(frozen=True)
@@ -167,8 +164,8 @@ def register_method(
     name: str,
     *,
     label: str,
-    tracks: Iterable[str],
     run: Impl | Mapping[str, Impl],
+    tracks: Iterable[str] | None = None,
     settings: Mapping[str, Mapping[str, Any]] | None = None,
     inputs: Iterable[str] = (),
     plan_shape: tuple[int, int] | None = None,
@@ -181,7 +178,9 @@ def register_method(
     """Register one method (in table order: registration order) and return its record.
 
     ``run``: its implementation per runner (:data:`RUNNERS`); a single callable or string serves
-    every runner of its tracks. ``hparams``: the :class:`qrerase.hparams.Hparams` dataclass of its own
+    every runner of its tracks. ``tracks``: the tracks whose ``methods.<track>`` may list it; default: the
+    track that brings each runner of ``run`` (``{"text": ...}``: the TOFU track; the cross-lingual track
+    adds the built-in text baselines to itself). ``hparams``: the :class:`qrerase.hparams.Hparams` dataclass of its own
     hyperparameters (default none), for every runner or per runner; its config sections
     (:data:`HPARAM_SECTIONS`, described by ``description``) and job configs derive from it. Rejected
     with a :class:`RegistryError` naming the problem: a name already registered, an unknown track,
@@ -193,6 +192,12 @@ def register_method(
         raise RegistryError(f"method name {name!r}: expected an identifier, not a reference row or '*{CONTROL_SUFFIX}'")
     if name in _METHODS:
         raise RegistryError(f"method {name!r} is already registered (label {_METHODS[name].label!r})")
+    if tracks is None:
+        if not isinstance(run, Mapping) or (bad := [k for k in run if k not in _HOME]):
+            raise RegistryError(
+                f"method {name!r}: give its tracks, or run={{runner: implementation}} with runners among {list(_HOME)}"
+            )
+        tracks = dict.fromkeys(_HOME[k] for k in run)
     tracks = tuple(tracks)
     unknown = [t for t in tracks if t not in TRACKS]
     if not tracks or unknown:
@@ -415,7 +420,8 @@ for _name, _decomp, _ll, _label, _tex in (
     register_method(_name, label=_label, tex_label=_tex, tracks=_ALL, run=_SUBSPACE, decomp=_decomp, localised=_ll)
 # The baselines, each registered by keyword next to its implementation, in table order: the text
 # baselines, the speech ones, then those of the tracks that bring their own (Track.methods: KGA, KU).
-importlib.import_module("qrerase.baselines.methods")
+for _module in importlib.import_module("qrerase.baselines").MODULES:
+    importlib.import_module(f"qrerase.baselines.{_module}")
 for _track in tuple(TRACKS.values()):
     if _track.methods is not None:
         importlib.import_module(_track.methods)

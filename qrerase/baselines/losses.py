@@ -10,7 +10,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .settings import DIVERGENCES
+from .objective import token_mean_nll
+from .standard import DIVERGENCES
 
 __all__ = [
     "DIVERGENCES",
@@ -23,11 +24,6 @@ __all__ = [
     "dpo_loss",
     "flat_loss",
 ]
-
-
-def token_mean_nll(nll: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """``ℓ_tok = Σ_i nll_i / Σ_i n_i``: the mean answer-token NLL of a batch (the fine-tuning loss)."""
-    return nll.sum() / n.sum().clamp_min(1)
 
 
 def ga_loss(forget_nll: torch.Tensor, forget_n: torch.Tensor) -> torch.Tensor:

@@ -31,15 +31,71 @@ hidden states.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from ..engine.placement import model_device
-from ..text.lm import collate
+from ..hparams import Hparams, hparam
+from ..registry import register_method
 from .objective import TextObjective
 
-__all__ = ["control_vector", "activation_mse", "decoder_layers", "layer_output", "RMU"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["RmuHparams", "control_vector", "activation_mse", "decoder_layers", "layer_output", "RMU"]
+
+
+_LAYER_PARAM = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")  # a decoder layer's parameter: index, rest of the name
+
+
+@dataclass
+class RmuHparams(Hparams):
+    """RMU (:mod:`qrerase.baselines.rmu`). Defaults: the authors' code (centerforaisafety/wmdp,
+    rmu/unlearn.py, zephyr-7b, 32 layers): ``layer_id 7``, ``layer_ids 5,6,7``, ``param_ids 6``
+    (``mlp.down_proj``), ``steering_coeffs 20``, ``alpha 100``. ``update_layers`` must be ``<= layer``."""
+
+    layer: int = hparam(7, "l: the 0-based decoder layer whose output is steered (reference 7 of 32)", ge=0)
+    update_layers: tuple[int, ...] | None = hparam(
+        None,
+        "decoder layers whose parameters are trained, each <= layer; null = max(0, layer - 2) ... layer "
+        "(reference 5, 6, 7)",
+        ge=0,
+    )
+    update_modules: tuple[str, ...] = hparam(
+        ("mlp.down_proj",),
+        "module paths inside a decoder layer whose parameters are trained (LoRA adapters of them included); "
+        "'*' = every parameter of the layer (reference: mlp.down_proj)",
+    )
+    steering_coeff: float = hparam(20.0, "c: the scale of the random control vector u (reference 20)", gt=0)
+    alpha: float = hparam(100.0, "alpha: the weight of the retain activation MSE (reference 100)", ge=0)
+    control_seed: int | None = hparam(None, "the seed of the control vector u; null = the run's seed", ge=0)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.update_layers is not None and max(self.update_layers) > self.layer:
+            raise ValueError(
+                f"RmuHparams: 'update_layers' must be a non-empty list of integers in [0, layer={self.layer}], "
+                f"got {list(self.update_layers)!r}"
+            )
+        if any(not m.strip(".") for m in self.update_modules):
+            raise ValueError(f"RmuHparams: 'update_modules' must be module paths, got {list(self.update_modules)!r}")
+
+    def layers_updated(self) -> tuple[int, ...]:
+        """The decoder layers whose parameters are trained (``update_layers`` or ``l-2 ... l``)."""
+        if self.update_layers is not None:
+            return tuple(sorted(set(self.update_layers)))
+        return tuple(range(max(0, self.layer - 2), self.layer + 1))
+
+    def trains(self, name: str) -> bool:
+        """Whether parameter ``name`` (as ``model.named_parameters()`` gives it) is one RMU trains: in a
+        decoder layer of :meth:`layers_updated`, its name within the layer a path of ``update_modules``
+        or under one (``'*'``: any)."""
+        m = _LAYER_PARAM.search(name)
+        if m is None or int(m.group(1)) not in self.layers_updated():
+            return False
+        rest = m.group(2)
+        return any(p == "*" or rest == p.strip(".") or rest.startswith(p.strip(".") + ".") for p in self.update_modules)
 
 
 def control_vector(dim: int, seed: int) -> torch.Tensor:
@@ -49,6 +105,8 @@ def control_vector(dim: int, seed: int) -> torch.Tensor:
         raise ValueError(f"control_vector: 'dim' must be an integer >= 1, got {dim!r}")
     if not (isinstance(seed, int) and seed >= 0):
         raise ValueError(f"control_vector: 'seed' must be an integer >= 0, got {seed!r}")
+    import torch
+
     gen = torch.Generator(device="cpu").manual_seed(seed)
     r = torch.rand(dim, generator=gen, dtype=torch.float64)
     return (r / r.norm()).float()
@@ -68,6 +126,8 @@ def activation_mse(hidden: torch.Tensor, target: torch.Tensor, mask: torch.Tenso
         )
     if target.shape not in (hidden.shape, hidden.shape[-1:]):
         raise ValueError(f"activation_mse: target shape {tuple(target.shape)} is not {tuple(hidden.shape)} nor (d,)")
+    import torch
+
     mask = mask.to(device=hidden.device, dtype=torch.bool)
     counts = mask.sum(dim=1)
     if bool((counts == 0).any()):
@@ -87,6 +147,8 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     base = _base(model)
     get_decoder = getattr(base, "get_decoder", None)
     layers = getattr(get_decoder(), "layers", None) if callable(get_decoder) else None
+    import torch
+
     if not isinstance(layers, torch.nn.ModuleList) or len(layers) == 0:
         raise ValueError(f"rmu: {type(base).__name__} has no decoder layer list (get_decoder().layers)")
     return layers
@@ -109,6 +171,8 @@ def layer_output(model, batch: Mapping[str, torch.Tensor], layer: int) -> torch.
         if "h" not in captured:
             captured["h"] = output[0] if isinstance(output, tuple) else output
 
+    from ..engine.placement import model_device
+
     device = model_device(model)
     handle = layers[layer].register_forward_hook(hook)
     try:
@@ -125,10 +189,10 @@ def layer_output(model, batch: Mapping[str, torch.Tensor], layer: int) -> torch.
 
 class RMU(TextObjective):
     """rmu: ``L = L_f + α · L_r`` (``self.hparams``: an
-    :class:`~qrerase.baselines.settings.RmuHparams`).
+    :class:`RmuHparams`).
 
     Building it freezes every parameter of ``model`` but those
-    :meth:`~qrerase.baselines.settings.RmuHparams.trains` selects (a ``ValueError`` when none is selected, or
+    :meth:`RmuHparams.trains` selects (a ``ValueError`` when none is selected, or
     when ``layer`` is not a decoder layer of the model) and draws ``u`` (:func:`control_vector`, seeded by
     ``control_seed`` or the run's ``seed``). π_ref is kept frozen during training (in LoRA mode: the
     adapter-disabled model). Both terms are example means: a micro-batch piece contributes its own terms times
@@ -163,6 +227,8 @@ class RMU(TextObjective):
         self.u = control_vector(width, seed)
 
     def _hidden(self, model, examples, idx):
+        from ..text.lm import collate
+
         batch = collate([examples[i] for i in idx], self.pad_id)
         return layer_output(model, batch, self.hparams.layer), batch["labels"] != -100
 
@@ -171,6 +237,8 @@ class RMU(TextObjective):
         return activation_mse(h, self.hparams.steering_coeff * self.u, mask).mean()
 
     def _retain(self, ridx):
+        import torch
+
         from .text import reference
 
         with torch.no_grad(), reference(self.ref_model) as ref:
@@ -190,3 +258,13 @@ class RMU(TextObjective):
         terms = {"forget_mse": float(lf.detach()), "retain_mse": float(lr.detach())}
         loss = lf * (wf * len(f) / whole["n"]) + self.hparams.alpha * lr * (wr * len(r) / whole["n_r"])
         return loss, terms
+
+
+register_method(
+    "rmu",
+    label="RMU",
+    description="RMU (Li et al. 2024, WMDP): one layer's forget activations steered to a random direction",
+    run={"text": RMU},
+    hparams=RmuHparams,
+    plan_shape=(2, 1),
+)

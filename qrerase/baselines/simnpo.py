@@ -10,7 +10,7 @@ with a reward margin ``γ``. For a forget batch ``B_f`` and a retain batch ``B_r
 
 Minimising ``L_f`` lowers every forget answer's per-token likelihood, with a weight ``σ(β ℓ̄_i − γ)``-like
 saturation (``ℓ̄_i = −log π(y_i|x_i) / |y_i|``) that vanishes once an answer is forgotten. Defaults
-(:class:`~qrerase.baselines.settings.SimNpoHparams`, registered with the method) are the TOFU forget10 values
+(:class:`SimNpoHparams`, registered with the method) are the TOFU forget10 values
 of the authors' code (OPTML-Group/Unlearn-Simple, TOFU/README.md and TOFU/config/forget.yaml: ``beta=4.5``,
 ``npo_coeff=0.125``, ``grad_diff_coeff=1.0``, ``gamma=0.0``), also those of open-unlearning's
 configs/trainer/SimNPO.yaml (``beta: 4.5``, ``gamma: 0.125`` = the forget weight, ``alpha: 1.0``, ``delta:
@@ -24,14 +24,33 @@ reference code's ``gamma`` / ``delta`` is subtracted from ``ℓ̄`` before it (`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+from ..hparams import Hparams, hparam
+from ..registry import register_method
+from .objective import TextObjective, token_mean_nll
 
-from .losses import token_mean_nll
-from .objective import TextObjective
+if TYPE_CHECKING:
+    import torch
 
-__all__ = ["simnpo_loss", "SimNPO"]
+__all__ = ["SimNpoHparams", "simnpo_loss", "SimNPO"]
+
+
+@dataclass
+class SimNpoHparams(Hparams):
+    """SimNPO (:mod:`qrerase.baselines.simnpo`). Defaults: the TOFU forget10 values of the authors' code
+    (OPTML-Group/Unlearn-Simple: ``beta=4.5``, ``npo_coeff=0.125``, ``grad_diff_coeff=1.0``, ``gamma=0``),
+    also open-unlearning's configs/trainer/SimNPO.yaml."""
+
+    beta: float = hparam(
+        4.5, "beta: the inverse temperature of SimNPO (reference: 4.5, the authors' forget10 value)", gt=0
+    )
+    gamma: float = hparam(0.0, "gamma: the reward margin of SimNPO, subtracted after the beta scaling", ge=0)
+    forget_weight: float = hparam(0.125, "w_f: weight of the SimNPO forget term (the reference npo_coeff 0.125)", gt=0)
+    retain_weight: float = hparam(
+        1.0, "w_r: weight of the retain answer NLL (reference grad_diff_coeff 1.0; 0 = no retain pass)", ge=0
+    )
 
 
 def simnpo_loss(forget_nll: torch.Tensor, forget_n: torch.Tensor, beta: float, gamma: float = 0.0) -> torch.Tensor:
@@ -44,6 +63,9 @@ def simnpo_loss(forget_nll: torch.Tensor, forget_n: torch.Tensor, beta: float, g
     ``forget_nll``. At ``nll_i / n_i = γ / β`` for every i it equals ``2 log 2 / β``; it decreases
     monotonically in each ``nll_i``.
     """
+    import torch
+    import torch.nn.functional as F
+
     if not (math.isfinite(beta) and beta > 0):
         raise ValueError(f"simnpo_loss: 'beta' must be a finite number > 0, got {beta!r}")
     if not (math.isfinite(gamma) and gamma >= 0):
@@ -62,7 +84,7 @@ def simnpo_loss(forget_nll: torch.Tensor, forget_n: torch.Tensor, beta: float, g
 
 class SimNPO(TextObjective):
     """simnpo: ``L = w_f · L_f(B_f) + w_r · ℓ_tok(B_r)`` (:func:`simnpo_loss`; ``self.hparams``: a
-    :class:`~qrerase.baselines.settings.SimNpoHparams`).
+    :class:`SimNpoHparams`).
 
     ``L_f`` is an example mean: a micro-batch piece contributes its own ``L_f`` times
     ``|piece| / |B_f|``; the retain NLL is a token mean: a piece contributes its NLL sum over the
@@ -88,3 +110,13 @@ class SimNPO(TextObjective):
         lf, terms = self._forget(f)
         loss = self.hparams.forget_weight * lf * (wf * len(f) / whole["n"])
         return loss + wr * self._retain(r, whole["nr"], terms), terms
+
+
+register_method(
+    "simnpo",
+    label="SimNPO",
+    description="SimNPO (Fan et al. 2024): NPO without pi_ref, length-normalised, plus a retain NLL",
+    run={"text": SimNPO},
+    hparams=SimNpoHparams,
+    plan_shape=(2, 0),
+)

@@ -233,7 +233,7 @@ def train_baseline(
     if objective.needs_reference and ref_model is None and cfg.mode != "lora":
         raise ValueError(f"{desc}: method {method!r} needs the reference (fine-tuned) model")
     if needs_refusals and not refusals:
-        raise ValueError(f"{desc}: method {method!r} needs refusal answers (e.g. TOFU's idontknow.txt)")
+        raise ValueError(f"{desc}: method {method!r} needs refusal answers (one per line, e.g. idontknow.txt)")
     set_determinism(cfg.seed, cfg.threads)
     pad_id = pad_token_id(tokenizer)
     forget_pairs = [qa_pair(r) for r in forget]

@@ -11,7 +11,7 @@ logits ``z_ref,t``, the teacher distribution and the loss are::
 
 ``H(q, p)`` is the cross-entropy against the soft labels, as in the reference code; it equals ``KL(q ‖ π_θ) +
 H(q)`` with ``H(q)`` fixed (π_ref is frozen), so it has the KL's gradient. Defaults
-(:class:`~qrerase.baselines.settings.UndialHparams`, registered with the method): open-unlearning's
+(:class:`UndialHparams`, registered with the method): open-unlearning's
 configs/trainer/UNDIAL.yaml (``beta: 10.0``, ``alpha: 0.0``, ``gamma: 1.0``; its
 community/methods/UNDIAL/README.md: the paper does not use the retain set, β typically in {3, 10, 30}, lr 1e-4
 with LoRA r 8 / alpha 16 on Llama-2 7B).
@@ -25,14 +25,28 @@ tokens (EOS included) are scored, as every other text baseline's forget term.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-
-from ..text.lm import answer_token_logits, collate
+from ..hparams import Hparams, hparam
+from ..registry import register_method
 from .objective import TextObjective
 
-__all__ = ["undial_teacher", "undial_token_loss", "UNDIAL"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["UndialHparams", "undial_teacher", "undial_token_loss", "UNDIAL"]
+
+
+@dataclass
+class UndialHparams(Hparams):
+    """UNDIAL (:mod:`qrerase.baselines.undial`). Defaults: open-unlearning's configs/trainer/UNDIAL.yaml
+    (``beta: 10``, ``alpha: 0``: the paper uses no retain term)."""
+
+    beta: float = hparam(
+        10.0, "beta: how much the target token's teacher logit is lowered (reference 10; 0 distils pi_ref)", ge=0
+    )
+    retain_weight: float = hparam(0.0, "w_r: weight of the retain answer NLL (reference 0: no retain pass)", ge=0)
 
 
 def _check(ref_logits: torch.Tensor, targets: torch.Tensor, beta: float, what: str) -> None:
@@ -55,6 +69,9 @@ def undial_teacher(ref_logits: torch.Tensor, targets: torch.Tensor, beta: float)
     ``(n_tokens,)`` int64. Returns float32 probabilities ``(n_tokens, vocab)`` (rows sum to 1); the
     target's probability is π_ref's odds of it divided by ``e^β``.
     """
+    import torch
+    import torch.nn.functional as F
+
     _check(ref_logits, targets, beta, "undial_teacher")
     z = ref_logits.detach().float().clone()
     rows = torch.arange(z.shape[0], device=z.device)
@@ -73,13 +90,15 @@ def undial_token_loss(
     """
     if logits.shape != ref_logits.shape:
         raise ValueError(f"undial_token_loss: shapes differ {tuple(logits.shape)} vs {tuple(ref_logits.shape)}")
+    import torch.nn.functional as F
+
     q = undial_teacher(ref_logits, targets, beta).to(logits.device)
     return -(q * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
 
 
 class UNDIAL(TextObjective):
     """undial: ``L = mean_t H(q_t, π_θ) + w_r · ℓ_tok(B_r)`` (``self.hparams``: an
-    :class:`~qrerase.baselines.settings.UndialHparams`).
+    :class:`UndialHparams`).
 
     π_ref is kept frozen during training (``needs_reference`` without ``reference_nll``; in LoRA mode
     the adapter-disabled model). Both terms are token means: a micro-batch piece contributes its
@@ -92,6 +111,10 @@ class UNDIAL(TextObjective):
 
     def _forget(self, idx):
         """``(Σ_t H(q_t, π_θ), terms)`` over the answer tokens of forget examples ``idx``."""
+        import torch
+        import torch.nn.functional as F
+
+        from ..text.lm import answer_token_logits, collate
         from .text import reference
 
         batch = collate([self.forget_ex[i] for i in idx], self.pad_id)
@@ -113,3 +136,13 @@ class UNDIAL(TextObjective):
         wf, wr = (1.0 if f_live else 0.0), (1.0 if r_live else 0.0)
         ce_sum, terms = self._forget(f)
         return ce_sum * (wf / whole["nf"]) + wr * self._retain(r, whole["nr"], terms), terms
+
+
+register_method(
+    "undial",
+    label="UNDIAL",
+    description="UNDIAL (Dong et al. 2024): self-distillation, the target token's logit lowered",
+    run={"text": UNDIAL},
+    hparams=UndialHparams,
+    plan_shape=(2, 1),
+)

@@ -13,11 +13,10 @@ import torch
 from support.tiny_text import TINY, TPL, tofu_qa
 
 from qrerase import registry
-from qrerase.baselines.rmu import RMU, activation_mse, control_vector, layer_output
-from qrerase.baselines.settings import RmuHparams, SimNpoHparams, UndialHparams
-from qrerase.baselines.simnpo import SimNPO, simnpo_loss
+from qrerase.baselines.rmu import RMU, RmuHparams, activation_mse, control_vector, layer_output
+from qrerase.baselines.simnpo import SimNPO, SimNpoHparams, simnpo_loss
 from qrerase.baselines.text import AdapterDisabled, TextBaselineConfig, objective_of, train_baseline
-from qrerase.baselines.undial import UNDIAL, undial_teacher, undial_token_loss
+from qrerase.baselines.undial import UNDIAL, UndialHparams, undial_teacher, undial_token_loss
 from qrerase.text.lm import answer_token_logits, collate, encode_qa_many, pad_token_id, qa_pair, sequence_nll
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import LoraTrainConfig, TrainConfig, add_lora, train_causal_lm

@@ -97,18 +97,18 @@ def test_unknown_names_are_errors_not_defaults():
 
 
 def test_every_builtin_implementation_resolves_to_its_runner():
-    from qrerase.baselines import objective, rmu, simnpo, undial
+    from qrerase.baselines import rmu, simnpo, standard, undial
     from qrerase.method.discriminate import forget_updates
     from qrerase.tracks.speech import baselines as speech
     from qrerase.tracks.task_level import runners as task_level_runners
 
     expected = {
-        ("ga", "text"): objective.GradientAscent,
-        ("graddiff", "text"): objective.GradientDifference,
-        ("kl", "text"): objective.KLMinimization,
-        ("npo", "text"): objective.NPO,
-        ("dpo", "text"): objective.DPO,
-        ("flat", "text"): objective.FLAT,
+        ("ga", "text"): standard.GradientAscent,
+        ("graddiff", "text"): standard.GradientDifference,
+        ("kl", "text"): standard.KLMinimization,
+        ("npo", "text"): standard.NPO,
+        ("dpo", "text"): standard.DPO,
+        ("flat", "text"): standard.FLAT,
         ("simnpo", "text"): simnpo.SimNPO,
         ("rmu", "text"): rmu.RMU,
         ("undial", "text"): undial.UNDIAL,
@@ -141,7 +141,7 @@ def test_a_registered_text_baseline_is_what_train_baseline_runs(scratch_registry
     from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
 
     monkeypatch.syspath_prepend(str(PLUGINS))
-    register_method("toy_half", label="Toy", tracks=("tofu",), run={"text": "toy_objective:HalfAscent"})
+    register_method("toy_half", label="Toy", run={"text": "toy_plugin:HalfAscent"})
     forget = tofu_qa(0, 8)
     tok = train_bpe_tokenizer([f"{r['question']} {r['answer']}" for r in forget], 300, tmp_path / "tok")
     model = build_tiny_llama(TINY, tok, seed=0)
@@ -234,6 +234,28 @@ def test_a_launched_job_imports_the_plugins_of_its_spec(scratch_registry, monkey
     load_job(["--threads", "1", "--job", spec])
     assert registry.implementation("toy_ga", "text").__name__ == "HalfAscent"
     monkeypatch.delitem(sys.modules, "toy_plugin")
+
+
+def test_a_baseline_module_registers_at_import_without_torch():
+    """A text baseline is one module (its hyperparameters, objective and registration) that planning imports:
+    importing the toy plug-in or a built-in one registers the methods and loads neither torch nor numpy, and
+    the registered implementation is the module's own class."""
+    code = (
+        "import sys, toy_plugin, qrerase.baselines.simnpo as s; from qrerase import registry as r; "
+        "assert r.implementation('toy_scaled', 'text') is toy_plugin.ScaledAscent; "
+        "assert r.hparams_of('toy_scaled', 'text') is toy_plugin.ToyScale; "
+        "assert r.method('toy_scaled').tracks == ('tofu',); "
+        "assert r.implementation('simnpo', 'text') is s.SimNPO and r.hparams_of('simnpo', 'text') is s.SimNpoHparams; "
+        "bad = [m for m in ('torch', 'numpy') if m in sys.modules]; assert not bad, bad"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), str(REPO)])}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_a_registration_without_tracks_serves_the_track_that_brings_its_runner(scratch_registry):
+    assert register_method("toy_default", label="Toy", run={"text": "toy_plugin:HalfAscent"}).tracks == ("tofu",)
+    with pytest.raises(RegistryError, match=r"^method 'toy_bare': give its tracks, or run=\{runner: implementation\}"):
+        register_method("toy_bare", label="Toy", run="toy_plugin:HalfAscent")
 
 
 # ---------------------------------------------------------------------------------------------

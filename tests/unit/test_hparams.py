@@ -2,7 +2,7 @@
 
 The toy plug-in (tests/plugins/toy_plugin.py) registers ``toy_scaled``, a text baseline with its own
 hyperparameter ``toy_scale`` (a float > 0): its validation, its generated schema section and config
-page row, and its value in the objective (tests/plugins/toy_objective.py ``ScaledAscent``).
+page row, and its value in the objective (the plug-in's ``ScaledAscent``).
 """
 
 from __future__ import annotations

@@ -156,7 +156,9 @@ def check_records(
         check_fields(rec, REQUIRED_FIELDS[split], f"{where}:{lines[i] if lines is not None else i + 1}")
     want = ROW_COUNTS.get(split)
     if want is not None and len(rows) != want:
-        raise ValueError(f"{where}: {len(rows)} records, expected {want} (TOFU {split}, row-aligned across languages)")
+        raise ValueError(
+            f"{where}: {len(rows)} records, expected {want} (the {split} split, row-aligned across languages)"
+        )
 
 
 def load_language_split(root: str | os.PathLike, split: str) -> list[dict]:

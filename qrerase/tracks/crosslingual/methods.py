@@ -1,6 +1,6 @@
 """The cross-lingual track's methods: the built-in text baselines, run with the shared text runner (torch-free).
 
-Imported by :mod:`qrerase.registry` after the text baselines (:mod:`qrerase.baselines.methods`) and before
+Imported by :mod:`qrerase.registry` after the text baselines (:data:`qrerase.baselines.MODULES`) and before
 the other tracks' methods (:attr:`qrerase.tracks.Track.methods`), so the registry's order is unchanged:
 each text baseline serves the TOFU track, then this one.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..base import Track, register_track
+from ..base import Runner, Track, register_track
 
 
 def check(cfg: Mapping, runs: bool) -> None:
@@ -59,5 +59,12 @@ TRACK = register_track(
         metrics=True,
         rules="rules/tofu/rules.smk",
         schema=Path(__file__).with_name("schema.yaml"),
+        runner_spec=Runner(
+            description="a TextObjective subclass (qrerase.baselines.objective), trained by "
+            "qrerase.baselines.text.train_baseline",
+            job_class="qrerase.baselines.settings:TextBaselineConfig",
+            section="tofu.baselines",
+            inputs={"refusals": "template (refusal) answers, tofu.baselines.refusals (text tracks)"},
+        ),
     )
 )
