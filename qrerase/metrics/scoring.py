@@ -116,7 +116,7 @@ def track_sequence_metrics(
     forget: Sequence[Mapping[str, Any]],
     holdout: Sequence[Mapping[str, Any]],
     cfg: EvalConfig,
-    track: str = "tofu",
+    track: str,
 ) -> dict[str, Any]:
     """Every registered metric of ``track`` with a per-sequence statistic (aggregates
     :data:`SEQUENCE_AGGREGATES`, in that order, registry order within each; a plug-in's too), of one model.

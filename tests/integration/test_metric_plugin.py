@@ -121,7 +121,7 @@ def test_the_tofu_evaluation_computes_it(toy, tmp_path):
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2
     )
     model = build_tiny_llama(cfg, tok, seed=0)
-    out = track_sequence_metrics(model, tok, TPL, forget, holdout, EvalConfig(batch_size=4))
+    out = track_sequence_metrics(model, tok, TPL, forget, holdout, EvalConfig(batch_size=4), "tofu")
     assert list(out["metrics"]) == [*reg.metrics_for("tofu", "auc"), *reg.metrics_for("tofu", "mean")]
     assert list(out["metrics"])[-1] == "toy_confidence"
     # independently: one unbatched forward pass per answer, softmax probability of each answer token
