@@ -11,11 +11,12 @@ target function (``all_targets`` in ``rules/common.smk``) and the dispatch of ev
 (:func:`implementation`, called by :func:`qrerase.baselines.text.train_baseline` and by the runners the
 tracks bring, :attr:`qrerase.tracks.Track.runner_spec`).
 
-Standard library only: implementations are ``"module:attribute"`` strings imported on first use, so
-planning code (``rules/common.smk``, the schema) never imports torch (a hyperparameter dataclass
-lives in a torch-free module). A plug-in module registers its own methods when imported; the workflow
-imports the modules of the config key ``plugins`` (:func:`load_plugins`). docs/extending.md: adding a
-method, adding a track.
+Standard library only, so planning code (``rules/common.smk``, the schema) never imports torch. A
+method's module registers it when imported (the built-in text baselines: :data:`qrerase.baselines.MODULES`;
+a track's: :attr:`qrerase.tracks.Track.methods`) and is torch-free at import: an implementation is a
+class or function whose torch imports are inside it, or a ``"module:attribute"`` string imported on
+first use. A plug-in module registers its own methods when imported; the workflow imports the modules
+of the config key ``plugins`` (:func:`load_plugins`). docs/extending.md: adding a method, adding a track.
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from qrerase.workflow.naming import (
     parse_exp,
     parse_model,
     size_of,
-    tofu_exp,
     track_of_exp,
 )
 
@@ -61,10 +60,9 @@ os.environ.update(
 # Globals: the methods (qrerase.registry), the evaluation sets.
 # ---------------------------------------------------------------------------------------------
 RANK = config["unlearn"]["rank"]
-TOFU_METHODS = list(config["methods"]["tofu"])
 DECOMP = registry.DECOMP  # subspace method -> 'svd' | 'cpqr'
 # the text baselines (the text runner's: the tofu and crosslingual tracks and the size study)
-TEXT_BASELINES = registry.baselines_for("tofu")
+TEXT_BASELINES = registry.baselines_of_runner("text")
 # The control of the selectivity diagnostic: '<method>_control' is the same edit built with the roles
 # of the two adapters swapped (T_f := T_r, P_r from T_f), on the same layers (unlearn.control).
 CONTROL = registry.CONTROL_SUFFIX

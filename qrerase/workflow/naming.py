@@ -42,7 +42,6 @@ __all__ = [
     "text_unlearning_templates",
     "parse_exp",
     "format_exp",
-    "tofu_exp",
     "model_exp",
     "size_exp",
     "size_of",
@@ -155,11 +154,6 @@ def format_exp(track: str, arg: str | None = None) -> str:
     if parsed != (track, arg):
         raise ValueError(f"experiment name {name!r} does not parse back to ({track!r}, {arg!r})")
     return name
-
-
-def tofu_exp(split: str) -> str:
-    """``'forget10'`` -> ``'tofu_forget10'``."""
-    return format_exp("tofu", split)
 
 
 def size_exp(width: int, seed: int) -> str:

@@ -1,5 +1,6 @@
 # TOFU track: constants and input functions (its rules: rules.smk here; the shared chain in rules/core/).
 from qrerase.text.data import holdout_split, required_splits
+from qrerase.workflow.naming import format_exp
 
 DATA_SETS = [
     "forget",
@@ -39,8 +40,9 @@ def tofu_holdout_file(wildcards):
     ]
 
 
-# the TOFU experiment (tofu_<split>) and its configured baselines
-TOFU_EXP = tofu_exp(config["tofu"]["data"]["split"])
+# the TOFU experiment (tofu_<split>), its methods and its configured baselines
+TOFU_METHODS = list(config["methods"]["tofu"])
+TOFU_EXP = format_exp("tofu", config["tofu"]["data"]["split"])
 TOFU_BASELINES = [m for m in TOFU_METHODS if m in TEXT_BASELINES]
 
 

@@ -18,7 +18,6 @@ from qrerase.workflow.naming import (
     model_exp,
     parse_exp,
     parse_model,
-    tofu_exp,
 )
 
 
@@ -44,7 +43,7 @@ def test_round_trip(name, track, arg):
 
 
 def test_builders():
-    assert tofu_exp("forget10") == "tofu_forget10"
+    assert format_exp("tofu", "forget10") == "tofu_forget10"
     assert format_exp("crosslingual", "hi_R") == "xling_hi_R" and format_exp("crosslingual", None) == "xling"
     # the cross-lingual and speech tracks build theirs with format_exp (xling_exp, speech_exp in their rules)
     assert format_exp("speech", "class") == "speech_class" and format_exp("speech", None) == "speech"

@@ -44,7 +44,6 @@ PENDING: dict[str, set[str]] = {
         "qrerase/tracks/crosslingual/plots.py",
         "qrerase/tracks/crosslingual/tables.py",
         "qrerase/tracks/task_level/data.py",
-        "qrerase/workflow/naming.py",
         "qrerase/workflow/validation.py",
         "rules/common.smk",
         "rules/core/common.smk",

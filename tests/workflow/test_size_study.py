@@ -17,7 +17,7 @@ from support.snakemake_cli import planned_rules, snakemake
 from qrerase.method.separability import effective_layers, layer_overlap, principal_angles
 from qrerase.reports.size_study import aggregate, exp_rows, read_markdown_table, render_markdown, trend
 from qrerase.text.size_study import extrapolate, loglog_fit, rule_pick, scaled_lr, selectivity_at_rise, size_model
-from qrerase.workflow.naming import exp_pattern, model_exp, parse_exp, size_exp, size_of, tofu_exp
+from qrerase.workflow.naming import exp_pattern, format_exp, model_exp, parse_exp, size_exp, size_of
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,7 +27,7 @@ def test_size_experiment_names_round_trip_and_leave_the_tofu_names_alone():
     assert size_exp(256, 1) == "size_h256_s1" and size_of("size_h256_s1") == (256, 1)
     assert parse_exp("size_h256_s1") == ("tofu", "h256_s1") and parse_exp("size_h256_s1").name == "size_h256_s1"
     assert model_exp("size_h64_s0") == "size_h64_s0"
-    assert size_of(tofu_exp("forget10")) is None and parse_exp("tofu_forget10") == ("tofu", "forget10")
+    assert size_of(format_exp("tofu", "forget10")) is None and parse_exp("tofu_forget10") == ("tofu", "forget10")
     assert "size_h" not in exp_pattern("tofu_<split>")
     with pytest.raises(ValueError, match="width >= 1"):
         size_exp(0, 0)
