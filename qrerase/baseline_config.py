@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar
 
-from . import registry
 from .hparams import ENGINE_KEYS, TRAIN_KEYS, NoHparams, TrainConfig, check, key_schema, keys_schema, strict
 
 __all__ = ["BaselineConfig", "job_class", "section_schemas", "inject", "MARKERS"]
+
+# The functions import qrerase.registry where they use it: the registry imports the method modules, whose
+# hyperparameter and job-config modules import this one (a module-level import would be circular).
 
 #: Schema-file markers :func:`inject` expands.
 MARKERS = ("x-train-keys", "x-train-properties", "x-job-section")
@@ -37,6 +39,8 @@ def _build(cls, values: Mapping[str, Any] | None, label: str):
 
 def job_class(runner: str) -> type[BaselineConfig]:
     """The :class:`BaselineConfig` subclass of runner ``runner`` (:data:`qrerase.registry.JOB_CLASSES`)."""
+    from . import registry
+
     if runner not in registry.JOB_CLASSES:
         raise ValueError(f"unknown runner {runner!r}; expected among {list(registry.JOB_CLASSES)}")
     module, _, attr = registry.JOB_CLASSES[runner].partition(":")
@@ -74,6 +78,8 @@ class BaselineConfig:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def __post_init__(self):
+        from . import registry
+
         known = registry.baselines_of_runner(self.runner)
         if self.method not in known:
             raise ValueError(f"{self.what}: unknown method {self.method!r}; expected one of {known}")
@@ -92,6 +98,8 @@ class BaselineConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> BaselineConfig:
         """From one flat mapping (a job's settings: ``method``, training keys, the job's own keys and
         the method's hyperparameters); an unknown key is a one-line ``ValueError`` naming it."""
+        from . import registry
+
         d = dict(d)
         if "method" not in d:
             raise ValueError(f"{cls.what}: no 'method' key")
@@ -119,6 +127,8 @@ class BaselineConfig:
         training keys (engine keys by ``$ref`` to ``definitions/engine_keys``), the job's own section
         keys and the method's hyperparameters, nothing else. ``method`` None: the shared keys only (a
         section common to the runner's methods, ``speech.baselines.common``)."""
+        from . import registry
+
         hp_cls = registry.hparams_of(method, cls.runner) if method is not None else NoHparams
         defaults = {**cls.train_defaults, **getattr(hp_cls, "train_defaults", {})}
         props: dict[str, Any] = {}
@@ -145,6 +155,8 @@ class BaselineConfig:
 def section_schemas(section: str) -> dict[str, dict[str, Any]]:
     """Method name -> the schema of its ``<section>.<method>`` entry, in registry order: generated for a
     section of :data:`qrerase.registry.HPARAM_SECTIONS`, else as registered (:func:`qrerase.registry.settings_of`)."""
+    from . import registry
+
     if section not in registry.HPARAM_SECTIONS:
         return dict(registry.settings_of(section))
     runner = registry.HPARAM_SECTIONS[section]

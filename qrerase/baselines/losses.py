@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .objective import token_mean_nll
-from .standard import DIVERGENCES
+from .settings import DIVERGENCES
 
 __all__ = [
     "DIVERGENCES",

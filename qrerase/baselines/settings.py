@@ -17,10 +17,13 @@ from ..baseline_config import BaselineConfig
 from ..hparams import ENGINE_KEYS, hparam
 
 __all__ = [
+    "DIVERGENCES",
     "SECTION_TRAIN",
     "TextBaselineConfig",
 ]
 
+#: FLAT's f-divergences (:func:`qrerase.baselines.losses.flat_loss`, ``FlatHparams.divergence``).
+DIVERGENCES = ("tv", "kl", "js", "pearson")
 SECTION_TRAIN = ("epochs", "lr", "batch_size", "weight_decay", "warmup_ratio", "max_grad_norm", *ENGINE_KEYS)
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from ..hparams import Hparams, hparam
 from ..registry import register_method
 from .objective import ExampleMean, ForgetAscent, TextObjective, token_mean_nll
+from .settings import DIVERGENCES
 
 __all__ = [
-    "DIVERGENCES",
     "RetainWeight",
     "Preference",
     "FlatHparams",
@@ -27,9 +27,6 @@ __all__ = [
     "DPO",
     "FLAT",
 ]
-
-#: FLAT's f-divergences (:func:`qrerase.baselines.losses.flat_loss`).
-DIVERGENCES = ("tv", "kl", "js", "pearson")
 
 
 @dataclass

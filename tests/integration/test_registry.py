@@ -252,6 +252,29 @@ def test_a_baseline_module_registers_at_import_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
+@pytest.mark.parametrize(
+    "first",
+    [
+        "qrerase.baseline_config",
+        "qrerase.baselines",
+        "qrerase.baselines.settings",
+        "qrerase.baselines.standard",
+        "qrerase.baselines.undial",
+        "qrerase.tracks.task_level.settings",
+        "qrerase.workflow.validation",
+    ],
+)
+def test_the_registry_is_the_same_whichever_planning_module_is_imported_first(first):
+    """A method module registers at import and imports the registry, which imports the method modules: whichever
+    of them a process imports first, the registry loads in full and in table order (no circular-import error)."""
+    code = (
+        f"import importlib; importlib.import_module({first!r}); from qrerase import registry as r; "
+        "print(*(f'{m.name}:{\",\".join(m.tracks)}' for m in r.METHODS))"
+    )
+    got = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert got == [f"{m.name}:{','.join(m.tracks)}" for m in registry.METHODS]
+
+
 def test_a_registration_without_tracks_serves_the_track_that_brings_its_runner(scratch_registry):
     assert register_method("toy_default", label="Toy", run={"text": "toy_plugin:HalfAscent"}).tracks == ("tofu",)
     with pytest.raises(RegistryError, match=r"^method 'toy_bare': give its tracks, or run=\{runner: implementation\}"):
