@@ -57,12 +57,12 @@ class TextObjective:
     reference_nll: tuple[str, ...] = ()
 
     def __init__(self, cfg, model, ref_model, pad_id, forget_ex, retain_ex, refusal_ex, ref_forget, ref_refusal):
+        from ..text.losses import answer_tokens
+
         self.cfg, self.model, self.ref_model, self.pad_id = cfg, model, ref_model, pad_id
         self.hparams = cfg.hparams  # the method's own hyperparameters (its registered dataclass)
         self.forget_ex, self.retain_ex, self.refusal_ex = forget_ex, retain_ex, refusal_ex
         self.ref_forget, self.ref_refusal = ref_forget, ref_refusal
-        from ..text.losses import answer_tokens
-
         self.fcount = [answer_tokens(e) for e in forget_ex]
         self.rcount = [answer_tokens(e) for e in retain_ex]
 

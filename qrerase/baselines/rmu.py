@@ -162,6 +162,8 @@ def layer_output(model, batch: Mapping[str, torch.Tensor], layer: int) -> torch.
     ``torch.no_grad``. The output is that of the layer module itself, so the last layer's is taken
     before the decoder's final norm.
     """
+    from ..engine.placement import model_device
+
     layers = decoder_layers(model)
     if not 0 <= layer < len(layers):
         raise ValueError(f"rmu: 'layer' {layer} is out of range for a model with {len(layers)} decoder layers")
@@ -170,8 +172,6 @@ def layer_output(model, batch: Mapping[str, torch.Tensor], layer: int) -> torch.
     def hook(module, args, output):
         if "h" not in captured:
             captured["h"] = output[0] if isinstance(output, tuple) else output
-
-    from ..engine.placement import model_device
 
     device = model_device(model)
     handle = layers[layer].register_forward_hook(hook)

@@ -73,10 +73,10 @@ class GradientDifference(ForgetAscent):
     needs_retain = True
 
     def _loss(self, nll, n, ridx, terms):
-        r_nll, r_n = self._nll(self.retain_ex, ridx)
-        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
         from .losses import graddiff_loss
 
+        r_nll, r_n = self._nll(self.retain_ex, ridx)
+        terms["retain_nll"] = float(token_mean_nll(r_nll, r_n).detach())
         return graddiff_loss(nll, n, r_nll, r_n, self.hparams.retain_weight)
 
     def _retain_piece(self, loss, r, wr, whole, terms):
@@ -127,11 +127,11 @@ class NPO(ExampleMean):
     reference_nll = ("forget",)
 
     def full(self, payload):
+        from .losses import npo_loss
+
         idx, _ = payload
         nll, n = self._nll(self.forget_ex, idx)
         terms = {"forget_nll": float(token_mean_nll(nll, n).detach())}
-        from .losses import npo_loss
-
         return npo_loss(nll, self.ref_forget[idx].to(nll.device), self.hparams.beta), terms
 
 
@@ -182,9 +182,9 @@ class FLAT(TextObjective):
         return prob[:k], prob[k:], nll[k:], n[k:]
 
     def full(self, payload):
-        idx, _ = payload
         from .losses import flat_loss
 
+        idx, _ = payload
         p_e, p_f, nll, n = self._flat_probs(idx)
         loss = flat_loss(p_e, p_f, self.hparams.divergence)
         terms = {
