@@ -25,7 +25,6 @@ include: "rules/core/lora.smk"
 include: "rules/core/task_matrices.smk"
 include: "rules/core/energy.smk"
 include: "rules/core/erase.smk"
-include: "rules/core/evaluate.smk"
 include: "rules/core/baselines.smk"
 include: "rules/studies/cost.smk"
 

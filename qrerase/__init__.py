@@ -6,7 +6,7 @@ Public API (the docs' Library API pages, docs/api/, render these docstrings):
 - :func:`decompose` — exact rank-k CPQR / SVD of a task matrix given as factors (or densely).
 - :func:`forget_update` — subspace discrimination and reconstruction, T̃_f = (I − P_r) Q_f,k R_f,k Πᵀ.
 - :func:`layer_energy`, :func:`select_layers` — normalised task energy E_ℓ and the E_ℓ ≥ 1/|L| rule.
-- :mod:`qrerase.text.tofu` — TOFU metrics (Model Utility, Forget Quality) on TOFU-format eval logs.
+- :mod:`qrerase.metrics.log_metrics` — TOFU metrics (Model Utility, Forget Quality) on TOFU-format eval logs.
 
 The names are imported lazily so that ``import qrerase`` stays cheap (no torch import).
 """

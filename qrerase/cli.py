@@ -1,6 +1,6 @@
 """Command line: ``qrerase <command>``.
 
-- ``qrerase tofu LOG [--reference REF]``: TOFU metrics (Model Utility, Forget Quality and the twelve
+- ``qrerase metrics LOG [--reference REF]``: TOFU metrics (Model Utility, Forget Quality and the twelve
   components) of a TOFU-format eval log (an ``eval_log_aggregated.json`` file or a directory with
   the four per-set files), printed as CSV.
 - ``qrerase bench --sizes 768 2048 --out-dir DIR [--model-shapes llama3-8b]``: the decomposition
@@ -37,9 +37,9 @@ import sys
 from pathlib import Path
 
 
-def _tofu(args: argparse.Namespace) -> int:
-    from .text.tofu import metrics_frame
-    from .text.tofu_log import load_log
+def _metrics(args: argparse.Namespace) -> int:
+    from .metrics.log_metrics import metrics_frame
+    from .text.eval_log import load_log
 
     log = load_log(args.log)
     ref = load_log(args.reference) if args.reference else None
@@ -232,11 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qrerase", description="QR-Erase: subspace-based machine unlearning")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("tofu", help="TOFU metrics of a TOFU-format eval log")
+    p = sub.add_parser("metrics", help="Model Utility, Forget Quality and their components of an eval log (CSV)")
     p.add_argument("log", help="eval_log_aggregated.json, or a directory holding the four eval_*.json files")
     p.add_argument("--reference", help="the retain-only reference model's log (for Forget Quality)")
     p.add_argument("--name", help="model name for the 'model' column")
-    p.set_defaults(func=_tofu)
+    p.set_defaults(func=_metrics)
 
     p = sub.add_parser("factors", help="CPQR/SVD diagnostics of a forget/retain LoRA adapter pair")
     p.add_argument("forget", help="forget-set PEFT LoRA adapter directory")

@@ -40,6 +40,7 @@ __all__ = [
     "JOB_CLASSES",
     "INPUTS",
     "SETTINGS_SECTIONS",
+    "runner_track",
     "HPARAM_SECTIONS",
     "DECOMPOSITIONS",
     "DECOMP",
@@ -357,6 +358,14 @@ def methods_for(track: str) -> list[str]:
 def baselines_for(track: str) -> list[str]:
     """A track's optimisation baselines (its methods without a decomposition)."""
     return [m for m in methods_for(track) if _METHODS[m].decomp is None]
+
+
+def runner_track(runner: str) -> str:
+    """The track that brings ``runner`` (:attr:`qrerase.tracks.Track.runner_spec`); :class:`RegistryError` for
+    an unknown runner."""
+    if runner not in _HOME:
+        raise RegistryError(f"unknown runner {runner!r}; expected among {list(_HOME)}")
+    return _HOME[runner]
 
 
 def baselines_of_runner(runner: str) -> list[str]:

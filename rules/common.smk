@@ -26,7 +26,7 @@ from qrerase.workflow.manifest import missing_artifacts
 from qrerase.workflow.paths import all_paths, benchmark_path, fill, log_path
 from qrerase.workflow.plan_config import RESOURCE_CLASSES, refusal, rule_resources
 from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
-from qrerase.text.tofu_log import EVAL_SETS as TOFU_EVAL_SETS
+from qrerase.text import eval_log
 from qrerase.workflow.naming import (
     exp_pattern,
     language_model_templates,
@@ -67,8 +67,8 @@ TEXT_BASELINES = registry.baselines_of_runner("text")
 # of the two adapters swapped (T_f := T_r, P_r from T_f), on the same layers (unlearn.control).
 CONTROL = registry.CONTROL_SUFFIX
 CONTROLS = [f"{m}{CONTROL}" for m in config["unlearn"].get("control", [])]
-# The TOFU evaluation sets: the one list, qrerase.text.tofu_log
-EVAL_SETS = list(TOFU_EVAL_SETS)
+# The evaluation sets of an eval log (the text tracks): the one list, qrerase.text.eval_log
+EVAL_SETS = list(eval_log.EVAL_SETS)
 # Experiments with causal-LM models (the text rules), and the text experiments that unlearn.
 # (size_h<W>_s<S>: the size study's TOFU experiments, rules/studies/size_study.smk)
 TEXT_EXPS = exp_pattern(*language_model_templates())

@@ -302,6 +302,8 @@ def best_of(name: str | Metric, values: Mapping[str, float], rel_tol: float = 0.
 _MIA = "qrerase.metrics.mia"
 _MEM = "qrerase.metrics.memorisation"
 _MIA_NEEDS = ("forget", "holdout")
+#: the tracks whose language models the shared evaluation rule scores (Track.metrics and Track.language_model)
+_TEXT = tuple(t.name for t in TRACKS.values() if t.metrics and t.language_model)
 
 #: MIA attack -> (label, per-sequence score function); the registered metric is ``mia_<attack>``.
 MIA_ATTACKS: dict[str, tuple[str, str]] = {
@@ -318,7 +320,7 @@ for _attack, (_label, _fn) in MIA_ATTACKS.items():
         label=_label,
         direction="target",
         target=0.5,
-        tracks=("tofu", *_own),
+        tracks=(*_TEXT, *_own),
         needs=_MIA_NEEDS,
         aggregate="auc",
         fn=_fn,
@@ -331,7 +333,7 @@ register_metric(
     label="PrivLeak",
     direction="target",
     target=0.0,
-    tracks=("tofu",),
+    tracks=_TEXT,
     needs=(*_MIA_NEEDS, "retain_reference"),
     aggregate="relative",
     of="mia_min_k",
@@ -344,7 +346,7 @@ register_metric(
     "extraction_strength",
     label="Extraction Strength",
     direction="lower",
-    tracks=("tofu",),
+    tracks=_TEXT,
     needs=("forget",),
     aggregate="mean",
     fn=f"{_MEM}:extraction_strength",
@@ -354,7 +356,7 @@ register_metric(
     "exact_memorisation",
     label="Exact Memorisation",
     direction="lower",
-    tracks=("tofu",),
+    tracks=_TEXT,
     needs=("forget",),
     aggregate="mean",
     fn=f"{_MEM}:exact_memorisation",

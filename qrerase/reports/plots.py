@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from ..io import atomic_path
 from ..method.energy import select_layers
 from ..method.energy import threshold as energy_threshold
-from ..text.tofu import FORGET_QUALITY_THRESHOLD
+from ..metrics.log_metrics import FORGET_QUALITY_THRESHOLD
 
 __all__ = [
     "save_figure",
@@ -65,7 +65,7 @@ def truth_ratio_plot(
     title: str | None = "Forget-set truth ratios vs retain reference",
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
-    """ECDFs of forget-set truth ratios ``R_q`` (see :func:`qrerase.text.tofu.truth_ratios`) per method.
+    """ECDFs of forget-set truth ratios ``R_q`` (see :func:`qrerase.metrics.log_metrics.truth_ratios`) per method.
 
     The retain-only reference (``ratios[reference_label]``) is drawn as a dashed black line; every
     other curve's legend entry carries the KS p-value against it — exactly TOFU's Forget Quality,

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..metrics.log_metrics import FORGET_QUALITY_THRESHOLD
 from ..text.size_study import extrapolate, loglog_fit, rule_pick, selectivity_at_rise
-from ..text.tofu import FORGET_QUALITY_THRESHOLD
 from .plots import save_figure
 from .tables import METHOD_LABELS
 
@@ -105,18 +105,21 @@ def exp_rows(
 
 def privacy_row(sequence: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """The :data:`PRIVACY` columns of one experiment from the ``sequence_metrics.json`` values of its
-    ``base`` (fine-tuned) and ``retain`` models (:func:`qrerase.tracks.tofu.tables.privacy_frame`: PrivLeak
-    of the Min-K% AUC against the retain reference's, the Min-K%++ AUC). ValueError naming a missing model."""
-    from ..tracks.tofu.tables import DEFAULT_ATTACK, privacy_frame
+    ``base`` (fine-tuned) and ``retain`` models (:func:`qrerase.metrics.rows.metric_rows`: PrivLeak of the
+    Min-K% AUC against the retain reference's, the Min-K%++ AUC). ValueError naming a missing model."""
+    from ..metrics.rows import metric_rows
 
     missing = [m for m in ("base", "retain") if m not in sequence]
     if missing:
         raise ValueError(f"size study privacy: no sequence metrics of {missing}")
-    frame = privacy_frame({m: sequence[m] for m in ("base", "retain")}).set_index("method")
+    rows = {
+        str(r["method"]): r
+        for r in metric_rows({m: sequence[m] for m in ("base", "retain")}, ("privleak", "mia_min_k_plus_plus"))
+    }
     return {
-        "base_mia_min_k_plus_plus": float(frame.loc["base", DEFAULT_ATTACK]),
-        "base_privleak": float(frame.loc["base", "privleak"]),
-        "retain_mia_min_k_plus_plus": float(frame.loc["retain", DEFAULT_ATTACK]),
+        "base_mia_min_k_plus_plus": float(rows["base"]["mia_min_k_plus_plus"]),
+        "base_privleak": float(rows["base"]["privleak"]),
+        "retain_mia_min_k_plus_plus": float(rows["retain"]["mia_min_k_plus_plus"]),
     }
 
 

@@ -65,7 +65,7 @@ class Column:
     PrivLeak: 0), ranked by ``|x − target|`` (``higher_is_better`` must then be ``None``). The header
     gets an arrow ↑/↓, or ``(→ target)`` for a target column, unless ``arrow=False``. fmt:
     ``'{:.4f}'``-style pattern or ``'sci'``. check_threshold: mark values ``> check_threshold`` with a
-    checkmark (TOFU Forget Quality: :data:`qrerase.text.tofu.FORGET_QUALITY_THRESHOLD`). group:
+    checkmark (TOFU Forget Quality: :data:`qrerase.metrics.log_metrics.FORGET_QUALITY_THRESHOLD`). group:
     spanning group header (consecutive columns with the same group share one); tex_group: its raw
     LaTeX text (default: the escaped ``group``), taken from the span's first column.
     :meth:`for_metric` builds a column from a registered metric (:mod:`qrerase.metrics.registry`).

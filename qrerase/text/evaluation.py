@@ -1,6 +1,6 @@
 """TOFU evaluation protocol: answer losses, greedy generations and ROUGE recall per eval set.
 
-:func:`evaluate_tofu` produces, for the four TOFU eval sets, the per-question fields of TOFU's eval
+:func:`evaluate_log` produces, for the four TOFU eval sets, the per-question fields of TOFU's eval
 logs (``eval_log_forget.json``, ``eval_log.json``, ``eval_real_author_wo_options.json``,
 ``eval_real_world_wo_options.json``), keyed like TOFU's by the question index as a string:
 
@@ -17,7 +17,7 @@ logs (``eval_log_forget.json``, ``eval_log.json``, ``eval_real_author_wo_options
 =========================  ===============================================================
 
 Metric aggregation (truth ratio, probability, Model Utility, Forget Quality) is done elsewhere
-(:mod:`qrerase.text.tofu`) from these logs.
+(:mod:`qrerase.metrics.log_metrics`) from these logs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from ..config import from_mapping
 from ..engine.placement import model_device
 from .data import EVAL_FIELDS
+from .eval_log import EVAL_SETS, FILES
 from .lm import (
     PromptTemplate,
     answer_token_nll,
@@ -44,7 +45,6 @@ from .lm import (
     pad_token_id,
     qa_pair,
 )
-from .tofu_log import EVAL_SETS, FILES
 
 __all__ = [
     "EvalConfig",
@@ -54,15 +54,15 @@ __all__ = [
     "answer_losses",
     "greedy_generate",
     "evaluate_set",
-    "evaluate_tofu",
-    "TOFU_LOG_NAMES",
+    "evaluate_log",
+    "LOG_FILES",
 ]
 
 #: ROUGE tokenizers: TOFU's (English, stemmed) and :class:`UnicodeWords` (any language).
-ROUGE_TOKENIZERS = ("tofu", "unicode")
+ROUGE_TOKENIZERS = ("english", "unicode")
 
-#: eval-set key -> TOFU eval-log file name (:data:`qrerase.text.tofu_log.FILES`, in the eval-set order)
-TOFU_LOG_NAMES = {s: FILES[s] for s in EVAL_SETS}
+#: eval-set key -> TOFU eval-log file name (:data:`qrerase.text.eval_log.FILES`, in the eval-set order)
+LOG_FILES = {s: FILES[s] for s in EVAL_SETS}
 
 
 _log = logging.getLogger("qrerase.evaluation")
@@ -84,7 +84,9 @@ class EvalConfig:
     batch_size: int = 32
     max_new_tokens: int = 48
     max_length: int | None = None  # None: no cap (every sequence whole); a cap's cuts are logged
-    rouge_tokenizer: str = "tofu"  # "tofu": rouge_score's English tokenizer + stemmer; "unicode": see UnicodeWords
+    rouge_tokenizer: str = (
+        "english"  # "english": rouge_score's English tokenizer + stemmer; "unicode": see UnicodeWords
+    )
 
     def __post_init__(self):
         if self.rouge_tokenizer not in ROUGE_TOKENIZERS:
@@ -231,17 +233,17 @@ class UnicodeWords:
 
 
 def rouge_recalls(
-    generations: Sequence[str], answers: Sequence[str], tokenizer: str = "tofu"
+    generations: Sequence[str], answers: Sequence[str], tokenizer: str = "english"
 ) -> tuple[list[float], list[float]]:
     """ROUGE-1 and ROUGE-L recall of each generation against its answer: ``(rouge1, rougeL)``, floats.
 
-    ``tokenizer="tofu"`` is TOFU's own scoring (``RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    ``tokenizer="english"`` is TOFU's own scoring (``RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
     .score(answer, generation)``, English, stemmed); ``"unicode"`` splits words with
     :class:`UnicodeWords` (any language, no stemming). Pairs are zipped in order.
     """
     from rouge_score import rouge_scorer
 
-    if tokenizer == "tofu":
+    if tokenizer == "english":
         scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
     elif tokenizer == "unicode":
         scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], tokenizer=UnicodeWords())
@@ -336,7 +338,7 @@ def evaluate_set(
     return log
 
 
-def evaluate_tofu(
+def evaluate_log(
     model, tokenizer, template: PromptTemplate, eval_sets: Mapping[str, Sequence[Mapping[str, Any]]], cfg: EvalConfig
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Evaluate the four TOFU sets; returns ``{TOFU log file name: evaluate_set(...)}``.
@@ -344,11 +346,11 @@ def evaluate_tofu(
     ``eval_sets`` maps ``forget``, ``retain``, ``real_authors`` and ``world_facts`` to records (any
     subset of these keys may be given; unknown keys are an error).
     """
-    unknown = sorted(set(eval_sets) - set(TOFU_LOG_NAMES))
+    unknown = sorted(set(eval_sets) - set(LOG_FILES))
     if unknown:
-        raise ValueError(f"unknown eval set(s) {unknown}; expected some of {sorted(TOFU_LOG_NAMES)}")
+        raise ValueError(f"unknown eval set(s) {unknown}; expected some of {sorted(LOG_FILES)}")
     return {
-        TOFU_LOG_NAMES[name]: evaluate_set(
+        LOG_FILES[name]: evaluate_set(
             model,
             tokenizer,
             template,
@@ -357,6 +359,6 @@ def evaluate_tofu(
             desc=f"eval {name}",
             paraphrased="paraphrased_answer" in EVAL_FIELDS[name],
         )
-        for name in TOFU_LOG_NAMES
+        for name in LOG_FILES
         if name in eval_sets
     }

@@ -35,8 +35,9 @@ __all__ = [
 #: the columns of one text-track point (in this order; metric columns follow).
 POINT_COLUMNS = ("group", "method", "family", "rank", "scale", "epochs")
 
-#: what a sweep point measures (config ``tradeoff.protocol``): the whole TOFU protocol, or answer NLLs only.
-PROTOCOLS = ("tofu", "nll")
+#: what a sweep point measures (config ``tradeoff.protocol``): ``full``, the whole TOFU protocol (generation
+#: included), or ``nll``, answer NLLs only.
+PROTOCOLS = ("full", "nll")
 
 
 def scale_name(scale: float) -> str:
@@ -123,7 +124,7 @@ def point_reference(reference_dir, lang: str | None = None) -> dict:
     directory, or its language ``lang`` subdirectory (a cross-lingual ``xling_evaluate`` output)."""
     from pathlib import Path
 
-    from .tofu_log import load_log
+    from .eval_log import load_log
 
     return load_log(Path(reference_dir) / lang if lang else reference_dir)
 
@@ -137,29 +138,29 @@ def evaluate_text_point(
     reference_log: Mapping,
     cfg,
     meta: Mapping[str, Any],
-    protocol: str = "tofu",
+    protocol: str = "full",
 ) -> pd.DataFrame:
     """One text-track point: the TOFU protocol on ``eval_sets`` (Model Utility, Forget Quality against
     ``reference_log``, the twelve components, forget/retain answer NLL) plus ``tune_retain_nll``, the
     mean answer NLL on the held-out slice ``tune_set``. Returns a one-row frame:
-    ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.text.tofu.metrics_frame` order,
+    ``POINT_COLUMNS`` (from ``meta``), then the metrics in :func:`qrerase.metrics.log_metrics.metrics_frame` order,
     then ``tune_retain_nll``.
 
     ``protocol="nll"``: only ``forget_nll`` and ``retain_nll`` (the mean per-question answer NLL of the
-    forget and retain evaluation sets' answers, as :func:`qrerase.text.tofu.answer_nll` reads them from
+    forget and retain evaluation sets' answers, as :func:`qrerase.metrics.log_metrics.answer_nll` reads them from
     a TOFU log) and ``tune_retain_nll``; ``model_utility`` and ``forget_quality`` are NaN. No
     generation, no paraphrased or perturbed answers: the sweep of a model too slow for the whole
     protocol at every point.
     """
-    from .evaluation import answer_losses, evaluate_tofu
+    from ..metrics.log_metrics import metrics_frame
+    from .evaluation import answer_losses, evaluate_log
     from .lm import qa_pair
-    from .tofu import metrics_frame
 
     if protocol not in PROTOCOLS:
         raise ValueError(f"tradeoff.protocol: expected one of {list(PROTOCOLS)}, got {protocol!r}")
     row = {c: meta.get(c) for c in POINT_COLUMNS}
-    if protocol == "tofu":
-        log = evaluate_tofu(model, tokenizer, template, eval_sets, cfg)
+    if protocol == "full":
+        log = evaluate_log(model, tokenizer, template, eval_sets, cfg)
         metrics = metrics_frame(log, reference_log, model=str(meta.get("method")))
         row.update(dict(zip(metrics["metric"], metrics["value"])))
     else:

@@ -74,7 +74,8 @@ class Track:
     baselines (a key of :data:`qrerase.registry.RUNNERS`: the :attr:`Method.run` entry a baseline job looks
     up). section: its config section. overrides: config sections whose
     ``pretrain`` / ``finetune`` / ``lora`` / ``tokenizer`` entries override the shared top-level ones,
-    most specific first. baselines_section: the dotted config key of its baselines' settings.
+    most specific first. baselines_section: the dotted config key of its baselines' settings (default: the
+    section of the runner it shares with a registered track that brings it, else ``<section>.baselines``).
     eval_sections: dotted keys of its evaluation settings, the first non-empty one wins.
     prefix: the prefix of its experiment names. experiments: experiment template (``tofu_<split>``)
     -> regex of its names (:data:`qrerase.workflow.naming.EXP_PATTERNS`). template_prefixes: templates whose
@@ -102,7 +103,9 @@ class Track:
     its own (:class:`Runner`). methods: the torch-free module registering the methods only this track
     has, and its runner's implementations of shared ones (:func:`qrerase.registry.extend_method`).
     metric_fns: built-in metric -> ``"module:function"``, its own per-example score of a metric the
-    shared rules compute (the speech classifier's MIA loss); the metric then lists this track.
+    shared rules compute (the speech classifier's MIA loss); the metric then lists this track. moved_keys:
+    old dotted config key -> the key of its section it moved to (a config still setting the old key is
+    refused in one line naming the new one, :func:`qrerase.workflow.validation.check_moved_keys`).
     ``runner_spec``, ``methods`` and ``metric_fns`` are read when :mod:`qrerase.registry` and
     :mod:`qrerase.metrics.registry` are imported: a built-in track's (a plug-in module registers its
     methods and metrics itself). Its rules file binds the functions the generic rules
@@ -137,13 +140,17 @@ class Track:
     runner_spec: Runner | None = None
     methods: str | None = None
     metric_fns: Mapping[str, str] = field(default_factory=dict)
+    moved_keys: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Fill the derived defaults: ``section`` = ``name``, ``baselines_section`` = ``<section>.baselines``,
-        ``page_prefixes`` = ``(name,)``."""
+        """Fill the derived defaults: ``section`` = ``name``; ``baselines_section`` = the section of its runner
+        when a registered track brings that runner and this one does not (the cross-lingual track's baselines
+        are the text runner's), else ``<section>.baselines``; ``page_prefixes`` = ``(name,)``."""
+        home = next((t for t in TRACKS.values() if t.runner == self.runner and t.runner_spec), None)
+        shared = home.runner_spec.section if home and home.runner_spec and self.runner_spec is None else None
         derived = {
             "section": self.name,
-            "baselines_section": f"{self.section or self.name}.baselines",
+            "baselines_section": shared or f"{self.section or self.name}.baselines",
             "page_prefixes": (self.name,),
         }
         for key, value in derived.items():
@@ -156,8 +163,10 @@ class Track:
         ``targets()`` its default targets, ``costs()`` its cost groups ``{group: {method: components}}``,
         ``tradeoff_targets()`` its trade-off targets (the three required), ``sweep()`` the
         ``(experiments, methods)`` of a text sweep, ``finetune_start(wildcards)`` its own fine-tuning start
-        inputs, ``robustness()`` its robustness plan (rules/studies/robustness.smk). A track without an optional
-        role has none (its sweep is its own rules', the shared fine-tuning start, no robustness stage).
+        inputs, ``robustness()`` its robustness plan (rules/studies/robustness.smk), ``runner_inputs()`` the
+        files of the extra inputs of the runner it brings (:attr:`Runner.inputs`: ``{input: path}``). A track
+        without an optional role has none (its sweep is its own rules', the shared fine-tuning start, no
+        robustness stage, no runner inputs).
         :class:`TrackError` for an unknown role, a function that is not callable or a required one missing."""
         unknown = sorted(set(functions) - set(ROLES))
         if unknown:
@@ -240,7 +249,7 @@ class Track:
 
 #: The roles of the functions a track's rules file binds (:meth:`Track.bind`), the required ones first.
 REQUIRED_ROLES = ("targets", "costs", "tradeoff_targets")
-ROLES = (*REQUIRED_ROLES, "sweep", "sweep_eval", "finetune_start", "robustness")
+ROLES = (*REQUIRED_ROLES, "sweep", "sweep_eval", "finetune_start", "robustness", "runner_inputs")
 #: track name -> role -> its function (filled as the Snakefile includes the tracks' rules files).
 _BOUND: dict[str, dict[str, Callable]] = {}
 #: The fields a track may leave empty (``None`` or ``()``).
@@ -255,6 +264,7 @@ _MAY_BE_EMPTY = (
     "runner_spec",
     "methods",
     "metric_fns",
+    "moved_keys",
 )
 #: The fields a track must not leave empty (the others may be empty, ``None`` or ``False``).
 _NON_EMPTY = tuple(f.name for f in fields(Track) if f.name not in _MAY_BE_EMPTY and f.type not in ("bool",))

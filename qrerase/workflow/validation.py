@@ -38,7 +38,7 @@ __all__ = [
     "check_core",
     "check_baselines",
     "check_moved_keys",
-    "MOVED_KEYS",
+    "moved_keys",
     "check_method_settings",
     "check_tradeoff",
     "check_robustness_config",
@@ -418,13 +418,15 @@ def load_config_plugins(cfg: Mapping) -> None:
             raise ConfigError(f"config key 'plugins.{i}': {exc}") from None
 
 
-#: Config keys that moved: old dotted key -> new one (a config still using the old key is refused in one line).
-MOVED_KEYS = {"baselines": "tofu.baselines"}
+def moved_keys() -> dict[str, str]:
+    """Config keys that moved: old dotted key -> new one, as the registered tracks declare them
+    (:attr:`qrerase.tracks.Track.moved_keys`)."""
+    return {old: new for t in TRACKS.values() for old, new in t.moved_keys.items()}
 
 
 def check_moved_keys(cfg: Mapping) -> None:
-    """Refuse a config that still sets a moved key (:data:`MOVED_KEYS`), naming the new key."""
-    for old, new in MOVED_KEYS.items():
+    """Refuse a config that still sets a moved key (:func:`moved_keys`), naming the new key."""
+    for old, new in moved_keys().items():
         parent, _, leaf = old.rpartition(".")
         if leaf in (_section(cfg, parent) if parent else cfg):
             raise ConfigError(f"config key '{old}' moved to '{new}'")

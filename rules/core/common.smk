@@ -186,26 +186,22 @@ def eval_data_inputs(wildcards):
     return {s: path("data", exp=wildcards.exp, name=f"eval_{s}") for s in EVAL_SETS}
 
 
-# the shared text baseline rule's inputs (rules/core/baselines.smk); its settings are the text runner's
-# section (tofu.baselines: qrerase.registry.SETTINGS_SECTIONS)
-def refusals_file():
-    """Template answers (methods with the 'refusals' input: DPO, FLAT): tofu.baselines.refusals, else
-    idontknow.txt next to the TOFU data."""
-    given = config["tofu"]["baselines"].get("refusals")
-    return (
-        given if given else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
-    )
-
-
+# the shared text baseline rule's inputs (rules/core/baselines.smk)
 def baseline_inputs(wildcards):
-    """The fine-tuned model of the experiment's model family, its forget/retain sets (any exp)."""
+    """The fine-tuned model of the experiment's model family, its forget/retain sets (any exp), and the
+    runner inputs the method reads (registry.Method.inputs: the files the track bringing the experiment's
+    runner binds as `runner_inputs`; the text runner's 'refusals')."""
     inputs = {
         "model": base_model(wildcards),
         "forget": path("data", exp=wildcards.exp, name="forget"),
         "retain": path("data", exp=wildcards.exp, name="retain"),
     }
-    if "refusals" in registry.method(wildcards.method).inputs:
-        inputs["refusals"] = refusals_file()
+    if wanted := registry.method(wildcards.method).inputs:
+        runner = registry.TRACKS[parse_exp(wildcards.exp).track].runner
+        files = registry.TRACKS[registry.runner_track(runner)].function(
+            "runner_inputs"
+        )()
+        inputs.update({name: files[name] for name in wanted})
     return inputs
 
 

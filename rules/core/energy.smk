@@ -8,8 +8,8 @@ rule energy:
         figure=report(
             path("energy_fig"),
             caption="../../report/energy.rst",
-            category="TOFU",
-            subcategory="Figures",
+            category="Layer energy",
+            subcategory="{exp}",
             labels={"figure": "layer energy", "experiment": "{exp}"},
         ),
     log:

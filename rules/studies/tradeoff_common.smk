@@ -5,7 +5,7 @@ TRADEOFF = config.get("tradeoff", {})
 TRADEOFF_SCALES = [scale_name(s) for s in TRADEOFF.get("scales", [])]
 TRADEOFF_RANKS = list(TRADEOFF.get("ranks", [RANK]))
 TRADEOFF_EPOCHS = list(TRADEOFF.get("epochs", []))
-TRADEOFF_PROTOCOL = TRADEOFF.get("protocol", "tofu")
+TRADEOFF_PROTOCOL = TRADEOFF.get("protocol", "full")
 # the baselines swept over epochs (tradeoff.baselines; null: every baseline of the track)
 _SWEPT = TRADEOFF.get("baselines")
 if _SWEPT is not None and not set(_SWEPT) <= set(TEXT_BASELINES):
@@ -21,6 +21,12 @@ def tradeoff_lang(wildcards):
     """
     exp = parse_exp(wildcards.exp)
     return exp.arg if registry.TRACKS[exp.track].sweep_language else None
+
+
+def tradeoff_group(wildcards):
+    """The group of a sweep point in the track's trade-off table: its language (tradeoff_lang), else
+    its experiment's track."""
+    return tradeoff_lang(wildcards) or parse_exp(wildcards.exp).track
 
 
 def sweep_eval(wildcards):

@@ -1,5 +1,5 @@
 # TOFU track: constants and input functions (its rules: rules.smk here; the shared chain in rules/core/).
-from qrerase.text.data import holdout_split, required_splits
+from qrerase.tracks.tofu.data import holdout_split, required_splits
 from qrerase.workflow.naming import format_exp
 
 DATA_SETS = [
@@ -28,7 +28,8 @@ def tofu_data_files(wildcards):
 
 def tofu_holdout_file(wildcards):
     """The vendored files tofu_holdout reads, none for hub data (the holdout split, and the
-    training splits none of its rows may be in, qrerase.text.data.make_holdout_set)."""
+    training splits none of its rows may be in, qrerase.tracks.tofu.data.make_holdout_set).
+    """
     data = config["tofu"]["data"]
     if data["source"] != "local":
         return []
@@ -43,6 +44,9 @@ def tofu_holdout_file(wildcards):
 # the TOFU experiment (tofu_<split>), its methods and its configured baselines
 TOFU_METHODS = list(config["methods"]["tofu"])
 TOFU_EXP = format_exp("tofu", config["tofu"]["data"]["split"])
+TOFU_EXPS = exp_pattern(
+    "tofu_<split>"
+)  # the experiments of its template (not the size study's)
 TOFU_BASELINES = [m for m in TOFU_METHODS if m in TEXT_BASELINES]
 
 
@@ -162,6 +166,20 @@ def tofu_sweep_eval(wildcards):
     return inputs, config["tofu"]["evaluate"]
 
 
+def text_runner_inputs():
+    """The files of the text runner's inputs (Runner.inputs of this track), read by the shared baseline
+    rules: 'refusals', the template answers of DPO and FLAT (tofu.baselines.refusals, else idontknow.txt
+    next to the TOFU data)."""
+    given = config["tofu"]["baselines"].get("refusals")
+    return {
+        "refusals": (
+            given
+            if given
+            else str(Path(config["tofu"]["data"]["root"]) / "idontknow.txt")
+        )
+    }
+
+
 registry.TRACKS["tofu"].bind(
     targets=tofu_targets,
     costs=tofu_costs,
@@ -169,4 +187,5 @@ registry.TRACKS["tofu"].bind(
     sweep=tofu_sweep,
     sweep_eval=tofu_sweep_eval,
     robustness=tofu_robustness,
+    runner_inputs=text_runner_inputs,
 )

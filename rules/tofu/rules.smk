@@ -149,3 +149,60 @@ rule probe:
     # `snakemake probe`: the memorisation probe of the TOFU experiment (rule memorisation_probe).
     input:
         path("probe", exp=TOFU_EXP, which="full"),
+
+
+rule evaluate:
+    # TOFU protocol: answer-token losses (gt, paraphrased, perturbed) and greedy ROUGE-L per question;
+    # the per-answer MIA / memorisation statistics of the forget and holdout sets (sequence_metrics.json).
+    input:
+        unpack(eval_model_inputs),
+        unpack(eval_data_inputs),
+        holdout=lambda wc: path("data", exp=wc.exp, name="eval_holdout"),
+    output:
+        directory(path("eval")),
+    log:
+        log_path("evaluate", "exp", "model"),
+    conda:
+        "../../envs/eval.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("evaluate"),
+    params:
+        model=lambda wc: exp_model(wc.exp),
+        evaluate=config["tofu"]["evaluate"],
+        track=lambda wc: parse_exp(wc.exp).track,
+        seed=lambda wc: exp_seed(wc.exp),
+    script:
+        "../../workflow_scripts/core/evaluate.py"
+
+
+rule memorisation_probe:
+    # The memorisation probe (config `probe`, docs/real-model.md): the `finetune` recipe on the full
+    # training set for max(probe.epochs) epochs, its greedy answers to the forget set's training
+    # questions scored (ROUGE-L recall) after each probed epoch. Reads no evaluation set.
+    input:
+        unpack(finetune_init_inputs),
+        data=path("data", name="finetune_full"),
+        forget=path("data", name="forget"),
+    output:
+        path("probe"),
+    log:
+        log_path("memorisation_probe", "exp", "which"),
+    benchmark:
+        benchmark_path("memorisation_probe", "exp", "which")
+    wildcard_constraints:
+        exp=TOFU_EXPS,
+        which="full",
+    conda:
+        "../../envs/train.yaml"
+    threads: config["threads"]
+    resources:
+        **resources_for("train"),
+    params:
+        model=lambda wc: exp_model(wc.exp),
+        train=lambda wc: exp_section("finetune", wc.exp),
+        probe=config["probe"],
+        evaluate=config["tofu"]["evaluate"],
+        seed=lambda wc: exp_seed(wc.exp),
+    script:
+        "../../workflow_scripts/tofu/memorisation_probe.py"

@@ -10,7 +10,7 @@ import torch
 from support import REPO
 
 from qrerase.io import read_jsonl, write_json
-from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_set, evaluate_tofu, greedy_generate
+from qrerase.text.evaluation import EvalConfig, answer_losses, evaluate_log, evaluate_set, greedy_generate
 from qrerase.text.lm import PromptTemplate, encode_prompts, encode_qa
 from qrerase.text.models import TinyLlamaConfig, build_tiny_llama, train_bpe_tokenizer
 from qrerase.text.training import TrainConfig, train_causal_lm
@@ -94,9 +94,9 @@ def test_generation_decodes_only_new_tokens(tok_model, eval_sets):
     assert not any(o.startswith("Question:") or q in o for o, q in zip(out, questions))
 
 
-def test_evaluate_tofu_fields(tok_model, eval_sets, tmp_path):
+def test_evaluate_log_fields(tok_model, eval_sets, tmp_path):
     tok, model = tok_model
-    logs = evaluate_tofu(model, tok, TPL, eval_sets, EvalConfig(batch_size=8, max_new_tokens=8))
+    logs = evaluate_log(model, tok, TPL, eval_sets, EvalConfig(batch_size=8, max_new_tokens=8))
     names = {
         "forget": "eval_log_forget.json",
         "retain": "eval_log.json",
@@ -147,11 +147,11 @@ def test_evaluate_tofu_fields(tok_model, eval_sets, tmp_path):
     write_json(tmp_path / "log.json", logs)
     assert json.loads((tmp_path / "log.json").read_text())["eval_log.json"]["num_token_gt"]["0"] > 0
     with pytest.raises(ValueError, match="unknown eval set"):
-        evaluate_tofu(model, tok, TPL, {"holdout": []}, EvalConfig())
+        evaluate_log(model, tok, TPL, {"holdout": []}, EvalConfig())
     # a set whose format has paraphrases (forget, retain) has no fallback for a missing one
     no_para = [{k: v for k, v in eval_sets["forget"][0].items() if k != "paraphrased_answer"}]
     with pytest.raises(ValueError, match="^eval forget: record 0 has no paraphrased_answer$"):
-        evaluate_tofu(model, tok, TPL, {"forget": no_para}, EvalConfig())
+        evaluate_log(model, tok, TPL, {"forget": no_para}, EvalConfig())
 
 
 def test_a_length_cap_logs_how_many_sequences_it_cut_and_no_cap_cuts_none(tok_model, eval_sets, caplog):

@@ -164,14 +164,20 @@ def test_a_track_gives_the_required_fields_and_the_rest_default():
     }
     assert required == {"name", "runner", "prefix", "experiments", "tables", "title", "check"}
     t = Track(
-        name="toy", runner="text", prefix="toy", experiments={"toy": "toy"}, tables=("toy",), title="T", check="m:f"
+        name="toy", runner="own", prefix="toy", experiments={"toy": "toy"}, tables=("toy",), title="T", check="m:f"
     )
     assert (t.section, t.baselines_section, t.page_prefixes) == ("toy", "toy.baselines", ("toy",))
     assert (t.rules, t.schema, t.metrics, t.smoke, t.cost_group_header) == (None, None, False, False, None)
     named = Track(
-        name="toy", runner="text", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
+        name="toy", runner="own", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
     )
     assert named.baselines_section == "s.baselines"
+    # a track sharing a runner that a registered track brings: that runner's section (the text runner's)
+    shared = Track(
+        name="toy", runner="text", prefix="toy", experiments={}, tables=("toy",), title="T", check="m:f", section="s"
+    )
+    assert shared.baselines_section == "tofu.baselines" == tracks.TRACKS["tofu"].runner_spec.section
+    assert tracks.TRACKS["crosslingual"].baselines_section == "tofu.baselines"
     with pytest.raises(TypeError):
         Track(name="toy", runner="text")  # the required fields have no default
 
@@ -257,9 +263,9 @@ def test_extending_page_documents_every_track_field():
 
 
 def test_a_config_with_the_old_top_level_baselines_key_names_the_new_one():
-    from qrerase.workflow.validation import MOVED_KEYS, ConfigError, validate
+    from qrerase.workflow.validation import ConfigError, moved_keys, validate
 
-    assert MOVED_KEYS == {"baselines": "tofu.baselines"}
+    assert moved_keys() == {"baselines": "tofu.baselines"} == dict(tracks.TRACKS["tofu"].moved_keys)
     with pytest.raises(ConfigError) as err:
         validate({"tracks": ["tofu"], "baselines": {"ga": {"epochs": 1}}})
     assert str(err.value) == "config key 'baselines' moved to 'tofu.baselines'"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from qrerase.text.data import TofuDataConfig, make_holdout_set, make_tofu_sets
+from qrerase.tracks.tofu.data import TofuDataConfig, make_holdout_set, make_tofu_sets
 
 ROOT = "data/tofu"
 
@@ -172,7 +172,7 @@ def test_crosslingual_split_and_task_knowledge_name_file_and_line(tmp_path):
 
 def test_refusals_and_tofu_logs_name_the_line_of_a_bad_byte(tmp_path):
     from qrerase.baselines.text import read_refusals
-    from qrerase.text.tofu_log import load_log
+    from qrerase.text.eval_log import load_log
 
     (tmp_path / "idk.txt").write_bytes(b"I don't know.\nNo idea \x81.\n")
     with pytest.raises(ValueError, match=r"idk\.txt:2: not UTF-8 text \(byte 0x81 at column 9"):
@@ -260,7 +260,8 @@ def test_retain_question_repeated_with_another_answer_is_kept_and_logged(tmp_pat
 
 
 def test_vendored_holdout_shares_no_question_with_forget_or_retain():
-    from qrerase.text.data import check_distinct, load_split_numbered
+    from qrerase.text.data import check_distinct
+    from qrerase.tracks.tofu.data import load_split_numbered
 
     cfg = TofuDataConfig(root=ROOT)
     splits = {name: load_split_numbered(cfg, name) for name in ("forget10", "retain90", "holdout10")}

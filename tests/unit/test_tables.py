@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO
 
+from qrerase.metrics import log_metrics
 from qrerase.reports.tables import (
     METHOD_LABELS,
     Column,
@@ -21,7 +22,7 @@ from qrerase.reports.tables import (
     table_csv_frame,
     write_table,
 )
-from qrerase.text import tofu, tofu_log
+from qrerase.text import eval_log
 from qrerase.tracks.tofu.tables import tofu_table
 
 LOGS = REPO / "data" / "tofu_reference_logs"
@@ -291,14 +292,14 @@ def test_tex_escaping_of_labels_and_headers():
 
 
 def test_tofu_table_from_real_metrics_frames(tmp_path):
-    full = tofu_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json")
-    ret = tofu_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json")
+    full = eval_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_full_wd0.01.json")
+    ret = eval_log.load_log(LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json")
     tidy = pd.concat(
         [
-            tofu.metrics_frame(ret, ret, model="retain"),
-            tofu.metrics_frame(full, ret, model="base"),
-            tofu.metrics_frame(full, ret, model="npo"),  # stand-ins for unlearned models
-            tofu.metrics_frame(ret, ret, model="qr_erase"),
+            log_metrics.metrics_frame(ret, ret, model="retain"),
+            log_metrics.metrics_frame(full, ret, model="base"),
+            log_metrics.metrics_frame(full, ret, model="npo"),  # stand-ins for unlearned models
+            log_metrics.metrics_frame(ret, ret, model="qr_erase"),
         ]
     )
     df, spec = tofu_table(tidy)

@@ -11,7 +11,8 @@ from scipy.stats import hmean, ks_2samp
 from support import REPO
 
 from qrerase.io import write_json
-from qrerase.text import tofu, tofu_log
+from qrerase.metrics import log_metrics
+from qrerase.text import eval_log
 from qrerase.text.evaluation import rouge_recalls
 
 LOGS = REPO / "data" / "tofu_reference_logs"
@@ -21,12 +22,12 @@ RETAIN90 = LOGS / "ft_epoch5_lr1e-05_llama2-7b_retain90_wd0.01.json"
 
 @pytest.fixture(scope="module")
 def full():
-    return tofu_log.load_log(FULL)
+    return eval_log.load_log(FULL)
 
 
 @pytest.fixture(scope="module")
 def retain90():
-    return tofu_log.load_log(RETAIN90)
+    return eval_log.load_log(RETAIN90)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -34,19 +35,19 @@ def retain90():
 
 
 def test_model_utility_of_published_base_model_is_paper_value(full):
-    mu = tofu.model_utility(full)
+    mu = log_metrics.model_utility(full)
     assert round(mu, 4) == 0.6227  # the paper's "Base Model" row
     assert mu == pytest.approx(0.6226773637427152, rel=1e-12)
 
 
 def test_forget_quality_full_vs_retain90_fails_forgetting(full, retain90):
-    fq = tofu.forget_quality(full, retain90)
+    fq = log_metrics.forget_quality(full, retain90)
     assert fq < 1e-15  # far below the 0.1 success threshold
     assert fq == pytest.approx(1.834066410994743e-21, rel=1e-9)
-    stat, p = tofu.forget_ks(full, retain90)
+    stat, p = log_metrics.forget_ks(full, retain90)
     assert p == fq and stat == pytest.approx(119 / 300)
     # the retain reference against itself: identical samples, p = 1
-    assert tofu.forget_quality(retain90, retain90) == 1.0
+    assert log_metrics.forget_quality(retain90, retain90) == 1.0
 
 
 def _tofu_reference_aggregation(log):
@@ -71,16 +72,16 @@ def _tofu_reference_aggregation(log):
 def test_components_match_transcribed_tofu_code(full, retain90):
     for log in (full, retain90):
         ref = _tofu_reference_aggregation(log)
-        comps = tofu.component_metrics(log)
-        for name, fname in tofu_log.FILES.items():
+        comps = log_metrics.component_metrics(log)
+        for name, fname in eval_log.FILES.items():
             p, r, t = ref[fname]
             assert comps[f"{name}_probability"] == pytest.approx(p, rel=1e-12)
             assert comps[f"{name}_rougeL"] == pytest.approx(r, rel=1e-12)
             assert comps[f"{name}_truth_ratio"] == pytest.approx(t, rel=1e-12)
         nine = [v for f, vals in ref.items() if "forget" not in f for v in vals]
-        assert tofu.model_utility(log) == pytest.approx(hmean(nine), rel=1e-12)
-    comps = tofu.component_metrics(full)
-    assert list(comps) == [f"{s}_{m}" for s in tofu_log.TOFU_SETS for m in ("probability", "rougeL", "truth_ratio")]
+        assert log_metrics.model_utility(log) == pytest.approx(hmean(nine), rel=1e-12)
+    comps = log_metrics.component_metrics(full)
+    assert list(comps) == [f"{s}_{m}" for s in eval_log.LOG_SETS for m in ("probability", "rougeL", "truth_ratio")]
     assert comps["retain_probability"] == pytest.approx(0.9895272273969067, rel=1e-12)
     assert comps["real_authors_rougeL"] == pytest.approx(0.933, rel=1e-12)
     assert comps["world_facts_truth_ratio"] == pytest.approx(0.5390328416393139, rel=1e-12)
@@ -88,8 +89,8 @@ def test_components_match_transcribed_tofu_code(full, retain90):
 
 def test_published_truth_ratio_field_is_inverse_of_R(full):
     # TOFU stores truth_ratio = 1/R; our R is the statistic the aggregation uses.
-    s = full[tofu_log.FILES["forget"]]
-    r = tofu.truth_ratios(s)
+    s = full[eval_log.FILES["forget"]]
+    r = log_metrics.truth_ratios(s)
     stored = np.array([s["truth_ratio"][q] for q in sorted(s["truth_ratio"], key=int)])
     np.testing.assert_allclose(1 / r, stored, rtol=1e-5)
 
@@ -101,7 +102,7 @@ def rouge_l(prediction: str, reference: str) -> float:
 
 def test_rouge_recalls_reproduce_published_values(full):
     # generated_text is [prompt, generation, ground truth] in TOFU's logs
-    for fname in (tofu_log.FILES["world_facts"], tofu_log.FILES["real_authors"]):
+    for fname in (eval_log.FILES["world_facts"], eval_log.FILES["real_authors"]):
         s = full[fname]
         keys = list(s["generated_text"])
         gens = [s["generated_text"][q][1] for q in keys]
@@ -114,15 +115,15 @@ def test_rouge_recalls_reproduce_published_values(full):
 
 
 def test_metrics_frame(full, retain90):
-    df = tofu.metrics_frame(full, retain90, model="base")
+    df = log_metrics.metrics_frame(full, retain90, model="base")
     assert list(df.columns) == ["model", "metric", "value"]
     assert len(df) == 16 and set(df["model"]) == {"base"}
     vals = dict(zip(df["metric"], df["value"]))
     assert round(vals["model_utility"], 4) == 0.6227
-    assert vals["forget_quality"] == tofu.forget_quality(full, retain90)
+    assert vals["forget_quality"] == log_metrics.forget_quality(full, retain90)
     assert list(df["metric"])[-4:] == ["forget_nll", "retain_nll", "model_utility", "forget_quality"]
     assert vals["forget_nll"] == pytest.approx(np.mean(list(full["eval_log_forget.json"]["avg_gt_loss"].values())))
-    df2 = tofu.metrics_frame(full, model="x")
+    df2 = log_metrics.metrics_frame(full, model="x")
     assert len(df2) == 15 and "forget_quality" not in set(df2["metric"])
 
 
@@ -157,8 +158,8 @@ def hand_log():
 
 def test_hand_log_components():
     log = hand_log()
-    tofu_log.validate_log(log, source="hand")
-    c = tofu.component_metrics(log)
+    eval_log.validate_log(log, source="hand")
+    c = log_metrics.component_metrics(log)
     e = math.e
     assert c["retain_probability"] == pytest.approx((0.5 + 0.25) / 2)
     assert c["forget_probability"] == pytest.approx(0.5)
@@ -173,37 +174,37 @@ def test_hand_log_components():
     # forget R = (e, 1/e): min(R, 1/R) = 1/e each
     assert c["forget_truth_ratio"] == pytest.approx(1 / e)
     # R in integer question order: "2" before "10"
-    np.testing.assert_allclose(tofu.truth_ratios(log["eval_log.json"]), [e, 1 / e])
+    np.testing.assert_allclose(log_metrics.truth_ratios(log["eval_log.json"]), [e, 1 / e])
     # real authors: R = exp(mean(pert) - para) = (exp((L2+L4)/2 - L2), 1) = (sqrt 2, 1)
-    np.testing.assert_allclose(tofu.truth_ratios(log["eval_real_author_wo_options.json"]), [math.sqrt(2), 1.0])
+    np.testing.assert_allclose(log_metrics.truth_ratios(log["eval_real_author_wo_options.json"]), [math.sqrt(2), 1.0])
     assert c["real_authors_truth_ratio"] == pytest.approx((1 - 1 / math.sqrt(2)) / 2)
-    assert tofu.probability(log["eval_log.json"], "eval_log.json") == c["retain_probability"]
-    assert tofu.truth_ratio_metric(log["eval_log_forget.json"], forget=False) == pytest.approx((1 - 1 / e) / 2)
-    nine = [c[f"{s}_{m}"] for s in tofu_log.UTILITY_SETS for m in ("probability", "rougeL", "truth_ratio")]
-    assert tofu.model_utility(log) == pytest.approx(len(nine) / sum(1 / v for v in nine))
+    assert log_metrics.probability(log["eval_log.json"], "eval_log.json") == c["retain_probability"]
+    assert log_metrics.truth_ratio_metric(log["eval_log_forget.json"], forget=False) == pytest.approx((1 - 1 / e) / 2)
+    nine = [c[f"{s}_{m}"] for s in eval_log.UTILITY_SETS for m in ("probability", "rougeL", "truth_ratio")]
+    assert log_metrics.model_utility(log) == pytest.approx(len(nine) / sum(1 / v for v in nine))
 
 
 def test_model_utility_zero_when_a_component_is_zero():
     log = hand_log()
     s = log["eval_log.json"]
     s["average_perturb_loss"] = {"2": [0.5, 0.5], "10": [1.0, 1.0]}  # every R < 1 -> truth ratio 0
-    assert tofu.component_metrics(log)["retain_truth_ratio"] == 0.0
-    assert tofu.model_utility(log) == 0.0
+    assert log_metrics.component_metrics(log)["retain_truth_ratio"] == 0.0
+    assert log_metrics.model_utility(log) == 0.0
 
 
 def test_forget_quality_hand():
     a, b = hand_log(), hand_log()
     b["eval_log_forget.json"]["avg_paraphrased_loss"] = {"2": 5.0, "10": 6.0}
-    ra = tofu.truth_ratios(a["eval_log_forget.json"])
-    rb = tofu.truth_ratios(b["eval_log_forget.json"])
-    assert tofu.forget_quality(a, b) == pytest.approx(ks_2samp(ra, rb).pvalue)
-    assert tofu.forget_quality(a, a) == 1.0
+    ra = log_metrics.truth_ratios(a["eval_log_forget.json"])
+    rb = log_metrics.truth_ratios(b["eval_log_forget.json"])
+    assert log_metrics.forget_quality(a, b) == pytest.approx(ks_2samp(ra, rb).pvalue)
+    assert log_metrics.forget_quality(a, a) == 1.0
 
 
 def test_forget_quality_question_count_mismatch_names_both(full):
     small = hand_log()
     with pytest.raises(ValueError, match=r"qr_erase.*300.*retain90.*2"):
-        tofu.forget_quality(full, small, name="qr_erase", reference_name="retain90")
+        log_metrics.forget_quality(full, small, name="qr_erase", reference_name="retain90")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def _short_field(log):
 
 
 def _empty_set(log):
-    log["eval_log_forget.json"] = {f: {} for f in tofu_log.REQUIRED_FIELDS}
+    log["eval_log_forget.json"] = {f: {} for f in eval_log.REQUIRED_FIELDS}
     return "eval_log_forget.json", "avg_gt_loss"
 
 
@@ -275,11 +276,11 @@ def test_bad_aggregated_log_names_file_set_and_field(tmp_path, breaker):
     path = tmp_path / "eval_log_aggregated.json"
     write_json(path, log)
     with pytest.raises(ValueError) as err:
-        tofu_log.load_log(path)
+        eval_log.load_log(path)
     msg = str(err.value)
     assert str(path) in msg and fname in msg and repr(field) in msg, msg
     with pytest.raises(ValueError, match=field):
-        tofu_log.validate_log(log, source="in-memory")
+        eval_log.validate_log(log, source="in-memory")
 
 
 @pytest.mark.parametrize("breaker", BREAKERS, ids=lambda f: f.__name__.strip("_"))
@@ -289,7 +290,7 @@ def test_bad_log_directory_names_the_file_and_field(tmp_path, breaker):
     for f, content in log.items():
         write_json(tmp_path / f, content)
     with pytest.raises(ValueError) as err:
-        tofu_log.load_log(tmp_path)
+        eval_log.load_log(tmp_path)
     msg = str(err.value)
     assert str(tmp_path / fname) in msg and repr(field) in msg, msg
 
@@ -300,22 +301,22 @@ def test_missing_set_and_bad_json(tmp_path):
     path = tmp_path / "agg.json"
     write_json(path, log)
     with pytest.raises(ValueError, match=r"agg\.json.*eval_real_world_wo_options\.json"):
-        tofu_log.load_log(path)
+        eval_log.load_log(path)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
-        tofu_log.load_log(bad)
+        eval_log.load_log(bad)
     with pytest.raises(FileNotFoundError, match="missing"):
-        tofu_log.load_log(tmp_path)  # a directory without the four files
+        eval_log.load_log(tmp_path)  # a directory without the four files
     with pytest.raises(ValueError, match="unknown TOFU set"):
-        tofu.probability(hand_log()["eval_log.json"], "holdout")
+        log_metrics.probability(hand_log()["eval_log.json"], "holdout")
 
 
 def test_write_log_refuses_invalid_log(tmp_path):
     log = hand_log()
     _nan_loss(log)
     with pytest.raises(ValueError, match="avg_gt_loss"):
-        tofu_log.write_log(log, tmp_path / "out")
+        eval_log.write_log(log, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -324,17 +325,17 @@ def test_write_log_refuses_invalid_log(tmp_path):
 
 
 def test_round_trip_directory_and_aggregated(tmp_path, full):
-    tofu_log.write_log(full, tmp_path / "eval")
-    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == sorted(tofu_log.FILES.values())
-    back = tofu_log.load_log(tmp_path / "eval")
+    eval_log.write_log(full, tmp_path / "eval")
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == sorted(eval_log.FILES.values())
+    back = eval_log.load_log(tmp_path / "eval")
     assert back == full
-    tofu_log.write_aggregated(full, tmp_path / "agg" / "eval_log_aggregated.json")
-    back2 = tofu_log.load_log(tmp_path / "agg" / "eval_log_aggregated.json")
+    eval_log.write_aggregated(full, tmp_path / "agg" / "eval_log_aggregated.json")
+    back2 = eval_log.load_log(tmp_path / "agg" / "eval_log_aggregated.json")
     assert back2 == full
-    assert tofu_log.load_log(tmp_path / "agg") == full  # directory holding only the aggregated file
-    assert tofu.model_utility(back) == tofu.model_utility(full)
+    assert eval_log.load_log(tmp_path / "agg") == full  # directory holding only the aggregated file
+    assert log_metrics.model_utility(back) == log_metrics.model_utility(full)
     # byte-identical when written twice
-    tofu_log.write_aggregated(full, tmp_path / "agg2.json")
+    eval_log.write_aggregated(full, tmp_path / "agg2.json")
     assert (tmp_path / "agg2.json").read_bytes() == (tmp_path / "agg" / "eval_log_aggregated.json").read_bytes()
 
 
@@ -344,10 +345,10 @@ def test_write_log_accepts_numpy_values(tmp_path):
     s["avg_gt_loss"] = {k: np.float32(v) for k, v in s["avg_gt_loss"].items()}
     s["average_perturb_loss"] = {k: np.asarray(v) for k, v in s["average_perturb_loss"].items()}
     s["num_token_gt"] = {"2": np.int64(3), "10": np.int64(4)}
-    tofu_log.write_log(log, tmp_path)
-    back = tofu_log.load_log(tmp_path)
+    eval_log.write_log(log, tmp_path)
+    back = eval_log.load_log(tmp_path)
     assert back["eval_log.json"]["num_token_gt"] == {"2": 3, "10": 4}
-    assert tofu.component_metrics(back) == pytest.approx(tofu.component_metrics(log))
+    assert log_metrics.component_metrics(back) == pytest.approx(log_metrics.component_metrics(log))
 
 
 def test_alias_keys_of_forked_aggregated_files(tmp_path):
@@ -360,7 +361,7 @@ def test_alias_keys_of_forked_aggregated_files(tmp_path):
     }
     path = tmp_path / "a.json"
     path.write_text(json.dumps(alias))
-    assert tofu_log.load_log(path) == hand_log()
+    assert eval_log.load_log(path) == hand_log()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -370,10 +371,10 @@ def test_alias_keys_of_forked_aggregated_files(tmp_path):
 def test_truth_ratio_plot(tmp_path, full, retain90):
     from qrerase.reports.plots import truth_ratio_plot
 
-    f = tofu_log.FILES["forget"]
-    ratios = {"base": tofu.truth_ratios(full[f]), "retain": tofu.truth_ratios(retain90[f])}
+    f = eval_log.FILES["forget"]
+    ratios = {"base": log_metrics.truth_ratios(full[f]), "retain": log_metrics.truth_ratios(retain90[f])}
     pv = truth_ratio_plot(ratios, "retain", tmp_path / "a.png")
-    assert pv == {"base": tofu.forget_quality(full, retain90)}
+    assert pv == {"base": log_metrics.forget_quality(full, retain90)}
     truth_ratio_plot(ratios, "retain", tmp_path / "b.png")
     data = (tmp_path / "a.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data == (tmp_path / "b.png").read_bytes()
@@ -383,3 +384,20 @@ def test_truth_ratio_plot(tmp_path, full, retain90):
     with pytest.raises(ValueError, match="reference"):
         truth_ratio_plot(ratios, "nope", tmp_path / "c.png")
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_the_metrics_command_prints_the_metrics_frame_of_a_log(capsys):
+    """``qrerase metrics LOG --reference REF``: the CSV of :func:`metrics_frame` on the published logs."""
+    import io
+
+    import pandas as pd
+
+    from qrerase.cli import main
+
+    assert main(["metrics", str(FULL), "--reference", str(RETAIN90), "--name", "base"]) == 0
+    printed = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    expected = log_metrics.metrics_frame(eval_log.load_log(FULL), eval_log.load_log(RETAIN90), model="base")
+    assert list(printed["metric"]) == list(expected["metric"])
+    assert np.allclose(printed["value"], expected["value"], rtol=1e-5, equal_nan=True)
+    mu = float(printed.loc[printed["metric"] == "model_utility", "value"].iloc[0])
+    assert round(mu, 4) == 0.6227

@@ -147,7 +147,7 @@ def test_nll_rises_are_measured_from_each_groups_unedited_model():
     assert out["tune_retain_rise"].tolist() == pytest.approx([0.0, 0.1, 0.05, 0.0, 0.25])
 
 
-def test_the_nll_protocol_point_measures_the_same_nlls_as_the_tofu_protocol(tmp_path):
+def test_the_nll_protocol_point_measures_the_same_nlls_as_the_full_protocol(tmp_path):
     """protocol nll skips generation and the perturbed answers; its three NLLs equal the full protocol's."""
     from support.tiny_text import DATA, TINY, TPL
 

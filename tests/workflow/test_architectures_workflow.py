@@ -98,8 +98,8 @@ def test_tofu_track_on_a_checkpoint_of_each_architecture(arch, tokenizer, tmp_pa
 
     report = pd.read_csv(tmp_path / f"{EXP}/factors/k2/report.csv")
     assert len(report) == 2 * len(load_factors(tmp_path / f"{EXP}/task_matrices/forget.safetensors"))  # both sets
-    from qrerase.text.tofu import model_utility
-    from qrerase.text.tofu_log import load_log
+    from qrerase.metrics.log_metrics import model_utility
+    from qrerase.text.eval_log import load_log
 
     assert 0 <= model_utility(load_log(tmp_path / f"{EXP}/eval/qr_erase_ll_k2")) <= 1
     lora = yaml.safe_load((tmp_path / f"{EXP}/lora/forget/adapter_config.json").read_text())

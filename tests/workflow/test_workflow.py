@@ -112,8 +112,8 @@ def test_tofu_table_has_every_model_with_real_numbers(workdir):
 
 
 def test_metrics_recompute_from_the_written_logs(workdir):
-    from qrerase.text.tofu import forget_quality, model_utility
-    from qrerase.text.tofu_log import load_log
+    from qrerase.metrics.log_metrics import forget_quality, model_utility
+    from qrerase.text.eval_log import load_log
 
     table = pd.read_csv(workdir / "results/tables/tofu.csv").set_index("method")
     ref = load_log(workdir / "results/tofu_forget10/eval/retain")
@@ -176,7 +176,7 @@ def test_baselines_unlearn_with_curves_and_costs(workdir):
 
 def load_log_frame(directory: Path) -> float:
     """Mean forget-set answer NLL of an eval log."""
-    from qrerase.text.tofu_log import load_log
+    from qrerase.text.eval_log import load_log
 
     losses = load_log(directory)["eval_log_forget.json"]["avg_gt_loss"]
     return float(pd.Series(list(losses.values()) if isinstance(losses, dict) else losses).mean())

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from qrerase.io import write_csv
 from qrerase.reports.tables import METHOD_LABELS, write_table
-from qrerase.text.tofu_log import load_log
+from qrerase.text.eval_log import load_log
 from qrerase.tracks.crosslingual.data import language_label
 from qrerase.tracks.crosslingual.plots import crosslingual_scatter
 from qrerase.tracks.crosslingual.tables import BASE, REFERENCE, matrix_table, metrics_rows, pairs_table, scatter_points

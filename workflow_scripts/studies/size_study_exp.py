@@ -11,9 +11,9 @@ from qrerase.io import write_csv
 from qrerase.method.energy import read_selection
 from qrerase.method.formats import load_decompositions
 from qrerase.method.separability import layer_overlap
+from qrerase.metrics.rows import load_sequence_metrics
 from qrerase.reports.size_study import exp_rows, mechanistic_row, privacy_row
 from qrerase.text.tradeoff import share_unedited
-from qrerase.tracks.tofu.mia import load_sequence_metrics
 from qrerase.workflow.job import job
 from qrerase.workflow.naming import size_of
 

@@ -5,9 +5,9 @@ from qrerase.baselines.text import TextBaselineConfig, loads_sharded, objective_
 from qrerase.config import model_options
 from qrerase.engine import resuming
 from qrerase.io import read_jsonl, write_csv
+from qrerase.text.eval_log import EVAL_SETS
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.models import load_model, load_tokenizer
-from qrerase.text.tofu_log import EVAL_SETS
 from qrerase.text.tradeoff import evaluate_text_point, point_reference
 from qrerase.workflow.job import job, resume_dir, template_from
 from qrerase.workflow.launch import is_main_process, load_job
@@ -44,7 +44,7 @@ with job(snakemake, seed=p.seed) as log, resuming(resume_dir(snakemake)):
         eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in EVAL_SETS}
         ecfg = EvalConfig.from_section(p.evaluate)
         meta = {
-            "group": p.lang or "tofu",
+            "group": p.group,
             "method": wc.method,
             "family": "baseline",
             "rank": None,

@@ -6,8 +6,8 @@ from qrerase.io import read_jsonl, write_csv
 from qrerase.method.energy import selected_updates
 from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
+from qrerase.text.eval_log import EVAL_SETS
 from qrerase.text.evaluation import EvalConfig
-from qrerase.text.tofu_log import EVAL_SETS
 from qrerase.text.tradeoff import evaluate_text_point, point_reference, scaled_updates
 from qrerase.workflow.job import job, load_checkpoint, template_from
 
@@ -25,7 +25,7 @@ with job(snakemake, seed=p.seed) as log:
     eval_sets = {name: read_jsonl(inp[f"eval_{name}"]) for name in EVAL_SETS}
     cfg = EvalConfig.from_section(p.evaluate)
     meta = {
-        "group": p.lang or "tofu",
+        "group": p.group,
         "method": wc.method,
         "family": "subspace",
         "rank": int(wc.rank),

@@ -6,10 +6,10 @@ rise against the held-out retain NLL rise (protocol nll)."""
 import pandas as pd
 
 from qrerase.io import write_csv
+from qrerase.metrics.log_metrics import FORGET_QUALITY_THRESHOLD
 from qrerase.registry import method_labels
 from qrerase.reports.plots import tradeoff_plot
 from qrerase.reports.size_study import sweep_rows
-from qrerase.text.tofu import FORGET_QUALITY_THRESHOLD
 from qrerase.text.tradeoff import curves, nll_rises, select_scale, share_unedited, tradeoff_frame
 from qrerase.workflow.job import job
 

@@ -1,7 +1,7 @@
 """Rule tofu_data: cut the forget / retain / knowledge / evaluation sets of a TOFU run."""
 
 from qrerase.io import write_jsonl
-from qrerase.text.data import TofuDataConfig, make_tofu_sets
+from qrerase.tracks.tofu.data import TofuDataConfig, make_tofu_sets
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:

@@ -1,8 +1,8 @@
 """Rule tofu_holdout: the question / answer pairs of the TOFU holdout authors matching the forget set
-(qrerase.text.data.make_holdout_set), the non-members of the membership-inference metrics."""
+(qrerase.tracks.tofu.data.make_holdout_set), the non-members of the membership-inference metrics."""
 
 from qrerase.io import write_jsonl
-from qrerase.text.data import TofuDataConfig, make_holdout_set
+from qrerase.tracks.tofu.data import TofuDataConfig, make_holdout_set
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:

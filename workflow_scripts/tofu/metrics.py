@@ -1,8 +1,8 @@
 """Rule tofu_metrics: tidy per-model TOFU metrics (one row per metric) from its eval log."""
 
 from qrerase.io import write_csv
-from qrerase.text.tofu import metrics_frame
-from qrerase.text.tofu_log import load_log
+from qrerase.metrics.log_metrics import metrics_frame
+from qrerase.text.eval_log import load_log
 from qrerase.workflow.job import job
 
 with job(snakemake) as log:

@@ -4,9 +4,10 @@ reference, extraction strength and exact memorisation of every evaluated TOFU mo
 import dataclasses
 from pathlib import Path
 
+from qrerase.metrics.rows import load_sequence_metrics
 from qrerase.registry import method_labels
 from qrerase.reports.tables import write_table
-from qrerase.tracks.tofu.mia import load_sequence_metrics, mia_table
+from qrerase.tracks.tofu.mia import mia_table
 from qrerase.workflow.job import job
 
 p, inp, out = snakemake.params, snakemake.input, snakemake.output

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from qrerase.metrics.log_metrics import FORGET_QUALITY_THRESHOLD, truth_ratios
+from qrerase.metrics.rows import load_sequence_metrics
 from qrerase.registry import method_labels
 from qrerase.reports.plots import truth_ratio_plot
 from qrerase.reports.tables import write_table
-from qrerase.text.tofu import FORGET_QUALITY_THRESHOLD, truth_ratios
-from qrerase.text.tofu_log import load_log
-from qrerase.tracks.tofu.mia import load_sequence_metrics
+from qrerase.text.eval_log import load_log
 from qrerase.tracks.tofu.tables import privacy_frame, tofu_table
 from qrerase.workflow.job import job
 

@@ -9,8 +9,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from ...metrics.log_metrics import FORGET_QUALITY_THRESHOLD
 from ...reports.plots import save_figure
-from ...text.tofu import FORGET_QUALITY_THRESHOLD
 
 __all__ = ["crosslingual_scatter"]
 

@@ -4,8 +4,8 @@ the paper's two cross-lingual tables.
 Notation: a model unlearned in language X is evaluated in every language Y ("X→Y"). Model Utility
 in Y uses Y's retain, real-authors and world-facts sets; Forget Quality in Y is the KS p-value of
 the Y forget-set truth ratios against those of the retain-only reference model *evaluated in Y*
-(:func:`qrerase.text.tofu.model_utility`, :func:`qrerase.text.tofu.forget_quality`). The fine-tuned model
-before unlearning ("base") and the reference are multilingual and shared by every X.
+(:func:`qrerase.metrics.log_metrics.model_utility`, :func:`qrerase.metrics.log_metrics.forget_quality`). The
+fine-tuned model before unlearning ("base") and the reference are multilingual and shared by every X.
 
 :func:`metrics_rows` gives one tidy row per evaluated model and language; :func:`pairs_table` the
 paper's methods × {X→Y} table (Utility and Forget per pair, ✓ for p > 0.1, best/second marked among
@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ...metrics.log_metrics import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
 from ...registry import method_labels, tex_method_labels
 from ...reports.tables import METHOD_LABELS, Column, TableSpec, degenerate_utility, tex_escape
-from ...text.tofu import FORGET_QUALITY_THRESHOLD, component_metrics, forget_quality, model_utility
 from .data import language_label
 
 __all__ = ["BASE", "REFERENCE", "metrics_rows", "pairs_table", "matrix_table", "scatter_points", "pair_key"]

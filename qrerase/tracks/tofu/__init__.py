@@ -19,8 +19,8 @@ def check(cfg: Mapping, runs: bool) -> None:
     evaluation settings and baselines): the author counts, the vendored data files of a local
     source, imported models' files, a ``tofu.baselines.<m>`` entry for every baseline of
     ``methods.tofu``, the refusals file."""
-    from ...text.data import TofuDataConfig, author_counts, holdout_split, required_splits
     from ...workflow.validation import ConfigError, check_method_settings
+    from .data import TofuDataConfig, author_counts, holdout_split, required_splits
 
     data = cfg["tofu"]["data"]
     try:
@@ -59,6 +59,7 @@ TRACK = register_track(
         metrics=True,
         rules="rules/tofu/rules.smk",
         schema=Path(__file__).with_name("schema.yaml"),
+        moved_keys={"baselines": "tofu.baselines"},  # the text baselines' section was top-level
         runner_spec=Runner(
             description="a TextObjective subclass (qrerase.baselines.objective), trained by "
             "qrerase.baselines.text.train_baseline",

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ...metrics.log_metrics import FORGET_QUALITY_THRESHOLD
 from ...metrics.registry import headline_metrics
+from ...metrics.rows import metric_rows
 from ...reports.tables import Column, TableSpec, degenerate_utility
-from ...text.tofu import FORGET_QUALITY_THRESHOLD
-from ...text.tofu_log import SET_LABELS
-from .mia import metric_rows
+from ...text.eval_log import SET_LABELS
 
 __all__ = ["tofu_table", "degenerate_rows", "privacy_frame", "privacy_metrics", "DEFAULT_ATTACK"]
 
@@ -53,7 +53,7 @@ def degenerate_rows(wide_df: pd.DataFrame) -> tuple[str, ...]:
 def privacy_frame(values: Mapping[str, Mapping[str, float]], reference: str = "retain") -> pd.DataFrame:
     """The privacy columns of :func:`tofu_table`: ``method`` and each of :func:`privacy_metrics`, one
     row per model of ``values`` (row key -> ``sequence_metrics.json``'s ``metrics``).
-    :func:`qrerase.tracks.tofu.mia.metric_rows`: PrivLeak against the ``reference`` row (0 for the
+    :func:`qrerase.metrics.rows.metric_rows`: PrivLeak against the ``reference`` row (0 for the
     reference itself; NaN without a reference row)."""
     if reference not in values:
         raise ValueError(f"privacy_frame: no sequence metrics of the reference row {reference!r}")
@@ -71,7 +71,7 @@ def tofu_table(
     prints as ``1 (degenerate)``, not ranked and without ✓ (a collapsed model forgets nothing).
 
     ``rows`` is either tidy (columns ``model, metric, value``, e.g. concatenated
-    :func:`qrerase.text.tofu.metrics_frame` outputs) or wide (one row per method with a ``method`` or
+    :func:`qrerase.metrics.log_metrics.metrics_frame` outputs) or wide (one row per method with a ``method`` or
     ``model`` column and metric columns). Reference rows: ``base``, ``retain``. A missing Forget
     Quality shows as ``---``. ``wide=True`` adds the twelve component metrics grouped by set
     (forget-set components are not ranked: lower is not uniformly better there) and, when the rows

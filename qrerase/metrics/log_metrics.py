@@ -6,7 +6,7 @@ own evaluation, give the same numbers. On TOFU's published log of Llama-2-7B fin
 it gives Model Utility 0.6227 (the paper's *Base Model* row).
 
 The log format (four sets, their fields) and its loading, validation and writing are
-:mod:`qrerase.text.tofu_log`.
+:mod:`qrerase.text.eval_log`.
 
 Metrics (per log set; ``ℓ`` are mean per-token NLLs, ``q`` runs over questions, ``i`` over the
 perturbed answers of a question)
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import hmean, ks_2samp
 
-from .tofu_log import FILES, TOFU_SETS, UTILITY_SETS, log_set_name
+from ..text.eval_log import FILES, LOG_SETS, UTILITY_SETS, log_set_name
 
 __all__ = [
     "FORGET_QUALITY_THRESHOLD",
@@ -111,7 +111,7 @@ def component_metrics(log: Mapping) -> dict[str, float]:
     Sets in the order ``retain``, ``real_authors``, ``world_facts``, ``forget``.
     """
     out: dict[str, float] = {}
-    for name in TOFU_SETS:
+    for name in LOG_SETS:
         s = log[FILES[name]]
         out[f"{name}_probability"] = probability(s, name)
         out[f"{name}_rougeL"] = rouge_l(s)

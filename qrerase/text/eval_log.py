@@ -31,7 +31,7 @@ Optional fields (``gt_loss``, ``num_token_gt``, ``rouge1_recall``, ``truth_ratio
 other field such as ``normalized_gt_loss``) are validated where they carry losses and otherwise kept
 untouched. Question indices are ordered as integers wherever an order matters.
 
-The metrics are :mod:`qrerase.text.tofu`.
+The metrics are :mod:`qrerase.metrics.log_metrics`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from ..io import write_json
 
 __all__ = [
     "FILES",
-    "TOFU_SETS",
+    "LOG_SETS",
     "UTILITY_SETS",
     "REQUIRED_FIELDS",
     "AGGREGATED_NAME",
@@ -62,7 +62,7 @@ __all__ = [
     "write_aggregated",
 ]
 
-#: set name -> TOFU file name (the key of that set in a log; one per set of :data:`TOFU_SETS`).
+#: set name -> TOFU file name (the key of that set in a log; one per set of :data:`LOG_SETS`).
 FILES: dict[str, str] = {
     "retain": "eval_log.json",
     "forget": "eval_log_forget.json",
@@ -78,9 +78,9 @@ SET_LABELS: dict[str, str] = {
     "forget": "Forget",
 }
 #: set names in the order used for component metrics.
-TOFU_SETS: tuple[str, ...] = tuple(SET_LABELS)
+LOG_SETS: tuple[str, ...] = tuple(SET_LABELS)
 #: the three sets that enter Model Utility.
-UTILITY_SETS: tuple[str, ...] = tuple(s for s in TOFU_SETS if s != "forget")
+UTILITY_SETS: tuple[str, ...] = tuple(s for s in LOG_SETS if s != "forget")
 #: the evaluation sets in the order the workflow's data paths list them (rules/common.smk ``EVAL_SETS``).
 EVAL_SETS: tuple[str, ...] = ("forget", *UTILITY_SETS)
 #: fields every log set must have.
