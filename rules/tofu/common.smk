@@ -44,9 +44,8 @@ def tofu_holdout_file(wildcards):
 # the TOFU experiment (tofu_<split>), its methods and its configured baselines
 TOFU_METHODS = list(config["methods"]["tofu"])
 TOFU_EXP = format_exp("tofu", config["tofu"]["data"]["split"])
-TOFU_EXPS = exp_pattern(
-    "tofu_<split>"
-)  # the experiments of its template (not the size study's)
+# the experiments of its template tofu_<split> (not the size study's)
+TOFU_EXPS = exp_pattern("tofu_<split>")
 TOFU_BASELINES = [m for m in TOFU_METHODS if m in TEXT_BASELINES]
 
 
