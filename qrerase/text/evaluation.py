@@ -84,9 +84,8 @@ class EvalConfig:
     batch_size: int = 32
     max_new_tokens: int = 48
     max_length: int | None = None  # None: no cap (every sequence whole); a cap's cuts are logged
-    rouge_tokenizer: str = (
-        "english"  # "english": rouge_score's English tokenizer + stemmer; "unicode": see UnicodeWords
-    )
+    # "english": rouge_score's English tokenizer + stemmer; "unicode": see UnicodeWords
+    rouge_tokenizer: str = "english"
 
     def __post_init__(self):
         if self.rouge_tokenizer not in ROUGE_TOKENIZERS:

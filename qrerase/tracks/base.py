@@ -146,8 +146,8 @@ class Track:
         """Fill the derived defaults: ``section`` = ``name``; ``baselines_section`` = the section of its runner
         when a registered track brings that runner and this one does not (the cross-lingual track's baselines
         are the text runner's), else ``<section>.baselines``; ``page_prefixes`` = ``(name,)``."""
-        home = next((t for t in TRACKS.values() if t.runner == self.runner and t.runner_spec), None)
-        shared = home.runner_spec.section if home and home.runner_spec and self.runner_spec is None else None
+        home = next((t.runner_spec for t in TRACKS.values() if t.runner == self.runner and t.runner_spec), None)
+        shared = home.section if home and self.runner_spec is None else None
         derived = {
             "section": self.name,
             "baselines_section": shared or f"{self.section or self.name}.baselines",
