@@ -12,7 +12,9 @@
   all hold, 1 with one line per broken artifact (path: why) otherwise. ``results/`` may be a symlink
   (results on scratch); record paths are relative to the working directory, the folder holding
   ``results/`` as written (:func:`qrerase.workflow.manifest.workdir_of`), or ``--workdir DIR``.
-  ``--verify-signature --allowed-signers FILE --identity NAME`` also checks the manifest's signature.
+  ``--verify-signature --allowed-signers FILE --identity NAME`` also checks the manifest's signature;
+  ``--remove-broken`` deletes each broken artifact and what was made from it, so that a plain rerun
+  remakes them (:func:`qrerase.workflow.manifest.remove_broken`).
 - ``qrerase sign results/ --key ~/.ssh/id_ed25519``: sign ``results/provenance/manifest.json`` with an
   SSH key (``ssh-keygen -Y sign``, :mod:`qrerase.workflow.signature`), writing ``manifest.json.sig``.
 - ``qrerase manifest results/ TARGET...``: print the artifact graph behind the targets as JSON
@@ -101,7 +103,7 @@ def _manifest_file(results: str) -> Path:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .workflow.manifest import audit
+    from .workflow.manifest import audit, remove_broken, workdir_of
     from .workflow.provenance import Problem
     from .workflow.signature import verify_manifest
 
@@ -114,13 +116,26 @@ def _audit(args: argparse.Namespace) -> int:
         f"{counts['records']} records, {counts['artifacts']} artifacts re-hashed, "
         f"{counts.get('manifest_artifacts', 0)} manifest entries checked"
     )
-    if args.verify_signature:
+    if args.verify_signature and not _manifest_file(args.results).is_file():
+        print(f"BROKEN {_manifest_file(args.results)}: the signed manifest is missing")
+        problems = [*problems, Problem(str(_manifest_file(args.results)), "the signed manifest is missing")]
+    elif args.verify_signature:
         try:
             good = verify_manifest(_manifest_file(args.results), args.allowed_signers, args.identity)
             summary += f"; {good}"
         except ValueError as exc:
             print(f"BROKEN {exc}")
             problems = [*problems, Problem(str(_manifest_file(args.results)), str(exc))]
+    if problems and args.remove_broken:
+        root = Path(args.workdir) if args.workdir else workdir_of(args.results)
+        removed = remove_broken(problems, root)
+        for path in removed:
+            print(f"removed {path}")
+        print(
+            f"qrerase audit: removed {len(removed)} broken artifact(s) and what was made from them, with their "
+            "records; the same snakemake command remakes them",
+            file=sys.stderr,
+        )
     if problems:
         print(f"qrerase audit: {len(problems)} problem(s); {summary}", file=sys.stderr)
         return 1
@@ -266,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--allowed-signers", help="OpenSSH allowed-signers file: 'NAME <public key>' lines")
     p.add_argument("--identity", help="the signer's NAME in the allowed-signers file")
+    p.add_argument(
+        "--remove-broken",
+        action="store_true",
+        help="delete each broken artifact and everything made from it (with their records), so that the same "
+        "snakemake command remakes them; exit status 1 still reports that the run was broken",
+    )
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("sign", help="sign the provenance manifest with an SSH key (ssh-keygen -Y sign)")

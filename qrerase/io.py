@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "load_yaml",
     "hash_file",
     "atomic_path",
     "atomic_dir",
@@ -319,3 +320,34 @@ def hash_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def load_yaml(path: str | os.PathLike) -> Any:
+    """A YAML file as ``yaml.safe_load`` reads it (libyaml's parser where PyYAML has it), except that a
+    key repeated in one mapping is a one-line ``ValueError`` naming ``file:line`` and the key: PyYAML
+    keeps the last one silently, so a second ``unlearn:`` section in an overlay would drop the first's
+    keys. A file that does not parse is a ``ValueError`` naming it and the parser's first line."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    where = str(path)
+
+    class _Loader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ValueError(f"{where}:{line}: duplicate key {key!r} (first at line {seen[key]})")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{where}: not valid YAML ({first})") from None

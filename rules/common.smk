@@ -19,12 +19,18 @@ from snakemake.exceptions import WorkflowError
 # The qrerase library of this checkout, also without an install.
 sys.path.insert(0, workflow.basedir)
 from qrerase import registry
+from qrerase.io import load_yaml
 from qrerase.models.gguf import resolve_gguf
 from qrerase.workflow.validation import ConfigError, validate
 from qrerase.workflow.launch import export_launch_env, job_params, launch_command
 from qrerase.workflow.manifest import missing_artifacts
 from qrerase.workflow.paths import all_paths, benchmark_path, fill, log_path
-from qrerase.workflow.plan_config import RESOURCE_CLASSES, refusal, rule_resources
+from qrerase.workflow.plan_config import (
+    RESOURCE_CLASSES,
+    refusal,
+    retype_config_args,
+    rule_resources,
+)
 from qrerase.workflow.stages import engine_settings, stage_recipe, track_section
 from qrerase.text import eval_log
 from qrerase.workflow.naming import (
@@ -44,8 +50,13 @@ from qrerase.workflow.naming import (
 # naming the key.
 # ---------------------------------------------------------------------------------------------
 try:
+    # Snakemake keeps the last of a repeated key; each config file is read again to refuse one
+    for _configfile in workflow.configfiles:
+        load_yaml(_configfile)
+    # `--config unlearn={rank: 4}`: Snakemake leaves nested values strings; typed as in a config file
+    retype_config_args(config, workflow.config_settings.config_args)
     validate(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
-except ConfigError as exc:
+except (ConfigError, ValueError) as exc:
     raise WorkflowError(str(exc)) from None
 
 # Jobs import the qrerase library of this checkout, in any software environment (plain venv, conda

@@ -18,10 +18,13 @@ from pathlib import Path
 __all__ = [
     "MODEL_CONFIG",
     "MODEL_WEIGHTS",
+    "PICKLE_WEIGHTS",
+    "PICKLE_REFUSAL",
     "TOKENIZER_FILES",
     "looks_like_hub_id",
     "is_local_path",
     "check_dir",
+    "refuse_pickle_weights",
     "check_model_dir",
     "CHECKED_MODEL_TYPES",
     "header_shapes",
@@ -35,11 +38,13 @@ __all__ = [
 
 MODEL_CONFIG = "config.json"
 #: Weight files ``from_pretrained`` reads (a single file or a sharded index).
-MODEL_WEIGHTS = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+#: Pickle weight files (``torch.save``): never loaded, since unpickling can run code (the message says how to convert).
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+PICKLE_REFUSAL = (
+    "pickle weights ({found}) are not supported, since loading them can run code; convert the folder to "
+    "safetensors (in transformers: `AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`, "
+    "on a machine you trust)"
 )
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 #: ``config.json`` model types whose layer count, hidden size and vocabulary :func:`check_config_matches_weights`
@@ -75,6 +80,15 @@ def check_dir(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
+def refuse_pickle_weights(path: str | os.PathLike) -> None:
+    """A one-line ValueError naming ``path`` when the folder holds pickle weights and no safetensors ones."""
+    p = Path(path).expanduser()
+    if p.is_dir() and not any((p / n).is_file() for n in MODEL_WEIGHTS):
+        pickled = [n for n in PICKLE_WEIGHTS if (p / n).is_file()]
+        if pickled:
+            raise ValueError(f"{path}: " + PICKLE_REFUSAL.format(found=", ".join(pickled)))
+
+
 def check_model_dir(path: str | os.PathLike, what: str = "model", tokenizer: bool = False) -> Path:
     """A local model directory: ``config.json`` and weights (and a tokenizer when ``tokenizer``).
 
@@ -92,6 +106,7 @@ def check_model_dir(path: str | os.PathLike, what: str = "model", tokenizer: boo
         only = " (it holds a tokenizer only)" if has_tokenizer else ""
         raise ValueError(f"{path}: no {MODEL_CONFIG}, not a {what} directory{only}")
     elif not any(n in names for n in MODEL_WEIGHTS):
+        refuse_pickle_weights(path)
         raise ValueError(f"{path}: no weights (none of {', '.join(MODEL_WEIGHTS)})")
     if tokenizer and not has_tokenizer:
         raise ValueError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)})")

@@ -17,6 +17,7 @@ import torch
 from ..config import from_mapping
 from ..engine.placement import inference_placement, resolve_device
 from ..io import atomic_dir
+from ..models.checkpoint_files import refuse_pickle_weights
 from ..models.checkpoints import DTYPES, check_loading_info, first_line, resolve_checkpoint
 
 __all__ = [
@@ -199,6 +200,7 @@ def load_model(
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     where = resolve_checkpoint(name_or_path, local_files_only, ("config.json", "adapter_config.json"), "model")
+    refuse_pickle_weights(where)
     if sharded and spread:
         raise ValueError(f"{name_or_path}: a model is loaded either sharded (training) or spread (inference)")
     if sharded and _global_rank() != 0:
@@ -206,7 +208,12 @@ def load_model(
     placement = inference_placement(device) if spread else {}
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
-            where, dtype=DTYPES[dtype], local_files_only=local_files_only, output_loading_info=True, **placement
+            where,
+            dtype=DTYPES[dtype],
+            local_files_only=local_files_only,
+            output_loading_info=True,
+            use_safetensors=True,  # never unpickle: a folder with pickle weights only fails here
+            **placement,
         )
     except Exception as exc:
         raise ValueError(f"{name_or_path}: cannot load a causal LM ({first_line(exc)})") from exc

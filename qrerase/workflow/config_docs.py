@@ -188,6 +188,12 @@ def render(schema: Mapping, defaults: Mapping | None = None) -> str:
         "schema's own default. A path `a[].b` is key `b` of each item of list `a`; `a.<name>` stands for any",
         "name. Keys marked *Required* must be present whenever their parent is.",
         "",
+        "A key repeated in one mapping of any config file (`unlearn:` twice in an overlay) is refused with",
+        "the file, the line and the key; YAML readers keep the last one silently. `--config key=VALUE` takes",
+        "a top-level key (Snakemake itself refuses a dotted one such as `unlearn.scale=2`); a nested value",
+        "`--config 'unlearn={rank: 3}'` is typed as in a config file. For more, write the keys to a file and",
+        "pass it with `--configfile`.",
+        "",
         "## Top level",
         "",
         *_table(schema, plain, defaults),
@@ -202,14 +208,13 @@ def render(schema: Mapping, defaults: Mapping | None = None) -> str:
 def generate(schema_path: str | Path | None = None, defaults_path: str | Path | None = DEFAULTS_PATH) -> str:
     """The reference rendered from the schema file (registry enums injected) and the default config
     (its Default column is left empty when ``defaults_path`` is None or missing)."""
-    import yaml
-
+    from ..io import load_yaml
     from .validation import SCHEMA_PATH, load_schema
 
     schema = load_schema(schema_path or SCHEMA_PATH)
     defaults = None
     if defaults_path is not None and Path(defaults_path).is_file():
-        defaults = yaml.safe_load(Path(defaults_path).read_text(encoding="utf-8"))
+        defaults = load_yaml(defaults_path)
     return render(schema, defaults)
 
 

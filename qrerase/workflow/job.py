@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -71,6 +72,7 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
     recording = provenance.RecordingDict(config) if isinstance(config, dict) else None
     if recording is not None:
         snakemake.config = recording
+    previous_handler = _stop_on_sigterm()
     try:
         if seed is not None:
             from ..engine.determinism import set_determinism
@@ -82,6 +84,12 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         log.info("rule %s finished in %.1f s", snakemake.rule, end - start)
         if main:
             _write_provenance(snakemake, config or {}, recording, seed, start, end)
+    except Stopped:
+        line = f"rule {snakemake.rule} stopped by SIGTERM (a pre-emption, scancel or kill): {_resume_state(snakemake)}"
+        log.error("%s", line)
+        if log_file:
+            print(line, file=old_err, flush=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
     except Exception as exc:
         if log_file:  # the traceback into the log, above the one line that ends it
             log.info("traceback of the failure:\n%s", traceback.format_exc().rstrip())
@@ -90,6 +98,8 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
             sys.excepthook = _one_line(snakemake.rule, log_file)
         raise
     finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
         if recording is not None:
             snakemake.config = config
         log.removeHandler(handler)
@@ -100,6 +110,38 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
 
 #: Set (to anything) to see a failed job's whole traceback on the terminal, not only its one line.
 DEBUG = "QRERASE_DEBUG"
+
+
+class Stopped(BaseException):
+    """A job told to stop (SIGTERM): a BaseException, so no ``except Exception`` in a library swallows it."""
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped()
+
+
+def _stop_on_sigterm():
+    """Make SIGTERM raise :class:`Stopped` in the job body (main thread only); the previous handler, or
+    None where none was installed. The resume directory (:func:`qrerase.engine.resuming`) is kept, as after
+    any exception, and :func:`job` ends the process with one line and exit status 143."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_stopped)
+
+
+def _resume_state(snakemake: Any) -> str:
+    """Where a stopped job's resume states are, for its one line (no key computed: the folder of its rule
+    and wildcards, :func:`resume_dir`)."""
+    first = Path(str(snakemake.output[0])) if len(snakemake.output) else Path(".")
+    root = first.parts[0] if len(first.parts) > 1 else "."
+    wildcards = ",".join(f"{k}={v}" for k, v in snakemake.wildcards.items()) or "_"
+    parent = Path(root) / ".resume" / str(snakemake.rule) / wildcards
+    states = sorted(parent.rglob("step-*")) if parent.is_dir() else []
+    if states:
+        return f"resume state kept in {parent}; the same snakemake command resumes from it"
+    return "no resume state was saved yet; the same snakemake command restarts it"
 
 
 def _one_line(rule: str, log_file: str | None):
@@ -178,6 +220,8 @@ def load_for_eval(model_dir: str | os.PathLike, adapter_dir: str | os.PathLike |
 
         if not (Path(adapter_dir) / "adapter_config.json").is_file():
             raise ValueError(f"{adapter_dir}: not a PEFT adapter directory (no adapter_config.json)")
+        if not (Path(adapter_dir) / "adapter_model.safetensors").is_file():  # PEFT would unpickle a .bin
+            raise ValueError(f"{adapter_dir}: no adapter_model.safetensors (pickle adapters are not supported)")
         model = PeftModel.from_pretrained(model, str(adapter_dir))
     model.eval()
     return model, tokenizer

@@ -20,10 +20,21 @@ from typing import Any
 
 from .provenance import MANIFEST, RECORD_DIR, SCHEMA, Problem, hash_path, load_records, record_path
 
-__all__ = ["BENCHMARK_DIR", "WALL_TIME_NOTE", "build_manifest", "missing_artifacts", "audit", "workdir_of"]
+__all__ = [
+    "BENCHMARK_DIR",
+    "FINAL_DIRS",
+    "WALL_TIME_NOTE",
+    "build_manifest",
+    "missing_artifacts",
+    "audit",
+    "remove_broken",
+    "workdir_of",
+]
 
 #: Snakemake's benchmark files (wall time, memory of each job): ``results/benchmarks/<rule>/<job>.tsv``.
 BENCHMARK_DIR = "results/benchmarks"
+#: Where the run's final artifacts live: each file there must have a provenance record (the audit).
+FINAL_DIRS = ("results/tables/", "results/figures/")
 WALL_TIME_NOTE = (
     "wall times differ between runs: Snakemake's benchmark files and the artifacts made from them, "
     "listed without hashes (their provenance records hold the hashes the audit checks)"
@@ -54,6 +65,11 @@ def build_manifest(targets: Iterable[str], root: str | os.PathLike = ".") -> dic
     records, problems = load_records(root)
     if problems:
         raise ValueError("; ".join(f"{p.path}: {p.reason}" for p in problems))
+    return _graph(targets, records)
+
+
+def _graph(targets: Iterable[str], records: dict[str, dict]) -> dict[str, Any]:
+    """:func:`build_manifest` on records already loaded."""
     targets = [str(t) for t in targets]
     artifacts: dict[str, dict] = {}
     edges: set[tuple[str, str, str]] = set()
@@ -197,6 +213,7 @@ def audit(
     records, problems = load_records(root)
     if not records and not problems:
         return [Problem(str(results_dir), f"no provenance records under {RECORD_DIR}")], {"records": 0, "artifacts": 0}
+    remake = f"`qrerase audit {results_dir} --remove-broken`, then the same snakemake command"
 
     cache: dict[str, str | None] = {}
 
@@ -212,7 +229,13 @@ def audit(
         if now is None:
             problems.append(Problem(path, f"missing (recorded by rule {rec['rule']})"))
         elif now != out["sha256"]:
-            problems.append(Problem(path, f"modified (sha256 recorded {_short(out['sha256'])}, now {_short(now)})"))
+            problems.append(
+                Problem(
+                    path,
+                    f"modified (sha256 recorded {_short(out['sha256'])}, now {_short(now)}); "
+                    f"{remake}, remakes it and what was made from it",
+                )
+            )
         for inp in rec["inputs"]:
             ipath, used = inp["path"], inp["sha256"]
             producer = records.get(ipath)
@@ -244,8 +267,21 @@ def audit(
                     )
                 )
 
+    problems += _unrecorded(records, root, remake)
     manifest = root / MANIFEST
     n_manifest = 0
+    finals = sorted({p for p in records if p.startswith(FINAL_DIRS)} | set(_final_files(root)))
+    if not manifest.is_file() and finals:
+        problems.append(
+            Problem(
+                MANIFEST,
+                (
+                    f"missing, though {len(finals)} tables and figures were built (e.g. {finals[0]}): a run "
+                    "without its artifact graph is not complete; the default target (`snakemake --cores N`) "
+                    "builds it"
+                ),
+            )
+        )
     if manifest.is_file():
         try:
             graph = json.loads(manifest.read_text(encoding="utf-8"))
@@ -289,5 +325,102 @@ def audit(
         for path, node in sorted(timed.items()):
             if node.get("rule") is not None and path not in records:
                 problems.append(Problem(path, "listed in the manifest (wall time) but has no provenance record"))
+        if nodes or timed:
+            problems += _manifest_holes(graph, {**nodes, **timed}, records)
     unique = list(dict.fromkeys(problems))
     return unique, {"records": len(records), "artifacts": len(cache), "manifest_artifacts": n_manifest}
+
+
+def _recorded(path: str, records: dict[str, dict]) -> bool:
+    """Whether ``path`` is a recorded artifact or a file inside a recorded directory artifact."""
+    parts = path.split("/")
+    return any("/".join(parts[:i]) in records for i in range(len(parts), 0, -1))
+
+
+def _final_files(root: Path) -> list[str]:
+    """The files under :data:`FINAL_DIRS`, relative to the working directory, sorted."""
+    return sorted(
+        f.relative_to(root).as_posix() for final in FINAL_DIRS for f in (root / final).rglob("*") if f.is_file()
+    )
+
+
+def _unrecorded(records: dict[str, dict], root: Path, remake: str) -> list[Problem]:
+    """Artifacts a job must have made that have no record: each file under :data:`FINAL_DIRS`, and each
+    input under ``results/`` (Snakemake's benchmark files aside) that a recorded job used. A deleted
+    record, or a table written by hand, is not an artifact the audit can vouch for."""
+    problems = [
+        Problem(rel, f"no provenance record: no recorded job made it, or its record was deleted; {remake}")
+        for rel in _final_files(root)
+        if not _recorded(rel, records)
+    ]
+    used: dict[str, str] = {}
+    for path, rec in sorted(records.items()):
+        for inp in rec["inputs"]:
+            ipath = inp["path"]
+            if ipath.startswith("results/") and not ipath.startswith(BENCHMARK_DIR + "/"):
+                used.setdefault(ipath, f"{path} (rule {rec['rule']})")
+    for ipath, consumer in sorted(used.items()):
+        if not _recorded(ipath, records) and not ipath.startswith(FINAL_DIRS):
+            problems.append(Problem(ipath, f"input of {consumer} but has no provenance record"))
+    return problems
+
+
+def _manifest_holes(graph: dict, nodes: dict[str, dict], records: dict[str, dict]) -> list[Problem]:
+    """The manifest against the records: it must list every artifact that the records place behind its
+    targets, and its own record must list those targets as its inputs."""
+    problems = []
+    targets = [str(t) for t in graph.get("targets", [])]
+    own = records.get(MANIFEST)
+    if own is None:
+        problems.append(Problem(MANIFEST, "no provenance record (rule provenance_manifest writes one)"))
+    elif sorted({i["path"] for i in own["inputs"]}) != sorted(set(targets)):
+        problems.append(Problem(MANIFEST, "its targets are not the inputs its provenance record lists"))
+    try:
+        implied = _graph([t for t in targets if t in records], records)
+    except (KeyError, TypeError, StopIteration):
+        return problems
+    for path in sorted({*implied["artifacts"], *implied["wall_time"]["artifacts"]} - set(nodes)):
+        problems.append(Problem(path, "behind the manifest's targets by the records, but not listed in the manifest"))
+    return problems
+
+
+def remove_broken(problems: Iterable[Problem], root: str | os.PathLike) -> list[str]:
+    """Delete every broken artifact a job made and everything made from it, with their records, so that
+    the same snakemake command remakes them (a missing output is what Snakemake remakes; a corrupted
+    one whose mtime is unchanged it would reuse). ``problems``: :func:`audit`'s. Source files (outside
+    ``results/``) are never deleted: their consumers are. Returns the removed paths, sorted."""
+    import shutil
+
+    root = Path(root)
+    records, _ = load_records(root)
+    consumers: dict[str, set[str]] = {}
+    for made, rec in records.items():
+        for inp in rec["inputs"]:
+            consumers.setdefault(inp["path"], set()).add(made)
+    broken = set()
+    for problem in problems:
+        path = problem.path
+        if path.startswith(RECORD_DIR + "/"):  # an unreadable record: the artifact it describes
+            rel = path[len(RECORD_DIR) + 1 :].removesuffix(".json")
+            path = rel[len("_outside/") :] if rel.startswith("_outside/") else f"results/{rel}"
+            (root / problem.path).unlink(missing_ok=True)
+        if path.startswith("results/"):
+            broken.add(path)
+        else:  # a changed source file: what was made from it
+            broken |= consumers.get(path, set())
+    todo = list(broken)
+    while todo:
+        for made in consumers.get(todo.pop(), ()):
+            if made not in broken:
+                broken.add(made)
+                todo.append(made)
+    removed = []
+    for path in sorted(broken):
+        target = root / path
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            target.unlink()
+        record_path(path, root).unlink(missing_ok=True)
+        removed.append(path)
+    return removed

@@ -53,6 +53,30 @@ def deep_update(base: dict, over: Mapping) -> dict:
     return base
 
 
+def retype_config_args(cfg: dict, entries: Iterable[str] | None) -> None:
+    """Type ``--config key=VALUE`` values as a config file would. Snakemake reads a VALUE that is not a
+    number or a boolean with YAML's base loader, which leaves every nested scalar a string
+    (``unlearn={rank: 4}`` gives ``{'rank': '4'}``, which the schema refuses); each such VALUE is read
+    again with the safe loader and merged over its key (:func:`deep_update`, Snakemake's merge), so
+    ``--config`` overrides keep their precedence. A VALUE that is not valid YAML is left as Snakemake
+    gave it (the schema names the key). Snakemake itself refuses a dotted key (``unlearn.scale=1``)
+    before the workflow is read: nested keys are set with ``key={sub: value}`` or a ``--configfile``."""
+    import yaml
+
+    for entry in entries or ():
+        key, sep, text = str(entry).partition("=")
+        if not sep or not isinstance(cfg.get(key), (dict, list)):
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(value, Mapping) and isinstance(cfg[key], dict):
+            deep_update(cfg[key], value)
+        elif isinstance(value, list):
+            cfg[key] = value
+
+
 def text_jobs(cfg: Mapping, track: str) -> list[tuple[str, JobSpec, int]]:
     """(resource class, job, examples per epoch) of a text track: pretraining (:meth:`Track.pretrains`),
     fine-tuning, the task adapters, the baselines with settings in its baselines section, evaluation
@@ -218,13 +242,12 @@ def load_config(*configfiles: str | Path, jobs: bool = True) -> dict:
     """The workflow's config as Snakemake builds it: the embedded default (:data:`DEFAULT_CONFIG`, the
     Snakefile's config.yaml) updated by each ``--configfile`` in turn, then validated (one line naming
     the key; ``jobs=False`` for a plan that runs no job: :func:`qrerase.workflow.validation.validate`)."""
-    import yaml
-
+    from ..io import load_yaml
     from .validation import validate
 
-    cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    cfg = load_yaml(DEFAULT_CONFIG)
     for path in configfiles:
-        over = yaml.safe_load(Path(path).read_text()) or {}
+        over = load_yaml(path) or {}
         if not isinstance(over, Mapping):
             raise ValueError(f"{path}: expected a mapping of config keys")
         deep_update(cfg, over)

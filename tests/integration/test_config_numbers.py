@@ -218,7 +218,9 @@ def test_nan_is_refused_under_any_key_even_one_the_schema_does_not_bound(monkeyp
 def _dry_run(tmp_path: Path, override: str) -> subprocess.CompletedProcess:
     cfg = yaml.safe_load((REPO / "tests" / "configs" / "test.yaml").read_text())
     cfg["tofu"]["data"]["root"] = str(REPO / "data" / "tofu")
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg) + override)
+    for key, value in yaml.safe_load(override).items():  # merged: a repeated top-level key is refused
+        cfg[key] = {**cfg.get(key, {}), **value}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [
         sys.executable,
         "-m",

@@ -370,3 +370,39 @@ def test_a_rank_above_a_user_adapters_rank_fails_planning_naming_the_key(adapter
         "config key 'unlearn.retain_rank': 3 exceeds the LoRA rank 2 of module 'model.layers.0.self_attn.q_proj' "
         f"in lora.adapters.retain ({low})",
     )
+
+
+def test_a_model_folder_with_pickle_weights_only_is_refused_at_planning_and_by_the_loader(checkpoint, tmp_path):
+    """Issue 62: a folder holding only pytorch_model.bin planned (rc 0) and was unpickled by load_model."""
+    import torch
+
+    from qrerase.text.models import load_model
+
+    path = tmp_path / "pickled"
+    shutil.copytree(checkpoint / "model", path, ignore=shutil.ignore_patterns("*.safetensors"))
+    torch.save({"model.embed_tokens.weight": torch.zeros(2, 2)}, path / "pytorch_model.bin")
+    planning = refused(
+        config(model__name_or_path=str(path)),
+        f"config key 'model.name_or_path': {path}: pickle weights (pytorch_model.bin) are not supported",
+        "convert the folder to safetensors",
+    )
+    with pytest.raises(ValueError) as info:
+        load_model(path)
+    assert planning.endswith(str(info.value))
+
+
+@pytest.mark.parametrize("name", ["npo", "retain", "base", "qr_erase_k4", "qr_erase_ll_control_k2", "twin"])
+def test_an_imported_models_name_that_collides_is_refused_naming_the_key(name):
+    """Issue 62: `tofu.imported_models[].name: npo` planned, and its metrics overwrote NPO's."""
+    log = "data/tofu_reference_logs"
+    items = [{"name": "twin", "log": log}, {"name": name, "log": log}]
+    refused(config(tofu__imported_models=items), "config key 'tofu.imported_models[1].name'", repr(name))
+    validate(config(tofu__imported_models=[{"name": "published_npo", "log": log}]))  # a name of its own passes
+
+
+def test_the_tofu_data_is_checked_only_where_the_track_runs(tmp_path):
+    """Issue 62: a speech-only plan failed outside the checkout on tofu.data.root, a track it does not run."""
+    cfg = config(tofu__data__root=str(tmp_path / "nowhere"))
+    refused(copy.deepcopy(cfg), "config key 'tofu.data.root'")
+    cfg["tracks"] = ["task_level"]
+    validate(cfg)

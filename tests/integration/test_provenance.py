@@ -132,9 +132,8 @@ def graph(tmp_path):
         manifest = mf.build_manifest(["results/b", "results/c.txt"])
     finally:
         os.chdir(cwd)
-    from qrerase.io import write_json
-
-    write_json(tmp_path / pv.MANIFEST, manifest)
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    _job(tmp_path, "provenance_manifest", ["results/b", "results/c.txt"], {pv.MANIFEST: text})
     return tmp_path
 
 
@@ -190,7 +189,7 @@ def test_manifest_is_the_artifact_graph(graph):
 
 def test_audit_clean_graph(graph, capsys):
     problems, counts = mf.audit(graph / "results")
-    assert problems == [] and counts["records"] == 3
+    assert problems == [] and counts["records"] == 4  # three artifacts and the manifest
     assert main(["audit", str(graph / "results")]) == 0
     assert "OK" in capsys.readouterr().out
 
@@ -336,9 +335,12 @@ def _timed_run(root: Path, wall_time: str) -> dict:
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return mf.build_manifest(["results/tables/t.csv", "results/tables/t_cost.csv"])
+        manifest = mf.build_manifest(["results/tables/t.csv", "results/tables/t_cost.csv"])
     finally:
         os.chdir(cwd)
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    _job(root, "provenance_manifest", ["results/tables/t.csv", "results/tables/t_cost.csv"], {pv.MANIFEST: text})
+    return manifest
 
 
 def test_manifest_leaves_wall_times_unhashed(tmp_path):
@@ -468,3 +470,102 @@ def test_sign_and_verify_refuse_bad_input_in_one_line(tmp_path, capsys):
     allowed.write_text("")
     assert main(["audit", results, "--verify-signature", "--allowed-signers", str(allowed), "--identity", "x"]) == 2
     assert "manifest.json.sig: manifest signature (qrerase sign) not found" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 62: deletions cannot fool the audit; --remove-broken clears what a rerun must remake.
+# ---------------------------------------------------------------------------------------------
+def _table_run(root: Path) -> Path:
+    """data/src.txt -> results/a.txt -> results/tables/t.csv -> the manifest, each a recorded job."""
+    (root / "data").mkdir(parents=True)
+    (root / "data/src.txt").write_text("source")
+    _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
+    _job(root, "table", ["results/a.txt"], {"results/tables/t.csv": "method,value\nqr,1\n"})
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        text = json.dumps(mf.build_manifest(["results/tables/t.csv"]), indent=2, sort_keys=True) + "\n"
+    finally:
+        os.chdir(cwd)
+    _job(root, "provenance_manifest", ["results/tables/t.csv"], {pv.MANIFEST: text})
+    assert mf.audit(root / "results")[0] == []
+    return root
+
+
+def test_deleting_the_manifest_and_a_tables_record_hides_no_edit(tmp_path, capsys):
+    """The probe's case: manifest.json, its record and the table's record deleted, then a number edited.
+    The audit said 'OK; ... 0 manifest entries checked'."""
+    root = _table_run(tmp_path)
+    (root / pv.MANIFEST).unlink()
+    pv.remove_records([pv.MANIFEST, "results/tables/t.csv"], root=root)
+    (root / "results/tables/t.csv").write_text("method,value\nqr,0.5\n")
+    assert main(["audit", str(root / "results")]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN results/tables/t.csv: no provenance record" in out
+    assert f"BROKEN {pv.MANIFEST}: missing, though 1 tables and figures were built" in out
+
+
+def test_a_deleted_intermediate_record_and_a_shrunk_manifest_are_broken(tmp_path):
+    root = _table_run(tmp_path)
+    manifest = json.loads((root / pv.MANIFEST).read_text())
+    del manifest["artifacts"]["results/a.txt"]  # fewer entries than the records imply
+    (root / pv.MANIFEST).write_text(json.dumps(manifest))
+    reasons = [str(p) for p in mf.audit(root / "results")[0]]
+    assert "results/a.txt: behind the manifest's targets by the records, but not listed in the manifest" in reasons
+    (root / pv.MANIFEST).unlink()
+    pv.remove_records([pv.MANIFEST, "results/a.txt"], root=root)
+    reasons = [str(p) for p in mf.audit(root / "results")[0]]
+    assert "results/a.txt: input of results/tables/t.csv (rule table) but has no provenance record" in reasons
+    # a manifest without its own record is not one the workflow wrote
+    _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
+    (root / pv.MANIFEST).write_text(json.dumps(manifest))
+    reasons = [str(p) for p in mf.audit(root / "results")[0]]
+    assert f"{pv.MANIFEST}: no provenance record (rule provenance_manifest writes one)" in reasons
+
+
+@needs_ssh_keygen
+def test_a_signed_manifest_catches_a_deleted_record_and_its_own_deletion(tmp_path, capsys):
+    root = _table_run(tmp_path / "run")
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me", "-f", str(key)], check=True)
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"me@lab {(tmp_path / 'id_ed25519.pub').read_text()}")
+    results = str(root / "results")
+    verify = ["audit", results, "--verify-signature", "--allowed-signers", str(allowed), "--identity", "me@lab"]
+    assert main(["sign", results, "--key", str(key)]) == 0 and main(verify) == 0
+    capsys.readouterr()
+    pv.remove_records(["results/a.txt"], root=root)  # the signature still verifies: the graph is unchanged
+    assert main(verify) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN results/a.txt: listed in the manifest but has no provenance record" in out
+    (root / pv.MANIFEST).unlink()
+    pv.remove_records([pv.MANIFEST], root=root)
+    assert main(verify) == 1
+    out = capsys.readouterr().out
+    assert f"BROKEN {pv.MANIFEST}: missing" in out
+
+
+def test_remove_broken_deletes_a_corrupted_artifact_and_what_was_made_from_it(tmp_path, capsys):
+    root = _table_run(tmp_path)
+    (root / "results/a.txt").write_text("truncat")
+    problems, _ = mf.audit(root / "results")
+    modified = next(p for p in problems if p.path == "results/a.txt")
+    assert modified.reason.startswith("modified") and "--remove-broken`, then the same snakemake command" in str(
+        modified
+    )
+    assert main(["audit", str(root / "results"), "--remove-broken"]) == 1  # it was broken
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("removed")] == [
+        "removed results/a.txt",
+        f"removed {pv.MANIFEST}",
+        "removed results/tables/t.csv",
+    ]
+    for path in ("results/a.txt", "results/tables/t.csv", pv.MANIFEST):
+        assert not (root / path).exists() and not (root / pv.record_path(path)).exists()
+    assert (root / "data/src.txt").read_text() == "source"  # a source is never deleted
+    # a changed source: its consumers go, the source stays
+    root = _table_run(tmp_path / "again")
+    (root / "data/src.txt").write_text("new source")
+    removed = mf.remove_broken(mf.audit(root / "results")[0], root)
+    assert removed == ["results/a.txt", pv.MANIFEST, "results/tables/t.csv"]
+    assert (root / "data/src.txt").exists()

@@ -290,8 +290,9 @@ def test_crosslingual_forget_question_in_retain_names_both_lines(tmp_path):
 
 
 def test_perturbed_split_out_of_line_names_both_lines(tmp_path):
-    cfg = _tofu_dir(tmp_path, FORGET, [("Who is R?", "r")])
-    pert = [{"question": q, "answer": a, "perturbed_answer": ["x"], "paraphrased_answer": a} for q, a in FORGET]
+    author = [*FORGET, *((f"What is A's fact {i}?", str(i)) for i in range(17))]  # one author: 20 questions
+    cfg = _tofu_dir(tmp_path, author, [(f"Who is R{i}?", "r") for i in range(20)])
+    pert = [{"question": q, "answer": a, "perturbed_answer": ["x"], "paraphrased_answer": a} for q, a in author]
     pert[1]["question"] = "Where did A study?"
     (tmp_path / "forget10_perturbed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pert))
     with pytest.raises(
@@ -375,3 +376,34 @@ def test_real_authors_and_world_facts_need_no_paraphrase():
     sets = make_tofu_sets(TofuDataConfig(root=ROOT, split="forget10", n_authors=20))
     assert not any("paraphrased_answer" in r for r in sets["eval_real_authors"] + sets["eval_world_facts"])
     assert all(r["paraphrased_answer"].strip() for r in sets["eval_forget"] + sets["eval_retain"])
+
+
+def _copy_tofu(dst, drop_last: dict[str, int]):
+    """The vendored TOFU files in ``dst``, with the last ``n`` rows of each named split removed."""
+    import shutil
+    from pathlib import Path
+
+    for f in Path(ROOT).glob("*.jsonl"):
+        shutil.copy(f, dst / f.name)
+    for name, n in drop_last.items():
+        lines = (dst / f"{name}.jsonl").read_text().splitlines(keepends=True)
+        (dst / f"{name}.jsonl").write_text("".join(lines[:-n]))
+
+
+@pytest.mark.parametrize(
+    "drop, message",
+    [
+        # the last author has one question: the forget set's 20-row blocks would straddle two authors
+        ({"forget10": 19, "forget10_perturbed": 19}, "forget10.jsonl: 381 rows, not a multiple of 20"),
+        ({"retain90": 5}, "retain90.jsonl: 3595 rows, not a multiple of 20"),
+        # whole blocks, but not those of the training split
+        ({"forget10_perturbed": 20}, "forget10_perturbed.jsonl: 380 rows, but data/tofu/forget10.jsonl"),
+        ({"holdout10": 1}, "holdout10.jsonl: 399 rows, not a multiple of 20"),
+    ],
+)
+def test_a_tofu_split_not_in_author_blocks_is_refused_naming_file_and_count(tmp_path, drop, message):
+    """Issue 62: the forget split was 'the last 20 n rows' whatever the file's authors."""
+    _copy_tofu(tmp_path, drop)
+    cfg = TofuDataConfig(root=str(tmp_path), split="forget10", n_authors=20)
+    with pytest.raises(ValueError, match="(?s)" + message.replace("data/tofu", str(tmp_path)).replace(".", r"\.")):
+        make_tofu_sets(cfg) if "holdout" not in message else make_holdout_set(cfg)

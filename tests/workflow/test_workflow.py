@@ -735,3 +735,33 @@ def test_a_plain_rerun_remakes_what_a_killed_forcerun_or_a_deletion_left_missing
     assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
     assert (workdir / "results/tables/tofu.csv").read_bytes() == table  # remade, not changed
     assert planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))) == {}
+
+
+def test_a_corrupted_artifact_is_named_with_its_remedy_and_remade_after_remove_broken(workdir):
+    """Issue 62, case 4: a merged checkpoint truncated after the run was reused ("Nothing to be done": a
+    directory() output's mtime does not change). The audit's line names the command; --remove-broken
+    deletes it and what was made from it, and the same snakemake command remakes them byte-identically."""
+    cfg = workdir / "test.yaml"
+    weights = workdir / f"{EXP}/erase/k2/qr_erase/model/model.safetensors"
+    table = (workdir / "results/tables/tofu.csv").read_bytes()
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    assert planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg))) == {}  # reused
+    audit = qrerase_cli(workdir, "audit", "results")
+    assert audit.returncode == 1
+    assert (
+        f"BROKEN {EXP}/erase/k2/qr_erase/model: modified (sha256 recorded" in audit.stdout
+        and "`qrerase audit results --remove-broken`, then the same snakemake command, remakes it" in audit.stdout
+    ), audit.stdout[-3000:]
+    removed = qrerase_cli(workdir, "audit", "results", "--remove-broken")
+    assert removed.returncode == 1
+    gone = [line.removeprefix("removed ") for line in removed.stdout.splitlines() if line.startswith("removed ")]
+    assert {f"{EXP}/erase/k2/qr_erase/model", f"{EXP}/eval/qr_erase_k2", "results/tables/tofu.csv"} <= set(gone)
+    assert "results/provenance/manifest.json" in gone and not weights.exists()
+    assert not any(p.startswith("data/") for p in gone)  # sources stay
+    rules = planned_rules(snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)))
+    assert rules.get("erase_merged") == 1 and not TRAINING & set(rules), rules
+    snakemake(workdir, "--cores", "2", "--configfile", str(cfg))
+    assert weights.read_bytes() == data and (workdir / "results/tables/tofu.csv").read_bytes() == table
+    audit = qrerase_cli(workdir, "audit", "results")
+    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]

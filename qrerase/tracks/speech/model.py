@@ -175,6 +175,7 @@ def load_speech_model(
                 local_files_only=local_files_only,
                 ignore_mismatched_sizes=speakers is not None,
                 output_loading_info=True,
+                use_safetensors=True,  # never unpickle
                 **kwargs,
             )
     except Exception as exc:

@@ -43,6 +43,7 @@ __all__ = [
     "load_split",
     "load_split_numbered",
     "author_counts",
+    "check_author_blocks",
     "forget_cap",
     "make_holdout_set",
     "make_tofu_sets",
@@ -184,6 +185,32 @@ def _pretrain_authors(cfg: TofuDataConfig, n_retain: int) -> int:
     return n_pre
 
 
+def _file_of(where: list[str]) -> str:
+    """The file (or hub split) of a split's ``file:line`` list."""
+    return where[0].rsplit(":", 1)[0] if where else "?"
+
+
+def check_author_blocks(
+    rows: list[dict], where: list[str], aligned: tuple[list[dict], list[str]] | None = None
+) -> None:
+    """A TOFU split has no author field: an author is a block of :data:`QA_PER_AUTHOR` consecutive rows, so
+    a split is refused (one line naming the file and its row count) unless its rows are whole blocks and,
+    for a perturbed split, as many as its training split's (``aligned``: rows, ``file:line``), whose blocks
+    it must line up with. A last author with fewer questions would otherwise shift every block: the
+    forget set, the last ``20 n`` rows, would be mostly another author, and the robustness halves (cut
+    within each block) would split that mixture."""
+    if len(rows) % QA_PER_AUTHOR:
+        raise ValueError(
+            f"{_file_of(where)}: {len(rows)} rows, not a multiple of {QA_PER_AUTHOR} (a TOFU split holds "
+            f"{QA_PER_AUTHOR} questions per author in file order, so its authors cannot be cut)"
+        )
+    if aligned is not None and len(aligned[0]) != len(rows):
+        raise ValueError(
+            f"{_file_of(where)}: {len(rows)} rows, but {_file_of(aligned[1])} has {len(aligned[0])} "
+            "(the two splits are row-aligned, author by author)"
+        )
+
+
 def _check_aligned(train: list[dict], evals: list[dict], train_where: list[str], eval_where: list[str]) -> None:
     for a, b, wa, wb in zip(train, evals, train_where, eval_where):
         if a["question"] != b["question"]:
@@ -210,6 +237,7 @@ def make_holdout_set(cfg: TofuDataConfig) -> list[dict]:
     training split (:func:`_training_splits`) is refused, naming both (:func:`check_not_trained`)."""
     n_forget, _ = author_counts(cfg)
     rows, where = load_split_numbered(cfg, holdout_split(cfg.split))
+    check_author_blocks(rows, where)
     check_not_trained("holdout", rows, where, _training_splits(cfg))
     held = rows[max(0, len(rows) - n_forget * QA_PER_AUTHOR) :]
     return [{"question": r["question"], "answer": r["answer"]} for r in held][: forget_cap(cfg)]
@@ -235,6 +263,8 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
     (forget_all, forget_where), retain_all = splits["forget"], splits["retain"][0]
     known = {name: splits[name] for name in splits if name in KNOWLEDGE_SETS}
     log_repeats(check_distinct(splits, strict=("forget",)))
+    check_author_blocks(forget_all, forget_where)
+    check_author_blocks(*splits["retain"])
     start = len(forget_all) - n_forget * QA_PER_AUTHOR
     forget = forget_all[start:]
     retain = retain_all[: n_retain * QA_PER_AUTHOR]
@@ -243,6 +273,7 @@ def make_tofu_sets(cfg: TofuDataConfig) -> dict[str, list[dict]]:
         raise ValueError(f"data.split {cfg.split}: the forget set is empty")
 
     forget_pert, pert_where = load_split_numbered(cfg, f"{cfg.split}_perturbed")
+    check_author_blocks(forget_pert, pert_where, aligned=(forget_all, forget_where))
     cut = len(forget_pert) - len(forget)
     forget_pert = forget_pert[cut:]
     _check_aligned(forget, forget_pert, forget_where[start:], pert_where[cut:])
