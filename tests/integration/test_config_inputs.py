@@ -7,10 +7,10 @@ import pytest
 import yaml
 from support.snakemake_cli import assert_config_error, planned_rules, snakemake, write_config
 
-from qrerase.io import load_yaml
-
 
 def test_load_yaml_refuses_a_repeated_key_naming_file_and_line(tmp_path):
+    from qrerase.io import load_yaml
+
     path = tmp_path / "overlay.yaml"
     path.write_text("unlearn:\n  scale: 2.0\n  rank: 4\nlora:\n  r: 8\nunlearn:\n  rank: 2\n")
     with pytest.raises(ValueError, match=r"overlay\.yaml:6: duplicate key 'unlearn' \(first at line 1\)$"):
