@@ -132,12 +132,8 @@ def _stop_on_sigterm():
 
 
 def _resume_state(snakemake: Any) -> str:
-    """Where a stopped job's resume states are, for its one line (no key computed: the folder of its rule
-    and wildcards, :func:`resume_dir`)."""
-    first = Path(str(snakemake.output[0])) if len(snakemake.output) else Path(".")
-    root = first.parts[0] if len(first.parts) > 1 else "."
-    wildcards = ",".join(f"{k}={v}" for k, v in snakemake.wildcards.items()) or "_"
-    parent = Path(root) / ".resume" / str(snakemake.rule) / wildcards
+    """Where a stopped job's resume states are, for its one line (no key computed: :func:`_resume_parent`)."""
+    parent = _resume_parent(snakemake)
     states = sorted(parent.rglob("step-*")) if parent.is_dir() else []
     if states:
         return f"resume state kept in {parent}; the same snakemake command resumes from it"
@@ -320,6 +316,14 @@ def resume_key(snakemake: Any) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _resume_parent(snakemake: Any) -> Path:
+    """``<root>/.resume/<rule>/<wildcards>``: the folder of a job's resume keys (:func:`resume_dir`)."""
+    first = Path(str(snakemake.output[0])) if len(snakemake.output) else Path(".")
+    root = first.parts[0] if len(first.parts) > 1 else "."
+    wildcards = ",".join(f"{k}={v}" for k, v in snakemake.wildcards.items()) or "_"
+    return Path(root) / ".resume" / str(snakemake.rule) / wildcards
+
+
 def resume_dir(snakemake: Any) -> Path:
     """The job's resume directory, outside its declared outputs:
     ``<root>/.resume/<rule>/<wildcards>/<key>`` with ``<root>`` the first component of its first
@@ -328,10 +332,7 @@ def resume_dir(snakemake: Any) -> Path:
     of these changed gets a new, empty directory; the states of other keys for the same rule and
     wildcards are stale and removed here (by rank 0), saying so in the log. Use with
     :func:`qrerase.engine.resuming`."""
-    first = Path(str(snakemake.output[0]))
-    root = first.parts[0] if len(first.parts) > 1 else "."
-    wildcards = ",".join(f"{k}={v}" for k, v in snakemake.wildcards.items()) or "_"
-    parent = Path(root) / ".resume" / str(snakemake.rule) / wildcards
+    parent = _resume_parent(snakemake)
     key = resume_key(snakemake)
     if parent.is_dir() and is_main_process():
         for stale in sorted(parent.iterdir()):

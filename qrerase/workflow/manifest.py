@@ -267,10 +267,11 @@ def audit(
                     )
                 )
 
-    problems += _unrecorded(records, root, remake)
+    on_disk = _final_files(root)
+    problems += _unrecorded(records, root, on_disk, remake)
     manifest = root / MANIFEST
     n_manifest = 0
-    finals = sorted({p for p in records if p.startswith(FINAL_DIRS)} | set(_final_files(root)))
+    finals = sorted({p for p in records if p.startswith(FINAL_DIRS)} | set(on_disk))
     if not manifest.is_file() and finals:
         problems.append(
             Problem(
@@ -344,13 +345,13 @@ def _final_files(root: Path) -> list[str]:
     )
 
 
-def _unrecorded(records: dict[str, dict], root: Path, remake: str) -> list[Problem]:
-    """Artifacts a job must have made that have no record: each file under :data:`FINAL_DIRS`, and each
+def _unrecorded(records: dict[str, dict], root: Path, on_disk: list[str], remake: str) -> list[Problem]:
+    """Artifacts a job must have made that have no record: each file under :data:`FINAL_DIRS` (``on_disk``), and each
     input under ``results/`` (Snakemake's benchmark files aside) that a recorded job used. A deleted
     record, or a table written by hand, is not an artifact the audit can vouch for."""
     problems = [
         Problem(rel, f"no provenance record: no recorded job made it, or its record was deleted; {remake}")
-        for rel in _final_files(root)
+        for rel in on_disk
         if not _recorded(rel, records)
     ]
     used: dict[str, str] = {}

@@ -129,12 +129,22 @@ def graph(tmp_path):
             workflow_dir=tmp_path,
         )
         pv.write_records(rec)
-        manifest = mf.build_manifest(["results/b", "results/c.txt"])
     finally:
         os.chdir(cwd)
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    _job(tmp_path, "provenance_manifest", ["results/b", "results/c.txt"], {pv.MANIFEST: text})
+    _record_manifest(tmp_path, ["results/b", "results/c.txt"])
     return tmp_path
+
+
+def _record_manifest(root: Path, targets: list[str]) -> dict:
+    """The manifest behind ``targets``, written by a recorded job as rule provenance_manifest does."""
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        manifest = mf.build_manifest(targets)
+    finally:
+        os.chdir(cwd)
+    _job(root, "provenance_manifest", targets, {pv.MANIFEST: json.dumps(manifest, indent=2, sort_keys=True) + "\n"})
+    return manifest
 
 
 def test_record_contents(graph):
@@ -332,15 +342,7 @@ def _timed_run(root: Path, wall_time: str) -> dict:
     _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
     _job(root, "table", ["results/a.txt"], {"results/tables/t.csv": "method,value\nqr,1\n"})
     _job(root, "cost", ["results/benchmarks/make_a/x.tsv"], {"results/tables/t_cost.csv": f"make_a,{wall_time}\n"})
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        manifest = mf.build_manifest(["results/tables/t.csv", "results/tables/t_cost.csv"])
-    finally:
-        os.chdir(cwd)
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    _job(root, "provenance_manifest", ["results/tables/t.csv", "results/tables/t_cost.csv"], {pv.MANIFEST: text})
-    return manifest
+    return _record_manifest(root, ["results/tables/t.csv", "results/tables/t_cost.csv"])
 
 
 def test_manifest_leaves_wall_times_unhashed(tmp_path):
@@ -362,19 +364,13 @@ def test_manifest_leaves_wall_times_unhashed(tmp_path):
     ]
 
 
-def _signed_graph(root: Path) -> Path:
-    """data/src.txt -> results/a.txt -> results/c.txt and the manifest, each written by a recorded job."""
+def _signed_graph(root: Path, final: str = "results/c.txt", rule: str = "make_c", text: str = "C") -> Path:
+    """data/src.txt -> results/a.txt -> ``final`` and the manifest, each written by a recorded job."""
     (root / "data").mkdir(parents=True)
     (root / "data/src.txt").write_text("source")
     _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
-    _job(root, "make_c", ["results/a.txt"], {"results/c.txt": "C"})
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        text = json.dumps(mf.build_manifest(["results/c.txt"]), indent=2, sort_keys=True) + "\n"
-    finally:
-        os.chdir(cwd)
-    _job(root, "provenance_manifest", ["results/c.txt"], {pv.MANIFEST: text})
+    _job(root, rule, ["results/a.txt"], {final: text})
+    _record_manifest(root, [final])
     return root
 
 
@@ -477,17 +473,7 @@ def test_sign_and_verify_refuse_bad_input_in_one_line(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 def _table_run(root: Path) -> Path:
     """data/src.txt -> results/a.txt -> results/tables/t.csv -> the manifest, each a recorded job."""
-    (root / "data").mkdir(parents=True)
-    (root / "data/src.txt").write_text("source")
-    _job(root, "make_a", ["data/src.txt"], {"results/a.txt": "A"})
-    _job(root, "table", ["results/a.txt"], {"results/tables/t.csv": "method,value\nqr,1\n"})
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        text = json.dumps(mf.build_manifest(["results/tables/t.csv"]), indent=2, sort_keys=True) + "\n"
-    finally:
-        os.chdir(cwd)
-    _job(root, "provenance_manifest", ["results/tables/t.csv"], {pv.MANIFEST: text})
+    _signed_graph(root, "results/tables/t.csv", "table", "method,value\nqr,1\n")
     assert mf.audit(root / "results")[0] == []
     return root
 
