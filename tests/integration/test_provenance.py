@@ -424,15 +424,21 @@ needs_ssh_keygen = pytest.mark.skipif(
 )
 
 
-@needs_ssh_keygen
-def test_signed_manifest_verifies_and_catches_a_consistent_forgery(tmp_path, capsys):
-    root = _signed_graph(tmp_path / "run")
+def _signer(tmp_path: Path, root: Path) -> tuple[Path, str, list[str]]:
+    """A new ed25519 key, the run's results/ and the CLI arguments of an audit that verifies its signature."""
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me", "-f", str(key)], check=True)
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f"me@lab {(tmp_path / 'id_ed25519.pub').read_text()}")
     results = str(root / "results")
     verify = ["audit", results, "--verify-signature", "--allowed-signers", str(allowed), "--identity", "me@lab"]
+    return key, results, verify
+
+
+@needs_ssh_keygen
+def test_signed_manifest_verifies_and_catches_a_consistent_forgery(tmp_path, capsys):
+    root = _signed_graph(tmp_path / "run")
+    key, results, verify = _signer(tmp_path, root)
     assert main(["sign", results, "--key", str(key)]) == 0
     assert capsys.readouterr().out.strip() == f"{root}/results/provenance/manifest.json.sig"
     assert main(verify) == 0
@@ -512,12 +518,7 @@ def test_a_deleted_intermediate_record_and_a_shrunk_manifest_are_broken(tmp_path
 @needs_ssh_keygen
 def test_a_signed_manifest_catches_a_deleted_record_and_its_own_deletion(tmp_path, capsys):
     root = _table_run(tmp_path / "run")
-    key = tmp_path / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me", "-f", str(key)], check=True)
-    allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f"me@lab {(tmp_path / 'id_ed25519.pub').read_text()}")
-    results = str(root / "results")
-    verify = ["audit", results, "--verify-signature", "--allowed-signers", str(allowed), "--identity", "me@lab"]
+    key, results, verify = _signer(tmp_path, root)
     assert main(["sign", results, "--key", str(key)]) == 0 and main(verify) == 0
     capsys.readouterr()
     pv.remove_records(["results/a.txt"], root=root)  # the signature still verifies: the graph is unchanged
