@@ -44,6 +44,7 @@ include: "rules/studies/size_study.smk"
 include: "rules/studies/seeds.smk"
 include: "rules/studies/robustness_common.smk"
 include: "rules/studies/robustness.smk"
+include: "rules/studies/construction.smk"
 include: "rules/studies/provenance.smk"
 
 

@@ -38,6 +38,15 @@ SHARED: dict[str, str] = {
     "tradeoff_erase": "results/{exp}/tradeoff/k{rank}/{method}/lambda{scale}.csv",
     "tradeoff_baseline": "results/{exp}/tradeoff/baselines/{method}_e{epochs}.csv",
     "tradeoff_selection": "results/tables/{track}_tradeoff_selection.csv",
+    # the construction study (rules/studies/construction.smk)
+    "construction_lora": "results/{exp}/construction/{start}/lora/{set}",
+    "construction_lora_curve": "results/{exp}/construction/{start}/lora/{set}_loss.csv",
+    "construction_effect": "results/{exp}/construction/{start}/adapter_effect.csv",
+    "construction_unedited": "results/{exp}/construction/unedited.csv",
+    "construction_sweep": "results/{exp}/construction/{start}/{projector}/k{rank}/{method}.csv",
+    "construction_modules": "results/{exp}/construction/{start}/{projector}/k{rank}/{method}_modules.csv",
+    "construction_pick": "results/{exp}/construction/{start}/{projector}/k{rank}/{method}_pick.csv",
+    "construction_baseline": "results/{exp}/construction/baselines/{method}_e{epochs}.csv",
     # size study
     "size_study_rows": "results/{exp}/size_study/rows.csv",
     "size_study_layers": "results/{exp}/size_study/layers.csv",

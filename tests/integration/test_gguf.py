@@ -116,13 +116,14 @@ def test_imported_checkpoint_loads_with_stock_transformers_and_matches_gguf_logi
     assert torch.allclose(a, b, rtol=0, atol=1e-4), float((a - b).abs().max())
 
 
-@needs_model
-def test_the_smollm2_config_plans_the_import_once_before_every_training_job(tmp_path):
+def _smollm2_plan(*target: str) -> dict[str, int]:
+    """{rule: jobs} of a dry run of config/smollm2-135m.yaml in this checkout (the default target, or ``target``)."""
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "snakemake",
+            *target,
             "-n",
             "--cores",
             "2",
@@ -140,11 +141,23 @@ def test_the_smollm2_config_plans_the_import_once_before_every_training_job(tmp_
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    counts = dict(
-        (line.split()[0], int(line.split()[1]))
-        for line in proc.stdout.splitlines()
-        if len(line.split()) == 2 and line.split()[1].isdigit()
-    )
+    rows = (line.split() for line in proc.stdout.splitlines())
+    return {r[0]: int(r[1]) for r in rows if len(r) == 2 and r[1].isdigit()}
+
+
+@needs_model
+def test_the_smollm2_config_plans_the_import_once_before_every_training_job():
+    counts = _smollm2_plan()
     assert counts["import_gguf"] == 1 and counts["finetune"] == 2 and counts["lora"] == 2, counts
     assert counts["tradeoff_erase"] > 0 and counts["tradeoff_baseline"] > 0, counts  # tradeoff.in_default_target
     assert "pretrain" not in counts and "tokenizer" not in counts, counts
+
+
+@needs_model
+def test_the_smollm2_construction_study_plans_its_grid_and_stays_out_of_the_default_run():
+    counts = _smollm2_plan("construction")
+    # 2 starts x (3 ranks x 2 projectors - the full projector at k = r = 16) x 4 methods; picks at k = 4
+    assert counts["construction_sweep"] == 40 and counts["construction_pick"] == 16, counts
+    assert counts["construction_lora"] == 2 and counts["lora"] == 2 and counts["construction_effect"] == 2, counts
+    assert counts["construction_baseline"] == 4 and counts["construction_unedited"] == 1, counts
+    assert not any(r.startswith("construction") for r in _smollm2_plan()), "the study joined the default target"

@@ -234,6 +234,17 @@ _EVERY_OBJECT = merged(
         speech__model__shape=dict(layers=2, hidden=32, intermediate=64, vocab=0, heads=2, kv_heads=2),
         finetune__lora=dict(r=4, alpha=8, target_modules="auto"),
         tofu__imported_models=[{"name": "other", "log": "config.yaml"}],
+        construction=dict(
+            starts=["finetuned"],
+            projectors=["k"],
+            ranks=[2],
+            methods=["qr_erase"],
+            scales=[1],
+            stop_rise=0.5,
+            protocol_ranks=[],
+            baselines=[],
+            epochs=[],
+        ),
     ),
 )
 
