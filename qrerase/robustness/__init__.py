@@ -1,13 +1,14 @@
 """Is the knowledge gone, or only hidden? The measures of the robustness stage (docs/robustness.md):
 recovery under relearning, benign fine-tuning and quantization, and the share of an attack's update that
-falls in the erased subspace. Numpy and the ``gguf`` package's quantizers; torch-free.
+falls in the erased subspace. Numpy, the ``gguf`` package's quantizers and bitsandbytes' (imported, with
+torch, only for its formats).
 
-The stage's rules and tables are not built yet: docs/robustness.md states the protocol and the
-hypotheses, written before any run.
+The stage's rules: rules/studies/robustness.smk; the protocol, the hypotheses and the results:
+docs/robustness.md.
 """
 
 from .measures import quantization_recovery, random_subspace, recovery, relearning_gain, split_halves, subspace_share
-from .quantization import FORMATS, block_steps, edit_step_ratio, quantize_roundtrip
+from .quantization import FORMATS, block_steps, edit_step_ratio, edit_step_ratios, quantize_roundtrip, zero_steps
 
 __all__ = [
     "recovery",
@@ -20,4 +21,6 @@ __all__ = [
     "quantize_roundtrip",
     "block_steps",
     "edit_step_ratio",
+    "edit_step_ratios",
+    "zero_steps",
 ]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .measures import random_subspace, subspace_share
-from .quantization import edit_step_ratios, quantize_roundtrip
+from .quantization import block_of, edit_step_ratios, quantize_roundtrip, zero_steps
 from .settings import ATTACKS, RobustnessSettings
 
 __all__ = [
@@ -191,7 +191,7 @@ def run_attacks(
         skipped = []
         with torch.no_grad():
             for name, w in target.weights(m).items():
-                if w.shape[1] % 32:
+                if w.shape[1] % block_of(fmt):
                     skipped.append(name)
                     continue
                 before = w.detach().cpu().float().numpy().copy()  # not a view: w is overwritten below
@@ -204,7 +204,9 @@ def run_attacks(
             rows += _rows(
                 "quantize", "", 1.0, 0.0, 0, fmt, {"weights": float(np.median(pooled)) if pooled.size else float("nan")}
             )
-        log(f"quantize {fmt}: {len(skipped)} module(s) kept in float (input width not a multiple of 32)")
+        log(f"quantize {fmt}: {len(skipped)} module(s) kept in float (input width not a multiple of {block_of(fmt)})")
+        if ratios:
+            log(f"quantize {fmt}: {zero_steps(np.concatenate(ratios))} changed weight(s) with a zero step (ratio inf)")
         del m
     return rows, delta
 

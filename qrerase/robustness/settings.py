@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .quantization import FORMATS
+from .quantization import FORMATS, GGUF_FORMATS, missing_backend
 
 __all__ = ["ATTACKS", "MODES", "RobustnessSettings", "robustness_settings", "check_robustness"]
 
@@ -28,7 +28,8 @@ class RobustnessSettings:
     """``budgets``: optimiser steps at which a training attack is scored (0 first: the model as given);
     ``lr_factors``: relearning learning rates as multiples of the track's fine-tuning (full) or LoRA
     (lora) rate; ``benign_lr_factors``: those of benign fine-tuning; ``modes``: full and/or lora;
-    ``formats``: GGUF quantization formats (:data:`qrerase.robustness.quantization.FORMATS`);
+    ``formats``: quantization formats, GGUF or bitsandbytes (:data:`qrerase.robustness.quantization.FORMATS`;
+    default the GGUF ones);
     ``a_share``: the share of each entity's forget items in half A; ``utility_questions``: retain
     questions of the utility score (the first ones of the track's retain evaluation set)."""
 
@@ -36,7 +37,7 @@ class RobustnessSettings:
     lr_factors: tuple[float, ...] = (1.0, 0.1)
     benign_lr_factors: tuple[float, ...] = (1.0,)
     modes: tuple[str, ...] = MODES
-    formats: tuple[str, ...] = tuple(FORMATS)
+    formats: tuple[str, ...] = tuple(GGUF_FORMATS)
     a_share: float = 0.5
     utility_questions: int = 100
 
@@ -74,6 +75,8 @@ def robustness_settings(section: Mapping[str, Any] | None) -> RobustnessSettings
     for f in section.get("formats", list(d.formats)):
         if f not in FORMATS:
             _fail("formats", f"one of {sorted(FORMATS)}", f)
+        if missing_backend(f):
+            _fail("formats", f"a format whose package is installed ({missing_backend(f)})", f)
     share = section.get("a_share", d.a_share)
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
         _fail("a_share", "a share in (0, 1) (0 or 1 leaves half A or half B empty)", share)

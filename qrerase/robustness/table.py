@@ -47,6 +47,8 @@ RECOVERY_COLUMNS = [
     "utility",
     "shift",
     "edit_step_ratio",
+    "forgetting_undone",
+    "overshoot",
 ]
 _KEY = ["attack", "mode", "lr_factor", "budget", "format"]
 
@@ -68,8 +70,13 @@ def recovery_frame(rows: pd.DataFrame, ceiling: str, floor: str | None, models: 
     a floor) leaves recoveries empty. ``gap`` is ceiling − floor under the same attack and budget; where it is below
     :data:`~qrerase.robustness.measures.MIN_GAP` the recovery is undefined and left empty (the attack
     brought the floor to the ceiling: hypothesis 5 fails there; :func:`recovery` itself refuses it).
-    Quantization: ``recovery`` is the share of the forgetting undone (empty for the references and a
-    model that forgot nothing), ``shift`` the statistic's change from the unquantized model."""
+    Quantization: ``recovery`` is scaled like a training attack's, by the floor and ceiling put through
+    the same round trip (empty without a floor); ``forgetting_undone`` is the unscaled share of the model's
+    own forgetting the round trip undoes, (s_q − s_unlearned) / (s_fine-tuned − s_unlearned) (empty for the
+    references and a model that forgot nothing); ``shift`` the statistic's change from the unquantized
+    model. ``overshoot``: the model's forgetting went past the floor before any attack (its budget-0
+    recovery on the row's set, for quantization its unattacked forget-set recovery, is below 0), so its
+    ratios measure distance past the floor, not robustness; read ``statistic`` there."""
     rows = rows.fillna({"mode": "", "format": ""})
     out = []
     training = rows[rows["attack"] != "quantize"]
@@ -104,12 +111,10 @@ def recovery_frame(rows: pd.DataFrame, ceiling: str, floor: str | None, models: 
     frame = pd.DataFrame(out)
     if not frame.empty and floor is not None:
         start = frame[frame["budget"] == 0].set_index(["model", "attack", "mode", "lr_factor", "set"])["recovery"]
-        frame["gain"] = [
-            relearning_gain(r, start[(m, a, mo, f, s)])
-            for m, a, mo, f, s, r in frame[["model", "attack", "mode", "lr_factor", "set", "recovery"]].itertuples(
-                index=False
-            )
-        ]
+        keys = frame[["model", "attack", "mode", "lr_factor", "set", "recovery"]].itertuples(index=False)
+        starts = [start[(m, a, mo, f, s)] for m, a, mo, f, s, _ in keys]
+        frame["gain"] = [relearning_gain(r, r0) for r, r0 in zip(frame["recovery"], starts)]
+        frame["overshoot"] = [bool(r0 < 0) for r0 in starts]
     quant = []
     for fmt in rows.loc[rows["attack"] == "quantize", "format"].unique():
         key = ("quantize", "", 1.0, 0, fmt)
@@ -117,9 +122,17 @@ def recovery_frame(rows: pd.DataFrame, ceiling: str, floor: str | None, models: 
             q = _value(rows, model, key, "forget")
             unq = _plain(rows, model)
             ceil = _plain(rows, ceiling)
-            share = np.nan
+            share = scaled = np.nan
+            over = False
             if model not in (ceiling, floor) and abs(ceil - unq) > 1e-9:
                 share = quantization_recovery(q, unq, ceil, f"quantization recovery of {model} ({fmt})")
+            if floor is not None:
+                low, high = _value(rows, floor, key, "forget"), _value(rows, ceiling, key, "forget")
+                if abs(high - low) >= MIN_GAP:  # else undefined, as for a training attack
+                    scaled = recovery(q, low, high, f"quantization recovery of {model} ({fmt}), scaled")
+                floor0 = _plain(rows, floor)
+                if abs(ceil - floor0) >= MIN_GAP:
+                    over = recovery(unq, floor0, ceil, f"unattacked recovery of {model}") < 0
             ratio = rows[(rows["model"] == model) & (rows["format"] == fmt) & (rows["set"] == "weights")]["value"]
             quant.append(
                 {
@@ -131,7 +144,9 @@ def recovery_frame(rows: pd.DataFrame, ceiling: str, floor: str | None, models: 
                     "format": fmt,
                     "set": "forget",
                     "statistic": q,
-                    "recovery": share,
+                    "recovery": scaled,
+                    "forgetting_undone": share,
+                    "overshoot": over,
                     "shift": q - unq,
                     "utility": _value(rows, model, key, "utility"),
                     "edit_step_ratio": float(ratio.iloc[0]) if len(ratio) else np.nan,
@@ -158,7 +173,8 @@ def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[st
     """One line per model: the forget statistic on B before the attack and its recovery there, the
     recovery after the largest budget of each training attack on its scored set (relearning: B;
     benign: the whole forget set), that of the first relearning setting on B in each other language
-    (``B:<lang>`` sets), each format's quantization recovery and the Q4_0 edit-to-step ratio."""
+    (``B:<lang>`` sets), each format's quantization recovery (scaled by the quantized floor and ceiling)
+    and the Q4_0 edit-to-step ratio. A model whose forgetting went past the floor is marked so."""
     train = frame[frame["attack"] != "quantize"]
     top = int(train["budget"].max()) if not train.empty else 0
     settings = list(train[["attack", "mode", "lr_factor"]].drop_duplicates().itertuples(index=False, name=None))
@@ -168,7 +184,7 @@ def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[st
     ratio_fmts = ["q4_0"] if "q4_0" in fmts else fmts[:1]  # Zhang et al.'s explanation is about 4-bit
     header = ["Model", f"B {statistic}", "recovery₀"]
     header += [f"{_label(*s)} @{top}" for s in settings] + [f"{_label(*c[:3])} @{top} {c[3]}" for c in cross]
-    header += [f"{f} recovery" for f in fmts] + [f"{f} edit/step" for f in ratio_fmts] + ["utility"]
+    header += [f"{f} recovery (scaled)" for f in fmts] + [f"{f} edit/step" for f in ratio_fmts] + ["utility"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     def cell(v) -> str:
@@ -189,9 +205,10 @@ def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[st
         hit = frame[(frame["model"] == m) & (frame["attack"] == "quantize") & (frame["format"] == fmt)]
         return hit[col].iloc[0] if len(hit) else None
 
+    over = set(frame.loc[frame["overshoot"].fillna(False).astype(bool), "model"]) if "overshoot" in frame else set()
     for m in models:
         start = (*settings[0], 0, "B" if settings[0][0] == "relearn" else "forget") if settings else None
-        row = [labels.get(m, m)]
+        row = [labels.get(m, m) + (" (overshoot: past the floor)" if m in over else "")]
         row += [cell(pick(m, *start, c) if start else None) for c in ("statistic", "recovery")]
         row += [
             cell(pick(m, a, mode, f, top, "B" if a == "relearn" else "forget", "recovery")) for a, mode, f in settings

@@ -185,9 +185,22 @@ def test_table_scales_by_floor_and_ceiling_under_the_same_attack():
     assert rel.loc[("m", 4), "recovery"] == pytest.approx((1.0 - 2.0) / (0.8 - 2.0))
     assert rel.loc[("m", 4), "gain"] == pytest.approx((1.0 - 2.0) / (0.8 - 2.0) - 0.25)
     q = frame[frame["attack"] == "quantize"].set_index("model")
-    assert q.loc["m", "recovery"] == pytest.approx((2.2 - 2.5) / (1.0 - 2.5))
-    assert q.loc["m", "shift"] == pytest.approx(-0.3) and np.isnan(q.loc["base", "recovery"])
+    # scaled by the floor and ceiling through the same round trip: (2.2 - 2.7) / (0.7 - 2.7)
+    assert q.loc["m", "recovery"] == pytest.approx((2.2 - 2.7) / (0.7 - 2.7))
+    assert (q.loc["base", "recovery"], q.loc["retain", "recovery"]) == (1.0, 0.0)
+    # the unscaled share of m's own forgetting undone, (s_q - s_unlearned) / (s_fine-tuned - s_unlearned)
+    assert q.loc["m", "forgetting_undone"] == pytest.approx((2.2 - 2.5) / (1.0 - 2.5))
+    assert q.loc["m", "shift"] == pytest.approx(-0.3) and np.isnan(q.loc["base", "forgetting_undone"])
+    assert not frame["overshoot"].astype(bool).any()
     assert "| m |" in summary_markdown(frame, ["base", "retain", "m"], {}, "answer NLL")
+    # a model whose forgetting went past the floor (B NLL 4.0 > the floor's 3.0): flagged on every row
+    past = pd.DataFrame(rows)
+    past.loc[(past["model"] == "m") & (past["set"].isin(["B", "forget"])) & (past["budget"] == 0), "value"] = 4.0
+    over = recovery_frame(past, "base", "retain", ["base", "retain", "m"])
+    assert over.loc[over["model"] == "m", "overshoot"].astype(bool).all()
+    assert not over.loc[over["model"] != "m", "overshoot"].astype(bool).any()
+    assert over.loc[(over["model"] == "m") & (over["budget"] == 0) & (over["set"] == "B"), "statistic"].iloc[0] == 4.0
+    assert "| m (overshoot: past the floor) |" in summary_markdown(over, ["base", "retain", "m"], {}, "answer NLL")
     # an attack that brings the floor to the ceiling: the recovery is undefined there (empty, gap 0), the rest stands
     same = pd.DataFrame(rows)
     at4 = (same["budget"] == 4) & (same["attack"] == "relearn")
@@ -224,3 +237,21 @@ def test_subspace_frame_reports_the_ratio_to_random():
 def test_bad_settings_name_their_key(section, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         robustness_settings(section)
+
+
+def test_the_bitsandbytes_formats_are_attacked_like_the_gguf_ones(tok, forget):
+    pytest.importorskip("bitsandbytes", reason='bitsandbytes (the quant extra: pip install -e ".[quant]")')
+    model = build_tiny_llama(TINY, tok, seed=1)
+    in_a = text_halves(forget, 20, seed=0, share=0.5)
+    settings = RobustnessSettings(budgets=(0,), lr_factors=(1.0,), modes=("full",), formats=("nf4", "int8"))
+    rows, _ = run_attacks(model, _target(tok, forget, in_a), settings, seed=0)
+    frame = pd.DataFrame(rows).query("attack == 'quantize' and set == 'forget'").set_index("format")["value"]
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for w in linear_weights(q).values():
+            if w.shape[1] % 64 == 0:  # NF4's block; the others stay in float
+                w.copy_(torch.from_numpy(quantize_roundtrip(w.numpy(), "nf4")))
+    pairs = [qa_pair(r) for r in forget]
+    want = np.mean([s / n for s, n in answer_losses(q, tok, TPL, pairs, EvalConfig(batch_size=16))])
+    assert frame["nf4"] == pytest.approx(want, rel=1e-6)
+    assert np.isfinite(frame["int8"]) and frame["int8"] != frame["nf4"]

@@ -8,6 +8,7 @@ import pytest
 from qrerase.robustness import (
     block_steps,
     edit_step_ratio,
+    edit_step_ratios,
     quantization_recovery,
     quantize_roundtrip,
     random_subspace,
@@ -15,6 +16,7 @@ from qrerase.robustness import (
     relearning_gain,
     split_halves,
     subspace_share,
+    zero_steps,
 )
 
 FORMATS = ["q8_0", "q4_0", "q4_1"]
@@ -57,6 +59,63 @@ def test_the_edit_step_ratio_is_the_median_edit_over_its_blocks_step(weight):
         0.25 * np.median(steps / block_steps(edited, "q4_0")), rel=1e-3
     )
     assert np.isnan(edit_step_ratio(weight, weight, "q4_0"))
+
+
+def test_a_changed_weight_whose_block_quantizes_exactly_counts_with_an_infinite_ratio(weight):
+    finetuned = weight.copy()
+    finetuned[0, :32] = 0.01  # the edit zeroes block 0 of row 0: that block's step is 0 in the unlearned weights
+    unlearned = weight.copy()
+    unlearned[0, :32] = 0.0
+    ratios = edit_step_ratios(unlearned, finetuned, "q4_0")
+    changed = int((unlearned != finetuned).sum())
+    assert ratios.size == changed and zero_steps(ratios) == 32  # counted, not dropped
+    assert edit_step_ratio(unlearned, finetuned, "q4_0") == np.inf  # every changed weight is in that block
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """A weight whose rows are a whole number of bitsandbytes' 64-weight blocks."""
+    return np.random.default_rng(1).standard_normal((6, 128)).astype(np.float32) * 0.05
+
+
+@pytest.fixture(scope="module")
+def bnb():
+    return pytest.importorskip(
+        "bitsandbytes.functional", reason='bitsandbytes (the quant extra: pip install -e ".[quant]")'
+    )
+
+
+@pytest.mark.parametrize("fmt", ["nf4", "fp4"])
+def test_the_4bit_round_trip_is_bitsandbytes_code_times_the_block_absmax(wide, bnb, fmt):
+    """NF4 / FP4: each weight becomes absmax(block of 64) x the format's code value nearest w / absmax."""
+    weight = wide
+    import torch
+
+    got = quantize_roundtrip(weight, fmt)
+    packed, state = bnb.quantize_4bit(torch.from_numpy(weight), blocksize=64, quant_type=fmt)
+    np.testing.assert_array_equal(got, bnb.dequantize_4bit(packed, state).numpy())  # the library's own values
+    flat = weight.reshape(-1, 64).astype(np.float64)
+    absmax = np.abs(flat).max(axis=1, keepdims=True)
+    code = np.sort(bnb.get_4bit_type(fmt, device="cpu").numpy().astype(np.float64))
+    x, q = flat / absmax, got.reshape(-1, 64) / absmax
+    index = np.abs(q[:, :, None] - code).argmin(axis=2)
+    np.testing.assert_allclose(q, code[index], atol=1e-3)  # on the grid
+    nearest = np.abs(x[:, :, None] - code).argmin(axis=2)
+    np.testing.assert_array_equal(index, nearest)
+    with pytest.raises(ValueError, match="row length divisible by the block size 64"):
+        quantize_roundtrip(weight[:, :96], fmt)  # the CPU kernel blocks such rows inconsistently
+    # the step at a weight is the gap of its code interval: the round trip moves it by at most that
+    assert (np.abs(got - weight) <= block_steps(weight, fmt) * (1 + 1e-3)).all()
+
+
+def test_the_int8_round_trip_is_rowwise_absmax_over_127(weight, bnb):
+    got = quantize_roundtrip(weight, "int8")
+    absmax = np.abs(weight).max(axis=1, keepdims=True).astype(np.float64)
+    want = np.round(weight * 127.0 / absmax) * absmax / 127.0
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        block_steps(weight, "int8"), np.repeat(absmax / 127.0, weight.shape[1], axis=1), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize(
