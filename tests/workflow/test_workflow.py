@@ -639,7 +639,12 @@ def test_robustness_table_attacks_each_chosen_model_against_its_references(workd
     assert sorted(quant["format"].unique()) == ["q4_0", "q4_1", "q8_0"] and len(quant) == 3 * len(models)
     methods = quant[~quant["model"].isin(["base", "retain"])]
     assert methods["edit_step_ratio"].gt(0).all() and quant[quant["model"] == "base"]["edit_step_ratio"].isna().all()
-    assert methods["recovery"].notna().all() and quant[quant["model"].isin(["base", "retain"])]["recovery"].isna().all()
+    # scaled by the quantized floor and ceiling (so 1 and 0 for them); the unscaled share only for the methods
+    assert methods["recovery"].notna().all() and methods["forgetting_undone"].notna().all()
+    assert (quant[quant["model"] == "base"]["recovery"] == 1).all() and (
+        quant[quant["model"] == "retain"]["recovery"] == 0
+    ).all()
+    assert quant[quant["model"].isin(["base", "retain"])]["forgetting_undone"].isna().all()
     # the subspace diagnostic: the erased subspace for the subspace methods only, task and random for every model
     sub = pd.read_csv(workdir / "results/tables/tofu_robustness_subspace.csv")
     erased = set(sub[sub["subspace"] == "erased"]["model"])
