@@ -59,34 +59,33 @@ def missing_backend(fmt: str) -> str | None:
     return None if find_spec("bitsandbytes") else 'pip install -e ".[quant]" (bitsandbytes)'
 
 
-def _bnb_roundtrip(w: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
-    """(dequantized weights, per-weight scale: the block's or the row's absmax), float32 of w's shape."""
+def _bnb_roundtrip(w: np.ndarray, fmt: str) -> np.ndarray:
+    """The dequantized weights, float32 of w's shape."""
     import bitsandbytes.functional as F
     import torch
 
     x = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))
     if fmt == "int8":
         q, row_absmax, _ = F.int8_vectorwise_quant(x)
-        out = F.int8_vectorwise_dequant(q, row_absmax)
-        scale = np.repeat(row_absmax.numpy().astype(np.float32)[:, None], w.shape[1], axis=1)
-        return out.numpy().astype(np.float32).reshape(w.shape), scale
+        return F.int8_vectorwise_dequant(q, row_absmax).numpy().astype(np.float32).reshape(w.shape)
     packed, state = F.quantize_4bit(x, blocksize=BNB_BLOCK, quant_type=BNB_FORMATS[fmt])
-    out = F.dequantize_4bit(packed, state)
-    scale = np.repeat(state.absmax.numpy().astype(np.float32), BNB_BLOCK)[: w.size].reshape(w.shape)
-    return out.numpy().astype(np.float32).reshape(w.shape), scale
+    return F.dequantize_4bit(packed, state).numpy().astype(np.float32).reshape(w.shape)
 
 
 def _bnb_steps(w: np.ndarray, fmt: str) -> np.ndarray:
     """The step at each weight: int8, absmax_row / 127; NF4 / FP4, the block's absmax times the gap of
-    the code interval that holds w / absmax (their codes are not evenly spaced)."""
-    _, scale = _bnb_roundtrip(w, fmt)
+    the code interval that holds w / absmax (their codes are not evenly spaced). The absmax is computed
+    here as the quantizers compute it (the max |w| of the row, or of the 64-weight block); no round trip."""
+    w = np.asarray(w, dtype=np.float64)
     if fmt == "int8":
-        return scale / 127.0
+        return np.repeat(np.abs(w).max(axis=1, keepdims=True) / 127.0, w.shape[1], axis=1).astype(np.float32)
     import bitsandbytes.functional as F
 
+    blocks = w.reshape(-1, BNB_BLOCK)
+    scale = np.repeat(np.abs(blocks).max(axis=1), BNB_BLOCK).reshape(w.shape)
     code = np.sort(F.get_4bit_type(BNB_FORMATS[fmt], device="cpu").numpy().astype(np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.where(scale > 0, np.asarray(w, dtype=np.float64) / scale, 0.0)
+        x = np.where(scale > 0, w / scale, 0.0)
     hi = np.clip(np.searchsorted(code, x, side="right"), 1, code.size - 1)
     return (scale * (code[hi] - code[hi - 1])).astype(np.float32)
 
@@ -144,7 +143,7 @@ def quantize_roundtrip(w: np.ndarray, fmt: str) -> np.ndarray:
     from gguf import quants
 
     if fmt in BNB_FORMATS:
-        return _bnb_roundtrip(_checked(w, fmt), fmt)[0]
+        return _bnb_roundtrip(_checked(w, fmt), fmt)
 
     packed, _, _ = _packed(w, fmt)
     return np.asarray(quants.dequantize(packed, _qtype(fmt)), dtype=np.float32).reshape(np.shape(w))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..method.decompose import Decomposition, check_decomp, decompose_any
-from ..method.discriminate import Update, check_module_pairs
+from ..method.discriminate import Update, check_module_pairs, discriminate
 from ..method.lowrank import as_lowrank
 
 __all__ = [
@@ -63,12 +63,6 @@ def retain_projector_rank(projector: str, rank: int, retain: Any, name: str | No
     return full if projector == "full" else min(rank, full)
 
 
-def _discriminated(df: Decomposition, dr: Decomposition, columns: int) -> Update:
-    """U = (Q_f,k − Q_r Q_rᵀ Q_f,k) with the leading ``columns`` of Q_r (eq. 4), V = R_f,k (eq. 5), λ = 1."""
-    qr = dr.Q[:, :columns]
-    return Update(df.Q - qr @ (qr.T @ df.Q), df.R)
-
-
 def construction_updates(
     forget: Mapping[str, Any],
     retain: Mapping[str, Any],
@@ -99,7 +93,7 @@ def construction_updates(
         columns = retain_projector_rank(projector, rank, retain[m], m)
         df = decompose_any(forget[m], rank, decomp, m)
         dr = decompose_any(retain[m], columns, decomp, m)
-        updates[m] = _discriminated(df, dr, columns)
+        updates[m] = discriminate({m: df}, {m: dr}, retain_rank=columns)[m]  # eqs. 4-5 at lambda = 1
         details[m] = (df, columns)
     return updates, details
 
