@@ -9,7 +9,7 @@ import numpy as np
 
 from .measures import split_halves
 
-__all__ = ["entities_in_blocks", "text_halves"]
+__all__ = ["entities_in_blocks", "text_halves", "with_paraphrases"]
 
 
 def entities_in_blocks(n: int, block: int | None) -> list[str]:
@@ -31,3 +31,24 @@ def text_halves(rows: Sequence[Mapping[str, Any]], block: int | None, seed: int,
     if both:
         raise ValueError(f"halves A and B share question {both[0]!r}")
     return in_a
+
+
+def with_paraphrases(
+    rows: Sequence[Mapping[str, Any]], source: Sequence[Mapping[str, Any]], where: str
+) -> list[dict[str, Any]]:
+    """``rows`` with the ``paraphrased_question`` of the row of ``source`` (a file at ``where``) that asks
+    the same question; a one-line ValueError naming ``where`` when a row has none (the paraphrase attack
+    needs one for every question it asks)."""
+    by_question = {
+        str(r["question"]).strip(): r["paraphrased_question"] for r in source if r.get("paraphrased_question")
+    }
+    out = []
+    for r in rows:
+        if r.get("paraphrased_question"):
+            out.append(dict(r))
+            continue
+        found = by_question.get(str(r["question"]).strip())
+        if not found:
+            raise ValueError(f"{where}: no paraphrased_question for forget question {r['question']!r}")
+        out.append({**r, "paraphrased_question": found})
+    return out

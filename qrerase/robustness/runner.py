@@ -32,6 +32,7 @@ __all__ = [
     "subspace_rows",
     "orthonormal_basis",
     "subspace_bases",
+    "diagnostic_bases",
 ]
 
 #: The columns of a job's attack rows (``value``: the set's statistic; ``edit_step_ratio`` rows: set ``weights``).
@@ -52,6 +53,10 @@ class AttackTarget:
     rates: mode (``full`` / ``lora``) -> (learning rate, batch size) at learning-rate factor 1.
     add_lora(model) -> the model with fresh LoRA adapters of the track's shape (None: the track trains no LoRA).
     weights(model) -> {module: its 2-D weight (d_out, d_in)}: the weights quantized and diffed.
+    prompt(model, attack, budget) -> {set: statistic} of a prompt attack (:data:`~qrerase.robustness.settings.
+    PROMPT_ATTACKS`) on its scored sets, the model in eval mode without gradients (budget: m facts of
+    ``in_context``; 1 for the others); None: the track has no prompts (speech).
+    prompt_attacks: the prompt attacks the track's data allow (e.g. ``paraphrase`` needs paraphrased questions).
     """
 
     score: Callable[..., dict[str, float]]
@@ -60,6 +65,8 @@ class AttackTarget:
     rates: Mapping[str, tuple[float, int]]
     add_lora: Callable[[Any], Any] | None
     weights: Callable[[Any], dict[str, torch.Tensor]]
+    prompt: Callable[[Any, str, int], dict[str, float]] | None = None
+    prompt_attacks: Sequence[str] = ()
 
 
 def _scored(model, target: AttackTarget, names: Sequence[str] | None = None) -> dict[str, float]:
@@ -101,10 +108,35 @@ def _rows(attack, mode, factor, lr, budget, fmt, scores) -> list[dict]:
 
 
 def _wanted(attack: str, start: Mapping[str, float]) -> list[str]:
-    """The sets an attack is scored on after it has run: its own (relearning: B, and B in each other
-    language; benign fine-tuning and quantization: the whole forget set) and utility."""
+    """The sets an attack is scored on after it has run: its own (:data:`ATTACKS`: relearning B, and B in
+    each other language; benign fine-tuning B and the whole forget set; quantization the whole forget
+    set) and utility."""
     own = ATTACKS[attack]["scores"]
-    return [s for s in start if s == own or (own == "B" and s.startswith("B:")) or s == "utility"]
+    return [s for s in start if s in own or (attack == "relearn" and s.startswith("B:")) or s == "utility"]
+
+
+def _prompt_attacks(model, target: AttackTarget, settings: RobustnessSettings, start, log) -> list[dict]:
+    """Rows of each configured prompt attack the track allows: budget 0, the plain prompt (the unattacked
+    scores), then the attacked prompt at budget 1 (``paraphrase``, ``prefix``) or m (``in_context``: m facts
+    of half A). Utility is the model's own at every budget: a prompt changes no weight."""
+    rows: list[dict] = []
+    for attack in settings.prompt_attacks:
+        if target.prompt is None or attack not in target.prompt_attacks:
+            log(f"{attack}: not run (the track's data have no prompt of its kind)")
+            continue
+        plain = {s: v for s, v in start.items() if s in ATTACKS[attack]["scores"] or s == "utility"}
+        rows += _rows(attack, "", 1.0, 0.0, 0, "", plain)
+        for budget in settings.in_context if attack == "in_context" else (1,):
+            was = model.training
+            model.eval()
+            try:
+                with torch.no_grad():
+                    got = {k: float(v) for k, v in target.prompt(model, attack, budget).items()}
+            finally:
+                model.train(was)
+            rows += _rows(attack, "", 1.0, 0.0, budget, "", {**got, "utility": start["utility"]})
+            log(f"{attack} at {budget}: " + ", ".join(f"{k} {v:.4f}" for k, v in got.items()))
+    return rows
 
 
 def _train_attack(model, target, attack, mode, factor, settings, seed, threads, start, delta_of):
@@ -161,12 +193,14 @@ def run_attacks(
 
     rows (:data:`ROW_COLUMNS`): for each training attack (``relearn`` on A, ``benign`` on retain), mode
     and learning-rate factor, the scores at every budget (budget 0: the model as given, every set; later
-    budgets: the attack's own sets and utility, :func:`_wanted`); for each
-    quantization format, the scores of the round-tripped model (``budget`` 0) and, where ``ceiling``
-    (the fine-tuned model's weights) is given, the median edit-to-step ratio over every changed weight
-    of the quantized modules (set ``weights``). delta: ΔW = W_attacked − W of each module in
-    ``diagnostic`` after full-parameter relearning at the largest learning-rate factor and the largest
-    budget (float64, (d_out, d_in)); empty when that attack is not configured.
+    budgets: the attack's own sets and utility, :func:`_wanted`); for each prompt attack, its scored sets
+    with the plain prompt (budget 0) and the attacked one (:func:`_prompt_attacks`); for each
+    quantization format (:attr:`RobustnessSettings.quantized`), the scores of the round-tripped model
+    (``budget`` 0) and, where ``ceiling`` (the fine-tuned model's weights) is given, the median
+    edit-to-step ratio over every changed weight of the quantized modules (set ``weights``). delta:
+    ΔW = W_attacked − W of each module in ``diagnostic`` after full-parameter relearning at the largest
+    learning-rate factor and the largest budget (float64, (d_out, d_in)); empty when that attack is not
+    configured.
     """
     start = _scored(model, target)
     rows: list[dict] = []
@@ -185,7 +219,8 @@ def run_attacks(
                 rows += got
                 delta = d or delta
                 log(f"{attack} {mode} x{factor}: {got[-1]['set']} {got[-1]['value']:.4f} at budget {got[-1]['budget']}")
-    for fmt in settings.formats:
+    rows += _prompt_attacks(model, target, settings, start, log)
+    for fmt in settings.quantized:
         m = copy.deepcopy(model)
         ratios = []
         skipped = []
@@ -220,26 +255,58 @@ def orthonormal_basis(U: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
     return u[:, s > rtol * s[0]]
 
 
-def subspace_bases(task_file: str, tilde_file: str | None = None, selected_file: str | None = None) -> dict:
+def subspace_bases(
+    task_file: str,
+    tilde_file: str | None = None,
+    selected_file: str | None = None,
+    retain_file: str | None = None,
+    spans: Mapping[str, tuple[str, str | None]] | None = None,
+) -> dict:
     """The diagnostic's bases by module: ``task``, the forget task matrix's top-k left singular vectors
-    (rule factors' SVD file ``task_file``); with a subspace method's update file ``tilde_file`` (and its LL
-    selection ``selected_file``), ``erased``: span(Q̃_f) of every module it edits (:func:`orthonormal_basis`)."""
+    (rule factors' SVD file ``task_file``); ``retain``, the retain task matrix's (``retain_file``, the
+    control: directions the retain data use); with a subspace method's update file ``tilde_file`` (and
+    its LL selection ``selected_file``), ``erased``: span(Q̃_f) of every module it edits
+    (:func:`orthonormal_basis`); ``spans``: {model: (update file, selection)}: ``erased:<model>``, another
+    model's span(Q̃_f) (the ceiling's job measures its own relearning update there)."""
     from ..method.energy import selected_updates
     from ..method.formats import load_decompositions, load_updates
 
+    def erased(tilde: str, selected: str | None) -> dict:
+        return {m: orthonormal_basis(u.U) for m, u in selected_updates(load_updates(tilde), selected).items()}
+
     bases = {"task": {m: d.Q for m, d in load_decompositions(task_file).items()}}
+    if retain_file is not None:
+        bases["retain"] = {m: d.Q for m, d in load_decompositions(retain_file).items()}
     if tilde_file is not None:
-        updates = selected_updates(load_updates(tilde_file), selected_file)
-        bases["erased"] = {m: orthonormal_basis(u.U) for m, u in updates.items()}
+        bases["erased"] = erased(tilde_file, selected_file)
+    for model, (tilde, selected) in (spans or {}).items():
+        bases[f"erased:{model}"] = erased(tilde, selected)
     return bases
+
+
+def diagnostic_bases(inputs: Mapping[str, str]) -> dict:
+    """:func:`subspace_bases` of a robustness job's named inputs: ``task``, ``retain_task``, ``tilde`` and
+    ``selected`` (a subspace method's own), ``span:<model>:tilde`` / ``span:<model>:selected`` (another's)."""
+    spans: dict[str, list] = {}
+    for key, file in inputs.items():
+        if key.startswith("span:"):
+            _, model, part = key.split(":")
+            spans.setdefault(model, [None, None])[0 if part == "tilde" else 1] = file
+    return subspace_bases(
+        inputs["task"],
+        inputs.get("tilde"),
+        inputs.get("selected"),
+        inputs.get("retain_task"),
+        {m: (t, sel) for m, (t, sel) in spans.items()},
+    )
 
 
 def subspace_rows(
     delta: Mapping[str, np.ndarray], bases: Mapping[str, Mapping[str, np.ndarray]], k: int, seed: int
 ) -> list[dict]:
     """The subspace diagnostic of one model (:data:`SUBSPACE_COLUMNS`): for every module of ``delta``
-    the share of ΔW in each basis ``bases[subspace][module]`` (``erased``: span(Q̃_f); ``task``: the
-    forget task matrix's top-k left singular vectors) and in a random k-dimensional subspace
+    the share of ΔW in each basis ``bases[subspace][module]`` that covers it (:func:`subspace_bases`:
+    ``erased``, ``task``, ``retain``, ``erased:<model>``) and in a random k-dimensional subspace
     (``random``, seeded by ``seed`` and the module name; expected share k / d_out)."""
     rows = []
     for module, d in delta.items():

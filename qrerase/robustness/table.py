@@ -8,9 +8,10 @@ Input: one frame of every attacked model's rows (:data:`qrerase.robustness.runne
   gain, the utility statistic; quantization rows add the share of the forgetting undone, the shift
   of the statistic and the median edit-to-step ratio;
 * :func:`summary_markdown`: one line per model (its forgetting before the attack, the recovery after
-  the largest budget of each training attack, each format's quantization recovery);
-* :func:`subspace_frame`: the subspace diagnostic per model and subspace (mean share over modules and
-  its ratio to the random reference).
+  the largest budget of each training attack, each prompt attack's, each format's quantization recovery);
+* :func:`subspace_frame`: the subspace diagnostic per model and subspace (mean share over the same
+  modules for every row of a model, and its ratio to the random reference), with the retain control
+  and the ceiling's own update in the model's erased subspace.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "recovery_frame",
     "summary_markdown",
     "subspace_frame",
+    "SUBSPACES",
     "recovery_figure",
     "subspace_figure",
 ]
@@ -85,7 +87,7 @@ def recovery_frame(rows: pd.DataFrame, ceiling: str, floor: str | None, models: 
         sets = [
             s
             for s in group["set"].unique()
-            if s == ATTACKS[attack]["scores"] or s.startswith("B:") and attack == "relearn"
+            if s in ATTACKS[attack]["scores"] or s.startswith("B:") and attack == "relearn"
         ]
         for model in models:
             for scored in sets:
@@ -169,21 +171,29 @@ def _label(attack: str, mode: str, factor: float) -> str:
     return f"{attack} {mode} lr×{factor:g}"
 
 
+def _kind(attack: str) -> str:
+    return ATTACKS[attack]["kind"]
+
+
 def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[str, str], statistic: str) -> str:
     """One line per model: the forget statistic on B before the attack and its recovery there, the
-    recovery after the largest budget of each training attack on its scored set (relearning: B;
-    benign: the whole forget set), that of the first relearning setting on B in each other language
-    (``B:<lang>`` sets), each format's quantization recovery (scaled by the quantized floor and ceiling)
-    and the Q4_0 edit-to-step ratio. A model whose forgetting went past the floor is marked so."""
-    train = frame[frame["attack"] != "quantize"]
+    recovery after the largest budget of each training attack on its first scored set (relearning and
+    benign fine-tuning: B), that of the first relearning setting on B in each other language (``B:<lang>``
+    sets), each prompt attack's recovery on B (in-context relearning at the largest m), each format's
+    quantization recovery (scaled by the quantized floor and ceiling) and the Q4_0 edit-to-step ratio. A
+    model whose forgetting went past the floor is marked so."""
+    train = frame[frame["attack"].map(_kind) == "train"] if not frame.empty else frame
+    prompt = frame[frame["attack"].map(_kind) == "prompt"] if not frame.empty else frame
     top = int(train["budget"].max()) if not train.empty else 0
     settings = list(train[["attack", "mode", "lr_factor"]].drop_duplicates().itertuples(index=False, name=None))
     langs = sorted(s for s in train["set"].unique() if s.startswith("B:"))  # B scored in other languages
     cross = [(*settings[0], lang) for lang in langs] if settings else []
+    prompts = [(a, int(prompt.loc[prompt["attack"] == a, "budget"].max())) for a in prompt["attack"].unique()]
     fmts = list(frame.loc[frame["attack"] == "quantize", "format"].unique())
     ratio_fmts = ["q4_0"] if "q4_0" in fmts else fmts[:1]  # Zhang et al.'s explanation is about 4-bit
     header = ["Model", f"B {statistic}", "recovery₀"]
     header += [f"{_label(*s)} @{top}" for s in settings] + [f"{_label(*c[:3])} @{top} {c[3]}" for c in cross]
+    header += [f"{a} m={b}" if a == "in_context" else a for a, b in prompts]
     header += [f"{f} recovery (scaled)" for f in fmts] + [f"{f} edit/step" for f in ratio_fmts] + ["utility"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
@@ -191,13 +201,13 @@ def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[st
         return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{round(float(v), 3) + 0.0:.3f}"
 
     def pick(m: str, attack: str, mode: str, factor: float, budget: int, scored: str, col: str):
-        hit = train[
-            (train["model"] == m)
-            & (train["attack"] == attack)
-            & (train["mode"] == mode)
-            & (train["lr_factor"] == factor)
-            & (train["budget"] == budget)
-            & (train["set"] == scored)
+        hit = frame[
+            (frame["model"] == m)
+            & (frame["attack"] == attack)
+            & (frame["mode"] == mode)
+            & (frame["lr_factor"] == factor)
+            & (frame["budget"] == budget)
+            & (frame["set"] == scored)
         ]
         return hit[col].iloc[0] if len(hit) else None
 
@@ -205,15 +215,17 @@ def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[st
         hit = frame[(frame["model"] == m) & (frame["attack"] == "quantize") & (frame["format"] == fmt)]
         return hit[col].iloc[0] if len(hit) else None
 
+    def own(attack: str) -> str:
+        return ATTACKS[attack]["scores"][0]
+
     over = set(frame.loc[frame["overshoot"].fillna(False).astype(bool), "model"]) if "overshoot" in frame else set()
     for m in models:
-        start = (*settings[0], 0, "B" if settings[0][0] == "relearn" else "forget") if settings else None
+        start = (*settings[0], 0, own(settings[0][0])) if settings else None
         row = [labels.get(m, m) + (" (overshoot: past the floor)" if m in over else "")]
         row += [cell(pick(m, *start, c) if start else None) for c in ("statistic", "recovery")]
-        row += [
-            cell(pick(m, a, mode, f, top, "B" if a == "relearn" else "forget", "recovery")) for a, mode, f in settings
-        ]
+        row += [cell(pick(m, a, mode, f, top, own(a), "recovery")) for a, mode, f in settings]
         row += [cell(pick(m, a, mode, f, top, lang, "recovery")) for a, mode, f, lang in cross]
+        row += [cell(pick(m, a, "", 1.0, b, own(a), "recovery")) for a, b in prompts]
         row += [cell(quant(m, f, "recovery")) for f in fmts] + [
             cell(quant(m, f, "edit_step_ratio")) for f in ratio_fmts
         ]
@@ -222,19 +234,39 @@ def summary_markdown(frame: pd.DataFrame, models: Sequence[str], labels: dict[st
     return "\n".join(lines) + "\n"
 
 
-def subspace_frame(sub: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
-    """Per model and subspace: modules, mean and median share of the relearning update, the mean k / d_out,
-    and the mean share over the random reference's mean share (``× random``)."""
+#: The diagnostic table's subspaces, in its order (``ceiling``: the ceiling's own relearning update in the
+#: model's span(Q̃_f), the update's baseline direction).
+SUBSPACES = ("erased", "ceiling", "task", "retain", "random")
+
+
+def subspace_frame(
+    sub: pd.DataFrame, models: Sequence[str], ceiling: str | None = None, spans: dict[str, str] | None = None
+) -> pd.DataFrame:
+    """Per model and subspace (:data:`SUBSPACES`): modules, mean and median share of the relearning update,
+    the mean k / d_out, and the mean share over the random reference's mean share on the same modules
+    (``× random``). Every row of a model averages the same modules: those its ``erased`` rows cover (an LL
+    method's edited modules), else every module. ``ceiling`` and ``spans`` ({model: the name of its span in
+    the ceiling's rows, ``erased:<name>``; default the model's own}) add the ``ceiling`` row: the ceiling's
+    update on the model's modules, in the model's span(Q̃_f)."""
     out = []
+    spans = spans or {}
     for m in models:
         g = sub[sub["model"] == m]
         if g.empty:
             continue
-        rand = g[g["subspace"] == "random"]["share"].mean()
-        for name in ("erased", "task", "random"):
-            h = g[g["subspace"] == name]
-            if h.empty:
+        mine = g[g["subspace"] == "erased"]
+        modules = set(mine["module"]) if not mine.empty else set(g["module"])
+        g = g[g["module"].isin(modules)]
+        parts = {name: g[g["subspace"] == name] for name in SUBSPACES if name != "ceiling"}
+        if ceiling is not None and not mine.empty:
+            c = sub[(sub["model"] == ceiling) & sub["module"].isin(modules)]
+            parts["ceiling"] = c[c["subspace"] == f"erased:{spans.get(m, m)}"]
+            parts["ceiling_random"] = c[c["subspace"] == "random"]
+        for name in SUBSPACES:
+            h = parts.get(name)
+            if h is None or h.empty:
                 continue
+            rand = (parts["ceiling_random"] if name == "ceiling" else parts["random"])["share"].mean()
             mean = float(h["share"].mean())
             out.append(
                 {
@@ -256,17 +288,15 @@ def recovery_figure(
     parts: Sequence[tuple[str, pd.DataFrame]], models: Sequence[str], labels: dict[str, str], title: str, out: str
 ) -> None:
     """Recovery against optimiser steps: one row of panels per experiment (``parts``: (name, its
-    :func:`recovery_frame`)), one panel per training attack setting, one line per model."""
+    :func:`recovery_frame`)), one panel per training attack setting (on its first scored set, B), one line
+    per model."""
     from matplotlib.figure import Figure
 
     from ..reports.plots import save_figure
 
     def scored(frame: pd.DataFrame) -> pd.DataFrame:
-        train = frame[frame["attack"] != "quantize"]
-        return train[
-            ((train["attack"] == "relearn") & (train["set"] == "B"))
-            | ((train["attack"] == "benign") & (train["set"] == "forget"))
-        ]
+        train = frame[frame["attack"].map(_kind) == "train"]
+        return train[train["set"] == train["attack"].map(lambda a: ATTACKS[a]["scores"][0])]
 
     settings = list(
         dict.fromkeys(
@@ -302,7 +332,7 @@ def subspace_figure(parts: Sequence[tuple[str, pd.DataFrame]], labels: dict[str,
 
     from ..reports.plots import save_figure
 
-    names = ["erased", "task", "random"]
+    names = list(SUBSPACES)
     width = 0.8 / len(names)
     widest = max([len(set(t["model"])) for _, t in parts] or [1])
     fig = Figure(figsize=(max(4.0, 0.9 * widest + 1), 3.2 * max(1, len(parts))))

@@ -52,6 +52,7 @@ __all__ = [
     "ROUGE_TOKENIZERS",
     "rouge_recalls",
     "answer_losses",
+    "example_losses",
     "greedy_generate",
     "evaluate_set",
     "evaluate_log",
@@ -123,13 +124,21 @@ def answer_losses(
     examples = encode_qa_many(tokenizer, template, pairs, cfg.max_length, cut=cut)
     if cfg.max_length is not None:  # the evaluation log counts every sequence the cap shortened
         _log.info("answer losses: %d of %d sequences cut at max_length %d", len(cut), len(pairs), cfg.max_length)
+    return example_losses(model, examples, cfg.batch_size, pad_token_id(tokenizer), progress)
+
+
+def example_losses(
+    model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int, pad_id: int, progress=None
+) -> list[tuple[float, int]]:
+    """``(sum_nll, n_tokens)`` over the labelled tokens of every encoded ``(input_ids, labels)`` example
+    (labels ``-100`` elsewhere), as :func:`answer_losses` scores them: sorted by length, right-padded into
+    batches of ``batch_size``, one forward pass each under ``torch.inference_mode``, input order kept."""
     out: list[tuple[float, int]] = [(0.0, 0)] * len(examples)
-    pad_id = pad_token_id(tokenizer)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            for idx in _length_batches([len(e[0]) for e in examples], cfg.batch_size):
+            for idx in _length_batches([len(e[0]) for e in examples], batch_size):
                 nll, mask = answer_token_nll(model, collate([examples[i] for i in idx], pad_id))
                 per_tok = torch.zeros(mask.shape, dtype=nll.dtype).masked_scatter(mask, nll)
                 sums, counts = per_tok.sum(1).tolist(), mask.sum(1).tolist()

@@ -147,6 +147,31 @@ def erase_inputs(wildcards):
     return inputs
 
 
+def diagnostic_inputs(exp, model, plan):
+    """The subspace diagnostic's inputs of a robustness job (rules/studies/robustness.smk): the forget (`task`) and
+    retain (`retain_task`, the control) task matrices' SVD factors at the plan's rank; a subspace method's own
+    erase update (`tilde`, `selected`); for the ceiling, every subspace model's of the plan (`span:<model>:...`:
+    where the fine-tuned model's own relearning update falls in each method's span(Q~_f)).
+    """
+    from types import SimpleNamespace
+
+    rank = plan["rank"]
+    inputs = {
+        "task": path("factors", exp=exp, rank=rank, decomp="svd", set="forget"),
+        "retain_task": path("factors", exp=exp, rank=rank, decomp="svd", set="retain"),
+    }
+    method, k = split_model(model)
+    if k is not None:
+        inputs.update(erase_inputs(SimpleNamespace(exp=exp, rank=k, method=method)))
+    if model == plan["ceiling"]:
+        for other in plan["models"]:
+            method, k = split_model(other)
+            if k is not None:
+                spans = erase_inputs(SimpleNamespace(exp=exp, rank=k, method=method))
+                inputs.update({f"span:{other}:{key}": f for key, f in spans.items()})
+    return inputs
+
+
 def split_model(model):
     """'qr_erase_k4' -> ('qr_erase', '4') for a subspace method (naming.parse_model); any other model
     name -> (name, None)."""

@@ -148,6 +148,8 @@ def crosslingual_robustness():
         lang = parse_exp(exp).arg
         return {
             "forget": path("xling_sets", lang=lang, name="eval_forget"),
+            # its rows carry their paraphrased questions (the paraphrase attack)
+            "paraphrases": path("xling_sets", lang=lang, name="eval_forget"),
             "retain": path("data", exp=exp, name="retain"),
             "utility": path("xling_sets", lang=lang, name="eval_retain"),
             **{
@@ -173,6 +175,7 @@ def crosslingual_robustness():
             for k in ("batch_size", "max_length")
         },
         "statistic": "answer NLL",
+        "prompts": True,  # the prompt attacks apply (a text model)
     }
 
 

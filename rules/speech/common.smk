@@ -222,22 +222,15 @@ def speech_robustness():
 
 def speech_robustness_inputs(wildcards):
     """Rule robustness_speech's inputs: the attacked classifier (the retain reference: what it is trained
-    from), the ceiling, the prepared data, the forget task matrix's SVD factors (the diagnostic's task
-    subspace) and, for a subspace method, its erase update."""
+    from), the ceiling, the prepared data and the subspace diagnostic's (diagnostic_inputs: the task
+    matrices' factors, the erase updates)."""
     from types import SimpleNamespace
 
     plan = speech_robustness()
     inputs = {**plan["data"](wildcards.exp), **plan["weights"](wildcards)}
     ceiling = SimpleNamespace(exp=wildcards.exp, model=plan["ceiling"])
     inputs["ceiling"] = plan["weights"](ceiling)["model"]
-    inputs["task"] = path(
-        "factors", exp=wildcards.exp, rank=plan["rank"], decomp="svd", set="forget"
-    )
-    method, k = split_model(wildcards.model)
-    if k is not None:
-        inputs.update(
-            erase_inputs(SimpleNamespace(exp=wildcards.exp, rank=k, method=method))
-        )
+    inputs.update(diagnostic_inputs(wildcards.exp, wildcards.model, plan))
     return inputs
 
 

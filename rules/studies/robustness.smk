@@ -5,13 +5,14 @@
 
 rule robustness_halves:
     # The seeded A/B split of a text experiment's forget set within each entity (docs/robustness.md#protocol):
-    # A.jsonl (the relearning data), B.jsonl (scored), B_<lang>.jsonl (B's questions in each other language).
+    # A.jsonl (the relearning data), B.jsonl (scored), B_<lang>.jsonl (B's questions in each other language);
+    # each row with its entity and, from the plan's `paraphrases` file, its paraphrased question.
     input:
         unpack(
             lambda wc: {
                 k: v
                 for k, v in _plan_of(wc.exp)["data"](wc.exp).items()
-                if k.startswith("forget")
+                if k.startswith("forget") or k == "paraphrases"
             }
         ),
     output:

@@ -2,7 +2,14 @@
 # part by binding a plan function (role `robustness`, qrerase.tracks.Track.bind) in its rules/<track>/common.smk.
 from types import SimpleNamespace
 
-from qrerase.robustness.settings import robustness_settings
+from snakemake.logging import logger
+
+from qrerase.robustness.quantization import missing_backend
+from qrerase.robustness.settings import (
+    check_prompt_room,
+    model_context,
+    robustness_settings,
+)
 from qrerase.workflow.naming import track_of_exp
 
 ROBUSTNESS = config.get("robustness") or {}
@@ -17,6 +24,40 @@ ROBUSTNESS_JOB = {
 RULE = "_rule"
 
 
+def robustness_prompt_attacks(plan):
+    """The prompt attacks a track's jobs run: those configured that its plan allows (a text model's, `prompts`;
+    the paraphrase attack only with a `paraphrases` file among its data)."""
+    if not plan.get("prompts"):
+        return []
+    has_paraphrases = all("paraphrases" in plan["data"](exp) for exp in plan["exps"])
+    return [
+        a
+        for a in robustness_settings(ROBUSTNESS).prompt_attacks
+        if a != "paraphrase" or has_paraphrases
+    ]
+
+
+def check_robustness_plans():
+    """Planning-time bounds of the prompt attacks on every track the stage builds (check_prompt_room), and a
+    note for each optional quantization format whose package is missing; a one-line WorkflowError naming the key.
+    """
+    settings = robustness_settings(ROBUSTNESS)
+    for fmt in settings.optional_formats:
+        if missing_backend(fmt):
+            logger.info(
+                f"robustness.optional_formats: {fmt} skipped ({missing_backend(fmt)})"
+            )
+    context = model_context(config["model"])
+    for track in robustness_tracks():
+        plan = robustness_plan(track)
+        if not robustness_prompt_attacks(plan):
+            continue
+        try:
+            check_prompt_room(settings, track, plan["block"], context)
+        except ValueError as exc:
+            raise WorkflowError(str(exc)) from None
+
+
 def robustness_methods(track, methods):
     """The methods of a track the stage attacks: robustness.methods.<track> (null or absent: all)."""
     chosen = (ROBUSTNESS.get("methods") or {}).get(track)
@@ -25,7 +66,9 @@ def robustness_methods(track, methods):
 
 def robustness_plan(track):
     """A track's robustness plan (its bound `robustness()`, qrerase.tracks.Track.bind): dict with exps, models, ceiling,
-    floor, weights(wildcards), data(exp), languages(exp), block, rank, script."""
+    floor, weights(wildcards), data(exp) (with `paraphrases` where the forget questions have them), languages(exp),
+    block, rank, evaluate, statistic and, for a text model, prompts (True: the prompt attacks apply).
+    """
     return registry.TRACKS[track].function("robustness")()
 
 
@@ -94,9 +137,8 @@ def _plan_of(exp):
 
 
 def robustness_inputs(wildcards):
-    """The attacked model's weights, the ceiling's checkpoint, the track's data files, the forget task
-    matrix's SVD factors (the diagnostic's task subspace) and, for a subspace method, its erase update.
-    """
+    """The attacked model's weights, the ceiling's checkpoint, the track's data files and the subspace
+    diagnostic's (diagnostic_inputs: the task matrices' factors, the erase updates)."""
     plan = _plan_of(wildcards.exp)
     ceiling = SimpleNamespace(exp=wildcards.exp, model=plan["ceiling"])
     model = wildcards.model.removesuffix(RULE)
@@ -116,14 +158,7 @@ def robustness_inputs(wildcards):
     inputs["halves"] = (
         f"results/{wildcards.exp}/robustness/halves"  # A.jsonl, B.jsonl, B_<lang>.jsonl
     )
-    rank = plan["rank"]
-    inputs["task"] = path(
-        "factors", exp=wildcards.exp, rank=rank, decomp="svd", set="forget"
-    )
-    method, k = split_model(model)
-    if k is not None:
-        method_wc = SimpleNamespace(exp=wildcards.exp, rank=k, method=method)
-        inputs.update(erase_inputs(method_wc))
+    inputs.update(diagnostic_inputs(wildcards.exp, model, plan))
     return inputs
 
 
@@ -149,6 +184,7 @@ def robustness_params(wildcards):
         "rule": dict(
             zip(("method", "rank"), split_model(wildcards.model.removesuffix(RULE)))
         ),
+        "prompt_attacks": robustness_prompt_attacks(plan),
     }
 
 
@@ -203,3 +239,6 @@ def robustness_table_outputs(suffix):
             path("figure", name=stem), labels={"figure": stem}, **kw
         )
     return outputs
+
+
+check_robustness_plans()

@@ -176,6 +176,7 @@ def task_level_robustness():
             ),
         },
         "statistic": "answer NLL",
+        "prompts": True,  # the prompt attacks apply (a text model)
     }
 
 

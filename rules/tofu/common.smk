@@ -141,6 +141,8 @@ def tofu_robustness():
             "forget": path("data", exp=exp, name="forget"),
             "retain": path("data", exp=exp, name="retain"),
             "utility": path("data", exp=exp, name="eval_retain"),
+            # the forget questions' paraphrases (TOFU's paraphrased_question): the paraphrase attack
+            "paraphrases": path("data", exp=exp, name="eval_forget"),
         },
         "languages": lambda exp: [],
         "block": 20,
@@ -149,6 +151,7 @@ def tofu_robustness():
             k: config["tofu"]["evaluate"][k] for k in ("batch_size", "max_length")
         },
         "statistic": "answer NLL",
+        "prompts": True,  # the prompt attacks apply (a text model)
     }
 
 

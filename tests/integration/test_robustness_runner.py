@@ -8,14 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from support.tiny_text import TINY, TPL, tofu_qa
+from support.tiny_text import DATA, TINY, TPL, tofu_qa
 
-from qrerase.robustness.halves import text_halves
+from qrerase.io import read_jsonl
+from qrerase.robustness.halves import entities_in_blocks, text_halves, with_paraphrases
 from qrerase.robustness.quantization import edit_step_ratios, quantize_roundtrip
 from qrerase.robustness.runner import orthonormal_basis, run_attacks, subspace_rows
-from qrerase.robustness.settings import RobustnessSettings, robustness_settings
+from qrerase.robustness.settings import RobustnessSettings, check_prompt_room, robustness_settings
 from qrerase.robustness.table import recovery_frame, subspace_frame, summary_markdown
-from qrerase.robustness.text import attacked_model, linear_weights, text_target
+from qrerase.robustness.text import PromptSetup, attacked_model, entity_facts, linear_weights, text_target
 from qrerase.text.evaluation import EvalConfig, answer_losses
 from qrerase.text.lm import qa_pair
 from qrerase.text.models import build_tiny_llama, train_bpe_tokenizer
@@ -39,7 +40,7 @@ def tok(tmp_path_factory, forget):
     )
 
 
-def _target(tok, forget, in_a):
+def _target(tok, forget, in_a, prompts=None):
     half_b = np.flatnonzero(~in_a)
     scored = {"B": [forget[i] for i in half_b], "forget": forget, "utility": tofu_qa(360, 370)}
     training = {"A": [forget[i] for i in np.flatnonzero(in_a)], "retain": tofu_qa(370, 400)}
@@ -52,7 +53,15 @@ def _target(tok, forget, in_a):
         }
     )
     return text_target(
-        tok, TPL, scored, training, EvalConfig(batch_size=16), {"full": (1e-3, 8), "lora": (1e-2, 8)}, 96, lora
+        tok,
+        TPL,
+        scored,
+        training,
+        EvalConfig(batch_size=16),
+        {"full": (1e-3, 8), "lora": (1e-2, 8)},
+        96,
+        lora,
+        prompts=prompts,
     )
 
 
@@ -87,6 +96,10 @@ def test_run_attacks_scores_every_budget_and_leaves_the_model_unchanged(tok, for
     np.testing.assert_allclose(start["value"], want, rtol=1e-6)
     for (attack, mode, factor), g in frame[frame["attack"] != "quantize"].groupby(["attack", "mode", "lr_factor"]):
         assert sorted(g["budget"].unique()) == [0, 1, 3], (attack, mode, factor)
+    # benign fine-tuning is scored on half B, as relearning, and on the whole forget set, at every budget
+    benign = frame[frame["attack"] == "benign"]
+    for scored in ("B", "forget"):
+        assert sorted(benign.loc[benign["set"] == scored, "budget"].unique()) == [0, 1, 3]
     # relearning on A at the full rate lowers B's NLL after 3 steps (the attack learns)
     relearn = frame[
         (frame["attack"] == "relearn") & (frame["mode"] == "full") & (frame["lr_factor"] == 1.0) & (frame["set"] == "B")
@@ -255,3 +268,193 @@ def test_the_bitsandbytes_formats_are_attacked_like_the_gguf_ones(tok, forget):
     want = np.mean([s / n for s, n in answer_losses(q, tok, TPL, pairs, EvalConfig(batch_size=16))])
     assert frame["nf4"] == pytest.approx(want, rel=1e-6)
     assert np.isfinite(frame["int8"]) and frame["int8"] != frame["nf4"]
+
+
+def _nll(model, ids: list[int], n_answer: int) -> float:
+    """The mean NLL of the last ``n_answer`` tokens of ``ids`` under ``model``: a reference computed from
+    one unbatched forward pass, apart from the stage's batching."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    logp = torch.log_softmax(logits[:-1], -1)
+    target = torch.tensor(ids[1:])
+    per = -logp[torch.arange(len(target)), target][-n_answer:]
+    return float(per.mean())
+
+
+def _tokens(tok, text: str) -> list[int]:
+    return list(tok([text], add_special_tokens=False)["input_ids"][0])
+
+
+@pytest.fixture(scope="module")
+def prompted(tok, forget):
+    """A tiny model, the halves with each row's entity and paraphrase, and its prompt attacks' rows."""
+    model = build_tiny_llama(TINY, tok, seed=1)
+    in_a = text_halves(forget, 20, seed=0, share=0.5)
+    rows = [{**r, "entity": e} for r, e in zip(forget, entities_in_blocks(len(forget), 20))]
+    rows = with_paraphrases(rows, read_jsonl(DATA / "forget10_perturbed.jsonl")[:40], "forget10_perturbed.jsonl")
+    half_a = [rows[i] for i in np.flatnonzero(in_a)]
+    half_b = [rows[i] for i in np.flatnonzero(~in_a)]
+    setup = PromptSetup(
+        attacks=("paraphrase", "prefix", "in_context"),
+        prefix="Sure, here is the answer:",
+        grid=(1, 2),
+        paraphrases=[r["paraphrased_question"] for r in half_b],
+        facts=entity_facts(half_a, half_b),
+        context=1024,  # this test tokenizer (500 tokens) spells a fact in about 130; RoPE takes any position
+    )
+    settings = RobustnessSettings(budgets=(0,), lr_factors=(1.0,), modes=("full",), formats=(), in_context=(1, 2))
+    out, _ = run_attacks(model, _target(tok, forget, in_a, setup), settings, seed=0)
+    return model, half_a, half_b, setup, pd.DataFrame(out)
+
+
+def test_each_prompt_attack_scores_the_plain_answer_tokens_after_its_prompt(tok, prompted):
+    """Against the definitions (qrerase.robustness.prompts): the same answer tokens as the plain scoring,
+    after BOS + the paraphrased question's prompt; after the prompt and ' ' + prefix; after m earlier turns
+    (question, answer, EOS) of the same author's half A. Each NLL recomputed from one unbatched pass."""
+    model, half_a, half_b, setup, frame = prompted
+    bos, eos = [tok.bos_token_id], tok.eos_token_id
+
+    def answer(r) -> list[int]:
+        return _tokens(tok, TPL.answer_text(r["answer"])) + [eos]  # 96-token cap: no B answer reaches it
+
+    def score(prompts) -> float:
+        return float(np.mean([_nll(model, p + answer(r), len(answer(r))) for p, r in zip(prompts, half_b)]))
+
+    want = {
+        ("paraphrase", 1): score([bos + _tokens(tok, TPL.prompt(r["paraphrased_question"])) for r in half_b]),
+        ("prefix", 1): score(
+            [bos + _tokens(tok, TPL.prompt(r["question"])) + _tokens(tok, " " + setup.prefix) for r in half_b]
+        ),
+    }
+    for m in (1, 2):
+        prompts = []
+        for r in half_b:
+            shown = [a for a in half_a if a["entity"] == r["entity"]][:m]
+            turns = [t for a in shown for t in _tokens(tok, TPL.prompt(a["question"])) + answer(a)]
+            prompts.append(bos + turns + _tokens(tok, TPL.prompt(r["question"])))
+        want[("in_context", m)] = score(prompts)
+    plain = frame[(frame["attack"] == "relearn") & (frame["budget"] == 0) & (frame["set"] == "B")]["value"].iloc[0]
+    assert plain == pytest.approx(score([bos + _tokens(tok, TPL.prompt(r["question"])) for r in half_b]), rel=1e-5)
+    for (attack, budget), value in want.items():
+        got = frame[(frame["attack"] == attack) & (frame["budget"] == budget) & (frame["set"] == "B")]["value"]
+        assert got.iloc[0] == pytest.approx(value, rel=1e-5), (attack, budget)
+        assert value != pytest.approx(plain, rel=1e-4), (attack, budget)  # the prompt changed the statistic
+        # budget 0: the plain prompt; utility: the model's own (a prompt changes no weight)
+        zero = frame[(frame["attack"] == attack) & (frame["budget"] == 0)].set_index("set")["value"]
+        assert zero["B"] == plain
+        util = frame[(frame["attack"] == attack) & (frame["set"] == "utility")]["value"]
+        assert (util == zero["utility"]).all()
+
+
+def test_prompt_attacks_beyond_the_data_or_the_context_are_refused_before_any_attack(tok, forget, prompted):
+    _, half_a, half_b, setup, _ = prompted
+    in_a = text_halves(forget, 20, seed=0, share=0.5)
+    short = PromptSetup(**{**setup.__dict__, "attacks": ("in_context",), "context": 60})
+    with pytest.raises(ValueError, match=r"robustness\.in_context.*beyond the model's context of 60"):
+        _target(tok, forget, in_a, short)
+    many = PromptSetup(**{**setup.__dict__, "grid": (11,)})
+    with pytest.raises(ValueError, match=r"robustness\.in_context': m = 11, but an entity has 10 fact"):
+        _target(tok, forget, in_a, many)
+    bare = PromptSetup(**{**setup.__dict__, "paraphrases": None})
+    with pytest.raises(ValueError, match=r"robustness\.prompt_attacks: paraphrase"):
+        _target(tok, forget, in_a, bare)
+    with pytest.raises(ValueError, match="forget10.jsonl: no paraphrased_question"):
+        with_paraphrases(forget[:2], [], "forget10.jsonl")
+
+
+@pytest.mark.parametrize(
+    "section,key",
+    [
+        ({"prompt_attacks": ["jailbreak"]}, "robustness.prompt_attacks"),
+        ({"in_context": [0, 1]}, "robustness.in_context"),
+        ({"in_context": [1.5]}, "robustness.in_context"),
+        ({"prefix": " "}, "robustness.prefix"),
+        ({"optional_formats": ["q2_k"]}, "robustness.optional_formats"),
+    ],
+)
+def test_bad_prompt_settings_name_their_key(section, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        robustness_settings(section)
+
+
+def test_the_planning_bounds_of_the_prompt_attacks():
+    """m at most an entity's facts in half A, ceil(block x a_share); a prefix of more words than the
+    context holds beside BOS and EOS (each word at least one token); unknown bounds: not checked here."""
+    s = robustness_settings({"in_context": [1, 10], "prefix": " ".join(["sure"] * 254)})
+    check_prompt_room(s, "tofu", 20, 256)  # 10 facts per author in A; 254 words + BOS + EOS fit 256
+    with pytest.raises(ValueError, match=r"robustness\.in_context': expected m <= 6 on track tofu.*got 10"):
+        check_prompt_room(robustness_settings({"in_context": [10], "a_share": 0.3}), "tofu", 20, None)
+    with pytest.raises(ValueError, match=r"robustness\.prefix': expected a prefix that fits .* 255 words"):
+        check_prompt_room(robustness_settings({"prefix": " ".join(["sure"] * 255)}), "tofu", 20, 256)
+    check_prompt_room(robustness_settings({"prefix": "x " * 500}), "task_level", None, None)  # the job checks
+    check_prompt_room(robustness_settings({"prompt_attacks": [], "in_context": [50]}), "tofu", 20, 10)
+
+
+def test_the_table_scales_prompt_attacks_like_relearning_and_summarises_them():
+    rows = []
+
+    def add(model, attack, budget, fmt_sets):
+        rows.extend(
+            {
+                "model": model,
+                "attack": attack,
+                "mode": "full" if attack == "relearn" else "",
+                "lr_factor": 1.0,
+                "lr": 0.0,
+                "budget": budget,
+                "format": "",
+                "set": s,
+                "value": v,
+            }
+            for s, v in fmt_sets
+        )
+
+    for model, plain, para, m2 in (("base", 1.0, 1.2, 0.9), ("retain", 3.0, 3.1, 2.5), ("m", 2.5, 2.0, 1.5)):
+        add(model, "relearn", 0, [("B", plain), ("forget", plain), ("utility", 0.5)])
+        add(model, "paraphrase", 0, [("B", plain), ("utility", 0.5)])
+        add(model, "paraphrase", 1, [("B", para), ("utility", 0.5)])
+        add(model, "in_context", 0, [("B", plain), ("utility", 0.5)])
+        add(model, "in_context", 2, [("B", m2), ("utility", 0.5)])
+    frame = recovery_frame(pd.DataFrame(rows), "base", "retain", ["base", "retain", "m"])
+    f = frame.set_index(["model", "attack", "budget"])
+    assert f.loc[("m", "paraphrase", 1), "recovery"] == pytest.approx((2.0 - 3.1) / (1.2 - 3.1))
+    assert f.loc[("m", "in_context", 2), "recovery"] == pytest.approx((1.5 - 2.5) / (0.9 - 2.5))
+    assert f.loc[("m", "in_context", 2), "gain"] == pytest.approx((1.5 - 2.5) / (0.9 - 2.5) - 0.25)
+    md = summary_markdown(frame, ["base", "retain", "m"], {}, "answer NLL")
+    assert "| paraphrase | in_context m=2 |" in md
+    assert f"| {(2.0 - 3.1) / (1.2 - 3.1):.3f} | {(1.5 - 2.5) / (0.9 - 2.5):.3f} |" in md
+
+
+def test_the_diagnostic_averages_every_row_over_the_methods_modules_with_the_retain_and_ceiling_rows():
+    """An LL method edits module a only: its task, retain and random rows average module a as its erased
+    row does (module b's rows are left out); the ceiling row is the ceiling's update in the method's span."""
+
+    def row(model, module, subspace, share, k=2):
+        return {"model": model, "module": module, "subspace": subspace, "k": k, "d_out": 8, "share": share}
+
+    sub = pd.DataFrame(
+        [
+            row("m_rule", "a", "erased", 0.6),
+            row("m_rule", "a", "task", 0.4),
+            row("m_rule", "b", "task", 0.9),
+            row("m_rule", "a", "retain", 0.1),
+            row("m_rule", "b", "retain", 0.7),
+            row("m_rule", "a", "random", 0.2),
+            row("m_rule", "b", "random", 0.3),
+            row("base", "a", "erased:m", 0.3),
+            row("base", "b", "erased:m", 0.8),
+            row("base", "a", "random", 0.25),
+            row("base", "b", "random", 0.35),
+            row("base", "a", "task", 0.5),
+            row("base", "b", "task", 0.7),
+        ]
+    )
+    t = subspace_frame(sub, ["base", "m_rule"], "base", {"m_rule": "m"}).set_index(["model", "subspace"])
+    mine = t.loc["m_rule"]
+    assert list(mine.index) == ["erased", "ceiling", "task", "retain", "random"]
+    assert (mine["modules"] == 1).all()
+    assert mine.loc["task", "mean_share"] == 0.4 and mine.loc["retain", "mean_share"] == 0.1
+    assert mine.loc["erased", "x_random"] == pytest.approx(0.6 / 0.2)
+    assert mine.loc["ceiling", "mean_share"] == 0.3 and mine.loc["ceiling", "x_random"] == pytest.approx(0.3 / 0.25)
+    # a model with no erased rows averages every module
+    assert t.loc[("base", "task"), "modules"] == 2 and t.loc[("base", "task"), "mean_share"] == pytest.approx(0.6)

@@ -10,7 +10,7 @@ import pandas as pd
 from qrerase.config import model_options
 from qrerase.io import write_csv
 from qrerase.method.architectures import resolve_target_modules
-from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, run_attacks, subspace_bases, subspace_rows
+from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, diagnostic_bases, run_attacks, subspace_rows
 from qrerase.robustness.settings import robustness_settings
 from qrerase.robustness.text import linear_weights
 from qrerase.text.training import LoraTrainConfig
@@ -60,7 +60,7 @@ with job(snakemake, seed=p.seed) as log:
     ceiling = load_speech_model(inp.ceiling, dtype=dtype, device=device)
     ceiling_w = {n: w.detach().float().cpu().numpy() for n, w in linear_weights(ceiling).items()}
     del ceiling
-    bases = subspace_bases(inp.task, inp.get("tilde"), inp.get("selected"))
+    bases = diagnostic_bases(dict(inp.items()))
     missing = sorted(set(bases["task"]) - set(ceiling_w))
     if missing:
         raise ValueError(f"{inp.task}: module {missing[0]!r} is no linear layer of the classifier")

@@ -29,7 +29,8 @@ with job(snakemake) as log:
         frame = recovery_frame(rows, plan["ceiling"], plan["floor"], plan["models"])
         long.append(frame.assign(exp=exp))
         sub = pd.concat([pd.read_csv(inp[f"{exp}:{m}_subspace"]).assign(model=m) for m in plan["models"]])
-        table = subspace_frame(sub, plan["models"])
+        spans = {m: m.removesuffix("_rule") for m in plan["models"]}  # a λ-rule model: its method's span
+        table = subspace_frame(sub, plan["models"], plan["ceiling"], spans)
         subs.append(table.assign(exp=exp))
         parts.append((exp, frame, table))
     frame = pd.concat(long, ignore_index=True)
@@ -41,13 +42,15 @@ with job(snakemake) as log:
     floor = floors.get(plan["floor"], plan["floor"]) if plan["floor"] else "none (recoveries empty)"
     about = (
         f"Recovery = (attacked − floor) / (ceiling − floor) on the forget statistic ({plan['statistic']}); ceiling: "
-        f"the fine-tuned model, floor: {floor}, each under the same attack. Quantization: the share of the "
-        "forgetting the round trip undoes.\n\n"
+        f"the fine-tuned model, floor: {floor}, each under the same attack (quantization: the same round trip; "
+        "a prompt attack: the same prompts, scored on B).\n\n"
     )
     where = (
         "Share of the relearning update ΔW (full parameters, the largest lr factor and budget) in the erased "
-        "subspace span(Q̃_f), the forget task matrix's top-k left singular vectors, and a random k-dimensional "
-        "subspace (the reference, k/d_out in expectation).\n\n"
+        "subspace span(Q̃_f) (erased), the same span for the fine-tuned model's own update under the same "
+        "attack (ceiling), the forget (task) and retain (retain, the control) task matrices' top-k left singular "
+        "vectors, and a random k-dimensional subspace (the reference, k/d_out in expectation); every row of a "
+        "model over the same modules (an LL method's: those it edits).\n\n"
     )
     for exp, f, table in parts:
         md.append(f"### {exp}\n\n" + about + summary_markdown(f, plan["models"], labels, plan["statistic"]))

@@ -1,6 +1,7 @@
 """Rule robustness_text: every attack of the robustness stage on one text model (docs/robustness.md):
 relearning on half A of the forget set and benign fine-tuning on the retain set (full and LoRA, each
-budget), GGUF quantization, and the subspace diagnostic of the relearning update."""
+budget), the prompt attacks on half B (paraphrased questions, an affirmative answer prefix, in-context
+facts of half A), GGUF and bitsandbytes quantization, and the subspace diagnostic of the relearning update."""
 
 from pathlib import Path
 
@@ -11,9 +12,9 @@ from qrerase.method.architectures import resolve_target_modules
 from qrerase.method.energy import selected_updates
 from qrerase.method.erase import apply_updates
 from qrerase.method.formats import load_updates
-from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, run_attacks, subspace_bases, subspace_rows
+from qrerase.robustness.runner import ROW_COLUMNS, SUBSPACE_COLUMNS, diagnostic_bases, run_attacks, subspace_rows
 from qrerase.robustness.settings import robustness_settings
-from qrerase.robustness.text import attacked_model, linear_weights, rule_scale, text_target
+from qrerase.robustness.text import PromptSetup, attacked_model, entity_facts, linear_weights, rule_scale, text_target
 from qrerase.text.evaluation import EvalConfig
 from qrerase.text.training import LoraTrainConfig
 from qrerase.workflow.job import job, load_for_eval, template_from
@@ -49,6 +50,15 @@ with job(snakemake, seed=p.seed) as log:
             "train": {"epochs": 1, "lr": j["rates"]["lora"][0], "batch_size": 1, "seed": p.seed, "threads": p.threads},
         }
     )
+    attacks = [a for a in settings.prompt_attacks if a in j["prompt_attacks"]]  # those the track's data allow
+    prompts = PromptSetup(
+        attacks=attacks,
+        prefix=settings.prefix,
+        grid=settings.in_context,
+        paraphrases=[r["paraphrased_question"] for r in half_b] if "paraphrase" in attacks else None,
+        facts=entity_facts(half_a, half_b),
+        context=getattr(model.config, "max_position_embeddings", None),
+    )
     target = text_target(
         tokenizer,
         template,
@@ -58,11 +68,12 @@ with job(snakemake, seed=p.seed) as log:
         j["rates"],
         j["max_length"],
         lora_cfg=lora if "lora" in settings.modes else None,
+        prompts=prompts if attacks else None,
     )
     ceiling, _ = load_for_eval(inp.ceiling, None, p.model)
     ceiling_w = {n: w.detach().cpu().float().numpy() for n, w in linear_weights(ceiling).items()}
     del ceiling
-    bases = subspace_bases(inp.task, inp.get("tilde"), inp.get("selected"))
+    bases = diagnostic_bases(dict(inp.items()))
     log.info(
         "halves: A %d, B %d questions; scored sets %s", len(half_a), len(half_b), {k: len(v) for k, v in scored.items()}
     )
