@@ -56,7 +56,8 @@ class AttackTarget:
     prompt(model, attack, budget) -> {set: statistic} of a prompt attack (:data:`~qrerase.robustness.settings.
     PROMPT_ATTACKS`) on its scored sets, the model in eval mode without gradients (budget: m facts of
     ``in_context``; 1 for the others); None: the track has no prompts (speech).
-    prompt_attacks: the prompt attacks the track's data allow (e.g. ``paraphrase`` needs paraphrased questions).
+    prompt_runs: the (attack, budget) pairs ``prompt`` scores: those the track's data allow (``paraphrase`` needs
+    paraphrased questions) and whose prompts fit the model's context.
     """
 
     score: Callable[..., dict[str, float]]
@@ -66,7 +67,7 @@ class AttackTarget:
     add_lora: Callable[[Any], Any] | None
     weights: Callable[[Any], dict[str, torch.Tensor]]
     prompt: Callable[[Any, str, int], dict[str, float]] | None = None
-    prompt_attacks: Sequence[str] = ()
+    prompt_runs: Sequence[tuple[str, int]] = ()
 
 
 def _scored(model, target: AttackTarget, names: Sequence[str] | None = None) -> dict[str, float]:
@@ -116,17 +117,19 @@ def _wanted(attack: str, start: Mapping[str, float]) -> list[str]:
 
 
 def _prompt_attacks(model, target: AttackTarget, settings: RobustnessSettings, start, log) -> list[dict]:
-    """Rows of each configured prompt attack the track allows: budget 0, the plain prompt (the unattacked
-    scores), then the attacked prompt at budget 1 (``paraphrase``, ``prefix``) or m (``in_context``: m facts
-    of half A). Utility is the model's own at every budget: a prompt changes no weight."""
+    """Rows of each configured prompt attack the track runs (:attr:`AttackTarget.prompt_runs`): budget 0, the
+    plain prompt (the unattacked scores), then the attacked prompt at budget 1 (``paraphrase``, ``prefix``) or
+    m (``in_context``: m facts of half A). Utility is the model's own at every budget: a prompt changes no
+    weight."""
     rows: list[dict] = []
     for attack in settings.prompt_attacks:
-        if target.prompt is None or attack not in target.prompt_attacks:
-            log(f"{attack}: not run (the track's data have no prompt of its kind)")
+        budgets = [b for a, b in target.prompt_runs if a == attack]
+        if target.prompt is None or not budgets:
+            log(f"{attack}: not run (the track has no prompt of its kind, or none fits the model's context)")
             continue
         plain = {s: v for s, v in start.items() if s in ATTACKS[attack]["scores"] or s == "utility"}
         rows += _rows(attack, "", 1.0, 0.0, 0, "", plain)
-        for budget in settings.in_context if attack == "in_context" else (1,):
+        for budget in budgets:
             was = model.training
             model.eval()
             try:

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import logging
+
 import numpy as np
 import torch
 
@@ -19,6 +21,8 @@ from ..text.evaluation import EvalConfig, answer_losses, example_losses
 from ..text.lm import PromptTemplate, answer_token_nll, collate, encode_qa_many, pad_token_id, qa_pair
 from .prompts import prompt_examples
 from .runner import AttackTarget
+
+_log = logging.getLogger("qrerase.robustness")
 
 __all__ = ["text_target", "linear_weights", "rule_scale", "attacked_model", "PromptSetup", "entity_facts"]
 
@@ -92,11 +96,13 @@ def text_target(
     ``training``: ``A`` and ``retain`` QA rows; ``rates``: mode -> (lr, batch size); ``max_length``:
     the training token cap; ``lora_cfg``: a :class:`qrerase.text.training.LoraTrainConfig` (None: no
     LoRA attack); ``prompts``: the prompt attacks on set ``B`` (None: none). Their examples are built here,
-    before any attack runs: an m larger than an entity's facts in half A, or a prompt longer than the
-    model's context, is a one-line ValueError naming the key (``robustness.in_context`` / ``robustness.prefix``).
+    before any attack runs: an m larger than an entity's facts in half A is a one-line ValueError naming
+    ``robustness.in_context``; an attack (at an m) whose prompts do not all fit the model's context is not
+    run, with a warning in the job's log naming the key (the table shows it empty).
     """
     pairs = {name: [qa_pair(r) for r in rows] for name, rows in scored.items()}
     attacked = _prompt_examples(tokenizer, template, pairs.get("B", []), eval_cfg, prompts) if prompts else {}
+    runs = sorted(attacked, key=lambda k: (list(prompts.attacks).index(k[0]), k[1])) if prompts else []
     for name, rows in training.items():
         if not rows:
             raise ValueError(f"robustness: training set {name!r} is empty")
@@ -136,7 +142,7 @@ def text_target(
         add_lora=add_lora if lora_cfg is not None else None,
         weights=linear_weights,
         prompt=prompt if prompts else None,
-        prompt_attacks=tuple(prompts.attacks) if prompts else (),
+        prompt_runs=tuple(runs),
     )
 
 
@@ -162,10 +168,15 @@ def _prompt_examples(tokenizer, template, pairs, eval_cfg: EvalConfig, setup: Pr
                 kw["facts"] = [f[:budget] for f in setup.facts]
             examples = prompt_examples(tokenizer, template, pairs, eval_cfg.max_length, attack, **kw)
             longest = max((len(e[0]) for e in examples), default=0)
-            if setup.context is not None and longest > setup.context:
-                raise ValueError(
-                    f"config key 'robustness.{key}': the {attack} prompts reach {longest} tokens at {budget}, "
-                    f"beyond the model's context of {setup.context}"
+            if setup.context is not None and longest > setup.context:  # not run: the data do not fit
+                _log.warning(
+                    "%s at %d not run: its prompts reach %d tokens, beyond the model's context of %d (robustness.%s)",
+                    attack,
+                    budget,
+                    longest,
+                    setup.context,
+                    key,
                 )
+                continue
             out[(attack, budget)] = examples
     return out

@@ -12,6 +12,7 @@ from support.tiny_text import DATA, TINY, TPL, tofu_qa
 
 from qrerase.io import read_jsonl
 from qrerase.robustness.halves import entities_in_blocks, text_halves, with_paraphrases
+from qrerase.robustness.prompts import prompt_examples
 from qrerase.robustness.quantization import edit_step_ratios, quantize_roundtrip
 from qrerase.robustness.runner import orthonormal_basis, run_attacks, subspace_rows
 from qrerase.robustness.settings import RobustnessSettings, check_prompt_room, robustness_settings
@@ -346,12 +347,24 @@ def test_each_prompt_attack_scores_the_plain_answer_tokens_after_its_prompt(tok,
         assert (util == zero["utility"]).all()
 
 
-def test_prompt_attacks_beyond_the_data_or_the_context_are_refused_before_any_attack(tok, forget, prompted):
+def test_prompt_attacks_beyond_the_data_are_refused_and_beyond_the_context_not_run(tok, forget, prompted, caplog):
+    """Before any attack runs: an m beyond an entity's facts in half A is refused; an attack whose prompts do
+    not all fit the model's context is not run, with a warning naming the key (the other attacks run)."""
     _, half_a, half_b, setup, _ = prompted
     in_a = text_halves(forget, 20, seed=0, share=0.5)
-    short = PromptSetup(**{**setup.__dict__, "attacks": ("in_context",), "context": 60})
-    with pytest.raises(ValueError, match=r"robustness\.in_context.*beyond the model's context of 60"):
-        _target(tok, forget, in_a, short)
+    assert _target(tok, forget, in_a, setup).prompt_runs == (
+        ("paraphrase", 1),
+        ("prefix", 1),
+        ("in_context", 1),
+        ("in_context", 2),
+    )
+    pairs = [qa_pair(r) for r in half_b]
+    one = prompt_examples(tok, TPL, pairs, None, "in_context", facts=[f[:1] for f in setup.facts])
+    fits_one = max(len(e[0]) for e in one)  # a context that holds every m = 1 prompt, so no m = 2 one
+    with caplog.at_level("WARNING", logger="qrerase.robustness"):
+        short = _target(tok, forget, in_a, PromptSetup(**{**setup.__dict__, "context": fits_one}))
+    assert ("in_context", 2) not in short.prompt_runs and ("prefix", 1) in short.prompt_runs
+    assert "in_context at 2 not run: its prompts reach" in caplog.text and "(robustness.in_context)" in caplog.text
     many = PromptSetup(**{**setup.__dict__, "grid": (11,)})
     with pytest.raises(ValueError, match=r"robustness\.in_context': m = 11, but an entity has 10 fact"):
         _target(tok, forget, in_a, many)
@@ -458,3 +471,19 @@ def test_the_diagnostic_averages_every_row_over_the_methods_modules_with_the_ret
     assert mine.loc["ceiling", "mean_share"] == 0.3 and mine.loc["ceiling", "x_random"] == pytest.approx(0.3 / 0.25)
     # a model with no erased rows averages every module
     assert t.loc[("base", "task"), "modules"] == 2 and t.loc[("base", "task"), "mean_share"] == pytest.approx(0.6)
+
+
+def test_optional_formats_run_where_their_package_is_installed():
+    """robustness.optional_formats (config.yaml: nf4, int8): after the required formats where bitsandbytes
+    is installed, skipped where it is not; a required one without its package is refused."""
+    import importlib.util
+
+    from qrerase.robustness.quantization import missing_backend
+
+    s = robustness_settings({"formats": ["q4_0"], "optional_formats": ["nf4", "q4_0", "int8"]})
+    have = importlib.util.find_spec("bitsandbytes") is not None
+    assert s.quantized == (("q4_0", "nf4", "int8") if have else ("q4_0",))
+    assert (missing_backend("nf4") is None) == have
+    if not have:
+        with pytest.raises(ValueError, match=r"robustness\.formats.*bitsandbytes"):
+            robustness_settings({"formats": ["nf4"]})

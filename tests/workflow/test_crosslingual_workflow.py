@@ -223,10 +223,16 @@ def test_robustness_relearns_in_one_language_and_scores_every_language(xling_wor
         ).all()
         halves = xling_workdir / f"results/xling_{lang}/robustness/halves"
         forget = read_jsonl(xling_workdir / f"results/xling/languages/{lang}/eval_forget.jsonl")
+        # each row keeps its fields and gains its author (the in-context attack's facts)
         b = read_jsonl(halves / "B.jsonl")
+        assert all(r.pop("entity") in {str(i) for i in range(len(forget) // 20)} for r in b)
         positions = [forget.index(r) for r in b]  # B's rows of the unlearning language's forget file
         a = {r["question"] for r in read_jsonl(halves / "A.jsonl")}
         assert not a & {r["question"] for r in b} and len(a) + len(b) == len(forget)
         for x in others:  # the same positions of the other language's (aligned) forget file
             other = read_jsonl(xling_workdir / f"results/xling/languages/{x}/eval_forget.jsonl")
-            assert read_jsonl(halves / f"B_{x}.jsonl") == [other[i] for i in positions]
+            rows = [{k: v for k, v in r.items() if k != "entity"} for r in read_jsonl(halves / f"B_{x}.jsonl")]
+            assert rows == [other[i] for i in positions]
+        # the three prompt attacks on B in the unlearning language (its forget file has paraphrased questions)
+        prompt = frame[(frame["exp"] == f"xling_{lang}") & frame["attack"].isin(["paraphrase", "prefix", "in_context"])]
+        assert set(prompt["attack"]) == {"paraphrase", "prefix", "in_context"} and set(prompt["set"]) == {"B"}

@@ -208,8 +208,10 @@ def test_robustness_scales_by_the_fine_tuned_model_and_the_initial_checkpoint(wo
     snakemake(workdir, "robustness", "--cores", "2", "--configfile", str(write_task_config(workdir)))
     frame = pd.read_csv(workdir / "results/tables/task_level_robustness.csv")
     assert list(dict.fromkeys(frame["model"])) == ["base", "init", "ga", "qr_erase_k2"]
-    train = frame[frame["attack"] != "quantize"]
+    train = frame[frame["attack"].isin(["relearn", "benign"])]
     assert sorted(train["budget"].unique()) == [0, 2] and set(train["mode"]) == {"full"}
+    # the prompt attacks the track's data allow: no paraphrased questions here, so no paraphrase attack
+    assert set(frame.loc[frame["budget"] > 0, "attack"]) - {"relearn", "benign"} == {"prefix", "in_context"}
     assert (train[train["model"] == "base"]["recovery"] == 1).all() and (
         train[train["model"] == "init"]["recovery"] == 0
     ).all()

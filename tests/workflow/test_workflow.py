@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -614,7 +615,7 @@ def test_robustness_table_attacks_each_chosen_model_against_its_references(workd
     frame = pd.read_csv(workdir / "results/tables/tofu_robustness.csv")
     models = ["base", "retain", "npo", "unlearn_k2", "qr_erase_ll_k2"]
     assert list(dict.fromkeys(frame["model"])) == models
-    train = frame[frame["attack"] != "quantize"]
+    train = frame[frame["attack"].isin(["relearn", "benign"])]
     assert sorted(train["budget"].unique()) == chosen["budgets"]
     settings = set(train[["attack", "mode", "lr_factor"]].itertuples(index=False, name=None))
     assert settings == {
@@ -623,11 +624,33 @@ def test_robustness_table_attacks_each_chosen_model_against_its_references(workd
     assert (train[train["model"] == "base"]["recovery"] == 1).all()
     assert (train[train["model"] == "retain"]["recovery"] == 0).all()
     assert train["recovery"].notna().all() and (train[train["budget"] == 0]["gain"] == 0).all()
+    # benign fine-tuning on B as well as the whole forget set; the prompt attacks on B, budget 0 the plain prompt
+    assert set(train.loc[train["attack"] == "benign", "set"]) == {"B", "forget"}
+    prompt = frame[frame["attack"].isin(["paraphrase", "prefix", "in_context"])]
+    grid = yaml.safe_load((REPO / "config.yaml").read_text())["robustness"]["in_context"]
+    assert {a: sorted(g["budget"].unique()) for a, g in prompt.groupby("attack")} == {
+        "paraphrase": [0, 1],
+        "prefix": [0, 1],
+        "in_context": [0, *grid],
+    }
+    assert set(prompt["set"]) == {"B"} and len(prompt) == len(models) * (2 + 2 + 1 + len(grid))
+    assert (prompt[prompt["model"] == "base"]["recovery"] == 1).all()
+    assert (prompt[prompt["model"] == "retain"]["recovery"] == 0).all()
+    plain = train[(train["attack"] == "relearn") & (train["budget"] == 0) & (train["set"] == "B")]
+    zero = prompt[prompt["budget"] == 0]
+    for m in models:  # the plain prompt is the model's own B score; each attacked prompt moves it
+        own = plain.loc[plain["model"] == m, "statistic"].iloc[0]
+        assert zero.loc[zero["model"] == m, "statistic"].eq(own).all()
+        assert prompt.loc[(prompt["model"] == m) & (prompt["budget"] > 0), "statistic"].ne(own).all()
     # the halves are the job's own inputs: no question of B is trained on, and together they are the forget set
     halves = workdir / EXP / "robustness" / "halves"
     a, b = ({r["question"] for r in read_jsonl(halves / f"{h}.jsonl")} for h in "AB")
     forget = read_jsonl(workdir / EXP / "data" / "forget.jsonl")
     assert a and b and not a & b and a | b == {r["question"] for r in forget}
+    # every row with its author (the in-context attack's facts) and its paraphrase (from the eval_forget set)
+    for h in "AB":
+        rows = read_jsonl(halves / f"{h}.jsonl")
+        assert all(r["entity"] in {"0", "1"} and r["paraphrased_question"] for r in rows)
     log = (workdir / "results/logs/robustness_text/tofu_forget10_npo.log").read_text()
     assert f"halves: A {len(a)}, B {len(b)} questions" in log
     # budget 0 on the whole forget set is the model as the TOFU evaluation scored it (mean answer NLL)
@@ -636,7 +659,9 @@ def test_robustness_table_attacks_each_chosen_model_against_its_references(workd
         start = train[(train["model"] == m) & (train["budget"] == 0) & (train["set"] == "forget")]["statistic"]
         assert np.allclose(start, np.mean(list(ev.values())), rtol=1e-5), m
     quant = frame[frame["attack"] == "quantize"]
-    assert sorted(quant["format"].unique()) == ["q4_0", "q4_1", "q8_0"] and len(quant) == 3 * len(models)
+    # config.yaml's optional formats, NF4 and int8, where bitsandbytes is installed (the quant extra)
+    formats = ["q4_0", "q4_1", "q8_0"] + (["int8", "nf4"] if importlib.util.find_spec("bitsandbytes") else [])
+    assert sorted(quant["format"].unique()) == sorted(formats) and len(quant) == len(formats) * len(models)
     methods = quant[~quant["model"].isin(["base", "retain"])]
     assert methods["edit_step_ratio"].gt(0).all() and quant[quant["model"] == "base"]["edit_step_ratio"].isna().all()
     # scaled by the quantized floor and ceiling (so 1 and 0 for them); the unscaled share only for the methods
@@ -645,10 +670,16 @@ def test_robustness_table_attacks_each_chosen_model_against_its_references(workd
         quant[quant["model"] == "retain"]["recovery"] == 0
     ).all()
     assert quant[quant["model"].isin(["base", "retain"])]["forgetting_undone"].isna().all()
-    # the subspace diagnostic: the erased subspace for the subspace methods only, task and random for every model
+    # the subspace diagnostic: the erased subspace and the ceiling's update in it for the subspace methods only;
+    # task, the retain control and random for every model; each model's rows over the same modules
     sub = pd.read_csv(workdir / "results/tables/tofu_robustness_subspace.csv")
-    erased = set(sub[sub["subspace"] == "erased"]["model"])
-    assert erased == {"unlearn_k2", "qr_erase_ll_k2"} and set(sub[sub["subspace"] == "task"]["model"]) == set(models)
+    for name, want in (("erased", {"unlearn_k2", "qr_erase_ll_k2"}), ("ceiling", {"unlearn_k2", "qr_erase_ll_k2"})):
+        assert set(sub[sub["subspace"] == name]["model"]) == want, name
+    for name in ("task", "retain", "random"):
+        assert set(sub[sub["subspace"] == name]["model"]) == set(models), name
+    assert (sub.groupby("model")["modules"].nunique() == 1).all()
+    ll = sub[sub["model"] == "qr_erase_ll_k2"]
+    assert ll["modules"].iloc[0] < sub[sub["model"] == "base"]["modules"].iloc[0]  # the LL method's edited modules
     assert sub["mean_share"].between(0, 1).all()
     for name in ("tofu_robustness", "tofu_robustness_subspace"):
         assert (workdir / "results/figures" / f"{name}.png").stat().st_size > 5_000
@@ -697,6 +728,11 @@ def test_robustness_at_the_lambda_rule_rescales_the_update_to_the_picked_lambda(
         ({"robustness__formats": ["q3_k"]}, "robustness.formats"),
         ({"robustness__a_share": 1.0}, "robustness.a_share"),
         ({"robustness__methods": {"tofu": ["magic"]}}, "robustness.methods.tofu"),
+        ({"robustness__prompt_attacks": ["jailbreak"]}, "robustness.prompt_attacks"),
+        ({"robustness__in_context": [0]}, "robustness.in_context"),
+        ({"robustness__in_context": [11]}, "robustness.in_context"),  # an author has 10 questions in half A
+        ({"robustness__prefix": "sure " * 300}, "robustness.prefix"),  # 300 words: beyond the 256-token context
+        ({"robustness__optional_formats": ["q2_k"]}, "robustness.optional_formats"),
     ],
 )
 def test_bad_robustness_settings_fail_at_planning_naming_the_key(tmp_path, overrides, key):
