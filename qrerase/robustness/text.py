@@ -8,11 +8,10 @@ loss (the answer-only NLL of :func:`qrerase.text.training.train_causal_lm`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import logging
 
 import numpy as np
 import torch
