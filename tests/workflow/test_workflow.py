@@ -432,9 +432,9 @@ def test_slurm_run_matches_the_local_run_and_audits_clean(slurm, workdir, tmp_pa
     proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{slurm.logs()}"
     jobs = planned_rules(proc)
-    # 29 jobs, and the robustness stage's 6: the halves, three attacked models, the table, and the SVD forget
-    # factors its diagnostic reads (QR-Erase (LL) alone uses CPQR factors)
-    assert jobs["total"] == 35 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
+    # 29 jobs, and the robustness stage's 7: the halves, three attacked models, the table, and the SVD forget and
+    # retain factors its diagnostic reads (QR-Erase (LL) alone uses CPQR factors; the retain ones: the control)
+    assert jobs["total"] == 36 and {"pretrain", "finetune", "lora", "evaluate", "tofu_table"} <= set(jobs)
     assert jobs["robustness_text"] == 3 and jobs["robustness_table"] == 1
     # Slurm's accounting (slurmdbd) has every job, completed under the account, with the memory, time
     # limit and CPUs of the resources Snakemake printed in that job's log
