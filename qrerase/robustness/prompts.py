@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..text.lm import IGNORE_INDEX, PromptTemplate, encode_prompts, encode_qa_many
+from ..text.lm import IGNORE_INDEX, PromptTemplate, bos_ids, encode_prompts, encode_qa_many, token_ids
 
 __all__ = ["prompt_examples", "answer_ids"]
 
@@ -32,10 +32,6 @@ def answer_ids(example: Example) -> list[int]:
 
 def _with_prompt(prompt: list[int], answer: list[int]) -> Example:
     return prompt + answer, [IGNORE_INDEX] * len(prompt) + answer
-
-
-def _tok(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    return [list(x) for x in tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
 
 
 def prompt_examples(
@@ -56,7 +52,7 @@ def prompt_examples(
     scored-sequence cap of the plain scoring (None: no cap). A ValueError names a missing or misaligned input.
     """
     plain = [answer_ids(e) for e in encode_qa_many(tokenizer, template, pairs, max_length)]
-    bos = [tokenizer.bos_token_id] if getattr(tokenizer, "bos_token_id", None) is not None else []
+    bos = bos_ids(tokenizer)
     questions = [q for q, _ in pairs]
     if attack == "paraphrase":
         if paraphrases is None or len(paraphrases) != len(pairs):
@@ -65,18 +61,20 @@ def prompt_examples(
     elif attack == "prefix":
         if not prefix:
             raise ValueError("prefix attack: no prefix")
-        opening = _tok(tokenizer, [template.answer_separator + prefix])[0]
+        opening = token_ids(tokenizer, [template.answer_separator + prefix])[0]
         prompts = [p + opening for p in encode_prompts(tokenizer, template, questions)]
     elif attack == "in_context":
         if facts is None or len(facts) != len(pairs):
             raise ValueError(f"in_context attack: facts for {len(facts or [])} of {len(pairs)} questions")
-        prompts = []
-        for shown, p in zip(facts, encode_prompts(tokenizer, template, questions)):
-            context = [answer_ids(e) for e in encode_qa_many(tokenizer, template, list(shown), max_length)]
-            turns = []
-            for (fq, _), a in zip(shown, context):
-                turns += _tok(tokenizer, [template.prompt(fq)])[0] + a  # a ends in EOS
-            prompts.append(bos + turns + p[len(bos) :])
+        # each distinct fact once, as scored: BOS + prompt + answer + EOS, the BOS dropped inside the turns
+        distinct = list(dict.fromkeys(f for shown in facts for f in shown))
+        turn = {
+            f: e[0][len(bos) :] for f, e in zip(distinct, encode_qa_many(tokenizer, template, distinct, max_length))
+        }
+        prompts = [
+            bos + [t for f in shown for t in turn[f]] + p[len(bos) :]
+            for shown, p in zip(facts, encode_prompts(tokenizer, template, questions))
+        ]
     else:
         raise ValueError(f"unknown prompt attack {attack!r}")
     return [_with_prompt(p, a) for p, a in zip(prompts, plain)]

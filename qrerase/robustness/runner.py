@@ -15,6 +15,7 @@ import copy
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -70,14 +71,19 @@ class AttackTarget:
     prompt_runs: Sequence[tuple[str, int]] = ()
 
 
-def _scored(model, target: AttackTarget, names: Sequence[str] | None = None) -> dict[str, float]:
+def _in_eval(model, scores: Callable[[], Mapping[str, float]]) -> dict[str, float]:
+    """``scores()`` with the model in eval mode and without gradients, its mode restored after."""
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
-            return {k: float(v) for k, v in target.score(model, names).items()}
+            return {k: float(v) for k, v in scores().items()}
     finally:
         model.train(was)
+
+
+def _scored(model, target: AttackTarget, names: Sequence[str] | None = None) -> dict[str, float]:
+    return _in_eval(model, lambda: target.score(model, names))
 
 
 def _batches(n: int, batch_size: int, steps: int, seed: int) -> list[tuple[int, list[int]]]:
@@ -130,13 +136,7 @@ def _prompt_attacks(model, target: AttackTarget, settings: RobustnessSettings, s
         plain = {s: v for s, v in start.items() if s in ATTACKS[attack]["scores"] or s == "utility"}
         rows += _rows(attack, "", 1.0, 0.0, 0, "", plain)
         for budget in budgets:
-            was = model.training
-            model.eval()
-            try:
-                with torch.no_grad():
-                    got = {k: float(v) for k, v in target.prompt(model, attack, budget).items()}
-            finally:
-                model.train(was)
+            got = _in_eval(model, partial(target.prompt, model, attack, budget))
             rows += _rows(attack, "", 1.0, 0.0, budget, "", {**got, "utility": start["utility"]})
             log(f"{attack} at {budget}: " + ", ".join(f"{k} {v:.4f}" for k, v in got.items()))
     return rows

@@ -34,6 +34,8 @@ __all__ = [
     "encode_qa",
     "encode_qa_many",
     "encode_prompts",
+    "bos_ids",
+    "token_ids",
     "bucketed_batches",
     "collate",
     "pad_token_id",
@@ -124,7 +126,8 @@ def qa_pair(record: Mapping[str, Any]) -> tuple[str, str]:
     raise KeyError(f"record has neither question/answer nor prompt/response keys: {sorted(record)}")
 
 
-def _prefix_ids(tokenizer) -> list[int]:
+def bos_ids(tokenizer) -> list[int]:
+    """``[BOS id]``, or ``[]`` for a tokenizer without one: what every encoded sequence starts with."""
     bos = getattr(tokenizer, "bos_token_id", None)
     return [bos] if bos is not None else []
 
@@ -136,7 +139,8 @@ def _eos_id(tokenizer) -> int:
     return int(eos)
 
 
-def _tok(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+def token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's token ids, no special tokens added (one batched tokenizer call)."""
     if not texts:
         return []
     return [list(x) for x in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
@@ -173,9 +177,9 @@ def encode_qa_many(
     ``max_length`` ``None``: no cap (every answer whole). ``cut``: an optional list that receives the
     indices of the pairs whose answer the cap shortened (so callers can count truncation).
     """
-    prompts = _tok(tokenizer, [template.prompt(q) for q, _ in pairs])
-    answers = _tok(tokenizer, [template.answer_text(a) for _, a in pairs])
-    prefix, eos = _prefix_ids(tokenizer), _eos_id(tokenizer)
+    prompts = token_ids(tokenizer, [template.prompt(q) for q, _ in pairs])
+    answers = token_ids(tokenizer, [template.answer_text(a) for _, a in pairs])
+    prefix, eos = bos_ids(tokenizer), _eos_id(tokenizer)
     out = [_assemble(prefix, p, a, eos, max_length) for p, a in zip(prompts, answers)]
     if cut is not None:
         kept = [sum(t != IGNORE_INDEX for t in labels) - 1 for _, labels in out]  # answer tokens, EOS aside
@@ -185,8 +189,8 @@ def encode_qa_many(
 
 def encode_prompts(tokenizer, template: PromptTemplate, questions: Sequence[str]) -> list[list[int]]:
     """Prompt token ids exactly as :func:`encode_qa` builds them (BOS + prompt), for generation."""
-    prefix = _prefix_ids(tokenizer)
-    return [prefix + ids for ids in _tok(tokenizer, [template.prompt(q) for q in questions])]
+    prefix = bos_ids(tokenizer)
+    return [prefix + ids for ids in token_ids(tokenizer, [template.prompt(q) for q in questions])]
 
 
 # --------------------------------------------------------------------------------------------------
