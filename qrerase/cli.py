@@ -223,6 +223,20 @@ def _results_pages(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_profile(args: argparse.Namespace) -> int:
+    from .bench.run_profile import run_profile, write_profile
+
+    try:
+        rows = run_profile(args.results)
+    except ValueError as exc:
+        print(f"qrerase run-profile: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or str(Path(args.results) / "bench" / "run_profile.csv")
+    write_profile(rows, out)
+    print(out)
+    return 0
+
+
 def _size_study_figure(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -335,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare-label", default="the other run", help="how the pages name the --compare run")
     p.add_argument("--plugins", nargs="*", default=[], help="the config key `plugins` (modules registering metrics)")
     p.set_defaults(func=_results_pages)
+
+    p = sub.add_parser("run-profile", help="a finished run's CPU per rule: start-up, loading, hashing, work (CSV)")
+    p.add_argument("results", nargs="?", default="results", help="the workflow's results/ directory (default: results)")
+    p.add_argument("--out", help="the CSV (default: <results>/bench/run_profile.csv)")
+    p.set_defaults(func=_run_profile)
 
     p = sub.add_parser(
         "size-study-figure", help="the size study's figure from its table, with another model's points (e.g. a real LM)"

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..bench.phases import cpu_phase
 from ..config import from_mapping
 from ..engine.placement import inference_placement, resolve_device
 from ..io import atomic_dir
@@ -85,6 +86,7 @@ def train_bpe_tokenizer(
     return fast
 
 
+@cpu_phase("load")
 def load_tokenizer(name_or_path: str | os.PathLike, local_files_only: bool = True):
     """``AutoTokenizer.from_pretrained``; the pad token falls back to EOS when missing.
 
@@ -166,6 +168,7 @@ def build_tiny_llama(cfg: TinyLlamaConfig, tokenizer, seed: int):
     return model.eval()
 
 
+@cpu_phase("load")
 def load_model(
     name_or_path: str | os.PathLike,
     dtype: str = "float32",

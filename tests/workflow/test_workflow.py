@@ -256,6 +256,26 @@ def qrerase_cli(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def test_run_profile_splits_each_rule_s_cpu_from_the_run_s_own_logs(workdir, tmp_path):
+    # the README's profile command on the real run: a row per benchmarked rule, the job logs' CPU lines
+    # behind the split, and nothing written into the run it reads
+    out = tmp_path / "run_profile.csv"
+    proc = qrerase_cli(workdir, "run-profile", "results", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    profile = pd.read_csv(out).set_index("rule")
+    benchmarked = {p.name for p in (workdir / "results/benchmarks").iterdir() if p.is_dir()}
+    assert set(profile.index) == benchmarked | {"total"}
+    body = profile.drop(index="total")
+    assert profile.loc["total", "jobs"] == body["jobs"].sum()
+    assert profile.loc["total", "cpu_s"] == pytest.approx(body["cpu_s"].sum(), abs=0.1 * len(body))
+    evaluate = profile.loc["evaluate"]
+    assert evaluate["split_jobs"] == evaluate["jobs"] > 0  # every evaluation logs its split
+    assert evaluate["startup_s"] > 0 and evaluate["load_s"] > 0 and evaluate["work_s"] > 0
+    # the job process is part of what Snakemake measured for the job
+    assert evaluate["startup_s"] + evaluate["load_s"] + evaluate["record_s"] < evaluate["cpu_s"] * 1.2
+    assert not (workdir / "results/bench/run_profile.csv").exists()
+
+
 def test_every_output_has_a_provenance_record_and_the_audit_passes(workdir):
     manifest = json.loads((workdir / "results/provenance/manifest.json").read_text())
     assert "results/tables/tofu.csv" in manifest["targets"]

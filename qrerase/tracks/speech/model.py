@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...bench.phases import cpu_phase
 from ...config import model_options
 
 __all__ = [
@@ -119,6 +120,7 @@ def build_tiny_hubert(cfg: TinyHubertConfig, speakers: Sequence[str], seed: int)
     return model.eval()
 
 
+@cpu_phase("load")
 def load_speech_model(
     name_or_path: str | os.PathLike,
     speakers: Sequence[str] | None = None,

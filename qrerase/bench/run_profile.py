@@ -1,0 +1,124 @@
+"""A finished run's cost per rule: jobs, CPU seconds and where a job's CPU goes.
+
+Two sources, both written by every run:
+
+- each job's Snakemake benchmark file (``results/benchmarks/<rule>/<job>.tsv``): wall seconds ``s``
+  and ``cpu_time``, the CPU of the job's process and its children, as Snakemake measures it;
+- each job's log (``results/logs/<rule>/<job>.log``): the CPU line :func:`qrerase.workflow.job.cpu_line`
+  writes at the end of a successful job, which splits the job process's CPU into start-up (the
+  interpreter, Snakemake's script preamble, the script's imports), model loading, provenance hashing
+  and the rest (the work).
+
+A rule's row sums its jobs. The split columns sum only the jobs whose log has a CPU line (``split_jobs``
+of ``jobs``); a job without one (a rule whose script does not run :func:`qrerase.workflow.job.job`, or
+a log from before the line existed) counts in ``cpu_s`` only.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from pathlib import Path
+
+__all__ = ["PROFILE_COLUMNS", "read_benchmark", "read_cpu_line", "run_profile", "write_profile"]
+
+#: Columns of :func:`run_profile`'s rows, in order.
+PROFILE_COLUMNS = (
+    "rule",
+    "jobs",
+    "wall_s",
+    "cpu_s",
+    "split_jobs",
+    "startup_s",
+    "load_s",
+    "record_s",
+    "work_s",
+)
+
+_LINE = re.compile(
+    r"cpu seconds of rule (?P<rule>\S+): startup=(?P<startup>[0-9.]+) load=(?P<load>[0-9.]+) "
+    r"record=(?P<record>[0-9.]+) total=(?P<total>[0-9.]+)"
+)
+
+
+def read_benchmark(path: str | os.PathLike) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one Snakemake benchmark TSV (columns ``s`` and ``cpu_time``; the
+    first row). A ``ValueError`` naming the file when it has no such columns or a value is not a
+    finite number ≥ 0."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows or "s" not in rows[0] or "cpu_time" not in rows[0]:
+        raise ValueError(f"{path}: not a Snakemake benchmark file (expected tab-separated 's' and 'cpu_time' columns)")
+    values = []
+    for key in ("s", "cpu_time"):
+        try:
+            value = float(rows[0][key])
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: {key} is {rows[0][key]!r}, not a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{path}: {key} is {value}, expected a finite number >= 0")
+        values.append(value)
+    return values[0], values[1]
+
+
+def read_cpu_line(path: str | os.PathLike) -> dict[str, float] | None:
+    """The last CPU line of a job log as ``{startup, load, record, total}`` seconds, or None when the
+    log has none (the job failed, or its script does not log one)."""
+    found = None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if "cpu seconds of rule" in line:
+                m = _LINE.search(line)
+                if m:
+                    found = {k: float(m[k]) for k in ("startup", "load", "record", "total")}
+    return found
+
+
+def run_profile(results: str | os.PathLike) -> list[dict]:
+    """One row per rule (columns :data:`PROFILE_COLUMNS`, sorted by ``cpu_s``, largest first) from a
+    finished run's ``results/`` folder: its ``benchmarks/`` and ``logs/``. ``work_s`` is the split
+    jobs' total CPU less their start-up, loading and hashing. A ``ValueError`` when the folder has no
+    benchmark files."""
+    root = Path(results)
+    bench = root / "benchmarks"
+    files = sorted(bench.glob("*/**/*.tsv")) if bench.is_dir() else []
+    if not files:
+        raise ValueError(f"{root}: no Snakemake benchmark files under benchmarks/ (is it a finished run's results/?)")
+    rows: dict[str, dict] = {}
+    for tsv in files:
+        rel = tsv.relative_to(bench)
+        rule = rel.parts[0]
+        wall, cpu = read_benchmark(tsv)
+        row = rows.setdefault(rule, {c: 0.0 for c in PROFILE_COLUMNS[1:]} | {"rule": rule})
+        row["jobs"] += 1
+        row["wall_s"] += wall
+        row["cpu_s"] += cpu
+        log = root / "logs" / rel.with_suffix(".log")
+        line = read_cpu_line(log) if log.is_file() else None
+        if line is not None:
+            row["split_jobs"] += 1
+            row["startup_s"] += line["startup"]
+            row["load_s"] += line["load"]
+            row["record_s"] += line["record"]
+            row["work_s"] += line["total"] - line["startup"] - line["load"] - line["record"]
+    out = []
+    for row in rows.values():
+        row["jobs"] = int(row["jobs"])
+        row["split_jobs"] = int(row["split_jobs"])
+        out.append(row)
+    return sorted(out, key=lambda r: (-r["cpu_s"], r["rule"]))
+
+
+def write_profile(rows: list[dict], out: str | os.PathLike) -> None:
+    """Write :func:`run_profile`'s rows, then a ``total`` row, as CSV (atomically; seconds to 0.1)."""
+    from ..io import write_text
+
+    total = {c: sum(r[c] for r in rows) for c in PROFILE_COLUMNS[1:]} | {"rule": "total"}
+
+    def fmt(row: dict) -> list[str]:
+        return [str(row[c]) if c in ("rule", "jobs", "split_jobs") else f"{row[c]:.1f}" for c in PROFILE_COLUMNS]
+
+    lines = [",".join(PROFILE_COLUMNS)] + [",".join(fmt(r)) for r in [*rows, total]]
+    write_text(out, "\n".join(lines) + "\n")
