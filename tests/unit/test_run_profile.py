@@ -83,14 +83,15 @@ def test_the_profile_sums_a_rule_s_jobs_and_splits_only_those_with_a_line(tmp_pa
     assert [r["rule"] for r in rows] == ["lora", "evaluate"]  # largest CPU first
     ev = rows[1]
     assert ev["jobs"] == 2 and ev["split_jobs"] == 1
-    assert ev["wall_s"] == 14.0 and ev["cpu_s"] == 17.0
+    assert ev["wall_s"] == 14.0 and ev["snakemake_cpu_s"] == 17.0
+    assert ev["cpu_s"] == 11.0 + 5.0  # job a's own total, job b's Snakemake sample
     assert (ev["startup_s"], ev["load_s"], ev["record_s"], ev["work_s"]) == (3.0, 2.0, 0.5, 5.5)
     assert rows[0]["split_jobs"] == 0 and rows[0]["work_s"] == 0.0
     out = tmp_path / "profile.csv"
     write_profile(rows, out)
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[0] == ",".join(PROFILE_COLUMNS)
-    assert lines[-1] == "total,3,44.0,67.0,1,3.0,2.0,0.5,5.5"
+    assert lines[-1] == "total,3,44.0,66.0,67.0,1,3.0,2.0,0.5,5.5"
 
 
 def test_bad_benchmark_files_and_an_empty_folder_are_named(tmp_path):
