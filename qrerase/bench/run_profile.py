@@ -82,25 +82,31 @@ def read_cpu_line(path: str | os.PathLike) -> dict[str, float] | None:
 
 def run_profile(results: str | os.PathLike) -> list[dict]:
     """One row per rule (columns :data:`PROFILE_COLUMNS`, sorted by ``cpu_s``, largest first) from a
-    finished run's ``results/`` folder: its ``benchmarks/`` and ``logs/``. ``work_s`` is the split
-    jobs' total CPU less their start-up, loading and hashing. A ``ValueError`` when the folder has no
-    benchmark files."""
+    finished run's ``results/`` folder: its ``benchmarks/`` and ``logs/``. A job is a benchmark file or a
+    log file (one name under both folders); a rule without a ``benchmark:`` directive is profiled from its
+    logs alone (``wall_s`` and ``snakemake_cpu_s`` count only benchmarked jobs). ``work_s`` is the split
+    jobs' total CPU less their start-up, loading and hashing. A ``ValueError`` when the folder has neither
+    benchmark nor log files."""
     root = Path(results)
-    bench = root / "benchmarks"
-    files = sorted(bench.glob("*/**/*.tsv")) if bench.is_dir() else []
-    if not files:
-        raise ValueError(f"{root}: no Snakemake benchmark files under benchmarks/ (is it a finished run's results/?)")
+    bench, logs = root / "benchmarks", root / "logs"
+    jobs: dict[Path, dict[str, Path]] = {}
+    for folder, suffix in ((bench, ".tsv"), (logs, ".log")):
+        if folder.is_dir():
+            for f in sorted(folder.glob(f"*/**/*{suffix}")):
+                jobs.setdefault(f.relative_to(folder).with_suffix(""), {})[suffix] = f
+    if not jobs:
+        raise ValueError(
+            f"{root}: no benchmark or log files under benchmarks/ or logs/ (is it a finished run's results/?)"
+        )
     rows: dict[str, dict] = {}
-    for tsv in files:
-        rel = tsv.relative_to(bench)
+    for rel, files in sorted(jobs.items()):
         rule = rel.parts[0]
-        wall, cpu = read_benchmark(tsv)
         row = rows.setdefault(rule, {c: 0.0 for c in PROFILE_COLUMNS[1:]} | {"rule": rule})
         row["jobs"] += 1
+        wall, cpu = read_benchmark(files[".tsv"]) if ".tsv" in files else (0.0, 0.0)
         row["wall_s"] += wall
         row["snakemake_cpu_s"] += cpu
-        log = root / "logs" / rel.with_suffix(".log")
-        line = read_cpu_line(log) if log.is_file() else None
+        line = read_cpu_line(files[".log"]) if ".log" in files else None
         row["cpu_s"] += cpu if line is None else line["total"]
         if line is not None:
             row["split_jobs"] += 1

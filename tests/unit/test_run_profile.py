@@ -79,8 +79,12 @@ def test_the_profile_sums_a_rule_s_jobs_and_splits_only_those_with_a_line(tmp_pa
     (results / "logs" / "evaluate" / "a.log").write_text(
         cpu_line("evaluate", 3.0, {"load": 2.0, "record": 0.5}, 11.0) + "\n", encoding="utf-8"
     )
+    (results / "logs" / "report").mkdir()  # a rule with no benchmark: its logs alone
+    (results / "logs" / "report" / "all.log").write_text(cpu_line("report", 1.0, {}, 1.5) + "\n", encoding="utf-8")
     rows = run_profile(results)
-    assert [r["rule"] for r in rows] == ["lora", "evaluate"]  # largest CPU first
+    assert [r["rule"] for r in rows] == ["lora", "evaluate", "report"]  # largest CPU first
+    report = rows[2]
+    assert (report["jobs"], report["wall_s"], report["cpu_s"], report["work_s"]) == (1, 0.0, 1.5, 0.5)
     ev = rows[1]
     assert ev["jobs"] == 2 and ev["split_jobs"] == 1
     assert ev["wall_s"] == 14.0 and ev["snakemake_cpu_s"] == 17.0
@@ -91,7 +95,7 @@ def test_the_profile_sums_a_rule_s_jobs_and_splits_only_those_with_a_line(tmp_pa
     write_profile(rows, out)
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[0] == ",".join(PROFILE_COLUMNS)
-    assert lines[-1] == "total,3,44.0,66.0,67.0,1,3.0,2.0,0.5,5.5"
+    assert lines[-1] == "total,4,44.0,67.5,67.0,2,4.0,2.0,0.5,6.0"
 
 
 def test_bad_benchmark_files_and_an_empty_folder_are_named(tmp_path):
@@ -102,5 +106,5 @@ def test_bad_benchmark_files_and_an_empty_folder_are_named(tmp_path):
     bad.write_text(BENCH.format(s="NA", cpu=1), encoding="utf-8")
     with pytest.raises(ValueError, match="bad.tsv: s is 'NA', not a number"):
         read_benchmark(bad)
-    with pytest.raises(ValueError, match="no Snakemake benchmark files"):
+    with pytest.raises(ValueError, match="no benchmark or log files"):
         run_profile(tmp_path)

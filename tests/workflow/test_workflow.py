@@ -263,8 +263,8 @@ def test_run_profile_splits_each_rule_s_cpu_from_the_run_s_own_logs(workdir, tmp
     proc = qrerase_cli(workdir, "run-profile", "results", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     profile = pd.read_csv(out).set_index("rule")
-    benchmarked = {p.name for p in (workdir / "results/benchmarks").iterdir() if p.is_dir()}
-    assert set(profile.index) == benchmarked | {"total"}
+    rules = {p.name for d in ("benchmarks", "logs") for p in (workdir / "results" / d).iterdir() if p.is_dir()}
+    assert set(profile.index) == rules | {"total"}
     body = profile.drop(index="total")
     assert profile.loc["total", "jobs"] == body["jobs"].sum()
     assert profile.loc["total", "cpu_s"] == pytest.approx(body["cpu_s"].sum(), abs=0.1 * len(body))
