@@ -9,31 +9,47 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["COST_COLUMNS", "read_snakemake_benchmark", "method_costs", "grouped_method_costs"]
+__all__ = ["COST_COLUMNS", "read_benchmark_columns", "read_snakemake_benchmark", "method_costs", "grouped_method_costs"]
 
 #: Cost components (seconds of wall time) of :func:`method_costs`, then the derived columns.
 COST_COLUMNS = ("lora_s", "task_matrices_s", "erase_s", "baseline_s", "unlearn_s", "total_s")
 
 
-def read_snakemake_benchmark(path: str | os.PathLike) -> float:
-    """Wall-clock seconds of one job from its Snakemake ``benchmark:`` TSV (column ``s``; the mean
-    when the job was benchmarked repeatedly). It covers the whole job: interpreter start-up, imports,
-    loading inputs, the work and writing outputs. A clear ``ValueError`` on a missing or bad file."""
-    import pandas as pd
+def read_benchmark_columns(path: str | os.PathLike, columns: tuple[str, ...] = ("s",)) -> tuple[float, ...]:
+    """The mean of each of ``columns`` over the rows of one Snakemake ``benchmark:`` TSV (one row per
+    benchmarked run; ``s``: wall-clock seconds, ``cpu_time``: Snakemake's sample of the CPU seconds). A
+    clear ``ValueError`` naming the file when it is missing, lacks a column, or a value is not a finite
+    number >= 0."""
+    import csv
 
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: benchmark file not found")
-    try:
-        frame = pd.read_csv(p, sep="\t")
-    except Exception as exc:  # pandas raises several parser errors
-        raise ValueError(f"{path}: not a Snakemake benchmark file ({exc})") from exc
-    if "s" not in frame.columns or frame.empty:
-        raise ValueError(f"{path}: not a Snakemake benchmark file (expected a tab-separated 's' column)")
-    value = float(pd.to_numeric(frame["s"], errors="coerce").mean())
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{path}: invalid wall time {frame['s'].tolist()}")
-    return value
+    with open(p, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows or any(c not in rows[0] for c in columns):
+        expected = " and ".join(repr(c) for c in columns)
+        raise ValueError(f"{path}: not a Snakemake benchmark file (expected tab-separated {expected} columns)")
+    means = []
+    for c in columns:
+        values = []
+        for row in rows:
+            try:
+                value = float(row[c])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: {c} is {row[c]!r}, not a number") from None
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{path}: {c} is {value}, expected a finite number >= 0")
+            values.append(value)
+        means.append(sum(values) / len(values))
+    return tuple(means)
+
+
+def read_snakemake_benchmark(path: str | os.PathLike) -> float:
+    """Wall-clock seconds of one job from its Snakemake ``benchmark:`` TSV (column ``s``; the mean
+    when the job was benchmarked repeatedly; :func:`read_benchmark_columns`). It covers the whole job:
+    interpreter start-up, imports, loading inputs, the work and writing outputs."""
+    return read_benchmark_columns(path, ("s",))[0]
 
 
 def method_costs(components: dict[str, dict[str, list]]):

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["phase", "cpu_phase", "totals", "reset"]
+__all__ = ["phase", "cpu_phase", "totals", "reset", "CPU_LINE", "cpu_line", "parse_cpu_line"]
 
 _TOTALS: dict[str, float] = {}
 _DEPTH: dict[str, int] = {}
@@ -63,3 +64,26 @@ def reset() -> None:
     """Forget every total (a test, or a process that runs several jobs)."""
     _TOTALS.clear()
     _DEPTH.clear()
+
+
+#: The prefix of a job log's CPU line (:func:`cpu_line`).
+CPU_LINE = "cpu seconds of rule"
+
+_FIELDS = ("startup", "load", "record", "total")
+_LINE = re.compile(CPU_LINE + r" (?P<rule>\S+): " + " ".join(rf"{f}=(?P<{f}>[0-9.]+)" for f in _FIELDS))
+
+
+def cpu_line(rule: str, startup: float, totals: dict[str, float], total: float) -> str:
+    """The CPU line a finished job logs: ``cpu seconds of rule <rule>: startup=<s> load=<s>
+    record=<s> total=<s>``. ``startup`` is the process's CPU before the job began (the interpreter,
+    Snakemake's script preamble, the script's imports); ``load`` the model and tokenizer loads
+    (:func:`cpu_phase`, lazy imports of transformers included); ``record`` the provenance hashing;
+    ``total`` the whole process's. The rest of ``total`` is the job's work. :func:`parse_cpu_line` reads it."""
+    parts = {"startup": startup, "load": totals.get("load", 0.0), "record": totals.get("record", 0.0), "total": total}
+    return f"{CPU_LINE} {rule}: " + " ".join(f"{k}={v:.3f}" for k, v in parts.items())
+
+
+def parse_cpu_line(line: str) -> dict[str, float] | None:
+    """``{startup, load, record, total}`` seconds of a line holding :func:`cpu_line`'s text, else None."""
+    m = _LINE.search(line)
+    return {f: float(m[f]) for f in _FIELDS} if m else None

@@ -5,10 +5,10 @@ Two sources, both written by every run:
 - each job's Snakemake benchmark file (``results/benchmarks/<rule>/<job>.tsv``): wall seconds ``s``
   and ``cpu_time``, the CPU of the job's process and its children as Snakemake samples it (its
   polling misses much of a short job: a 36 s LoRA job on both cores recorded 7.8 CPU-s);
-- each job's log (``results/logs/<rule>/<job>.log``): the CPU line :func:`qrerase.workflow.job.cpu_line`
-  writes at the end of a successful job, which splits the job process's CPU into start-up (the
-  interpreter, Snakemake's script preamble, the script's imports), model loading, provenance hashing
-  and the rest (the work).
+- each job's log (``results/logs/<rule>/<job>.log``): the CPU line (:func:`qrerase.bench.phases.cpu_line`)
+  :func:`qrerase.workflow.job.job` writes at the end of a successful job, which splits the job
+  process's CPU into start-up (the interpreter, Snakemake's script preamble, the script's imports),
+  model loading, provenance hashing and the rest (the work).
 
 A rule's row sums its jobs. ``cpu_s`` is a job's own CPU line total where its log has one, else
 Snakemake's sample (``snakemake_cpu_s`` keeps Snakemake's for every job). The split columns sum only
@@ -19,11 +19,11 @@ job's own line does not see child processes (the workers of a multi-process laun
 
 from __future__ import annotations
 
-import csv
-import math
 import os
-import re
 from pathlib import Path
+
+from .cost import read_benchmark_columns
+from .phases import CPU_LINE, parse_cpu_line
 
 __all__ = ["PROFILE_COLUMNS", "read_benchmark", "read_cpu_line", "run_profile", "write_profile"]
 
@@ -41,42 +41,24 @@ PROFILE_COLUMNS = (
     "work_s",
 )
 
-_LINE = re.compile(
-    r"cpu seconds of rule (?P<rule>\S+): startup=(?P<startup>[0-9.]+) load=(?P<load>[0-9.]+) "
-    r"record=(?P<record>[0-9.]+) total=(?P<total>[0-9.]+)"
-)
-
 
 def read_benchmark(path: str | os.PathLike) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one Snakemake benchmark TSV (columns ``s`` and ``cpu_time``; the
-    first row). A ``ValueError`` naming the file when it has no such columns or a value is not a
-    finite number ≥ 0."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    if not rows or "s" not in rows[0] or "cpu_time" not in rows[0]:
-        raise ValueError(f"{path}: not a Snakemake benchmark file (expected tab-separated 's' and 'cpu_time' columns)")
-    values = []
-    for key in ("s", "cpu_time"):
-        try:
-            value = float(rows[0][key])
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}: {key} is {rows[0][key]!r}, not a number") from None
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{path}: {key} is {value}, expected a finite number >= 0")
-        values.append(value)
-    return values[0], values[1]
+    """(wall seconds, Snakemake's CPU seconds) of one job's benchmark TSV (columns ``s`` and
+    ``cpu_time``: :func:`qrerase.bench.cost.read_benchmark_columns`, which names the file on bad input)."""
+    wall, cpu = read_benchmark_columns(path, ("s", "cpu_time"))
+    return wall, cpu
 
 
 def read_cpu_line(path: str | os.PathLike) -> dict[str, float] | None:
-    """The last CPU line of a job log as ``{startup, load, record, total}`` seconds, or None when the
-    log has none (the job failed, or its script does not log one)."""
+    """The last CPU line (:func:`qrerase.bench.phases.cpu_line`) of a job log as ``{startup, load,
+    record, total}`` seconds, or None when the log has none (the job failed, or its script does not log one)."""
     found = None
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            if "cpu seconds of rule" in line:
-                m = _LINE.search(line)
-                if m:
-                    found = {k: float(m[k]) for k in ("startup", "load", "record", "total")}
+            if CPU_LINE in line:
+                parsed = parse_cpu_line(line)
+                if parsed is not None:
+                    found = parsed
     return found
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench import phases
+from ..bench.phases import cpu_line
 from ..config import model_options
 from . import provenance
 from .launch import is_main_process, world_size
@@ -110,20 +111,6 @@ def job(snakemake: Any, seed: int | None = None) -> Iterator[logging.Logger]:
         sys.stdout, sys.stderr = old_out, old_err
         if log_file:
             stream.close()
-
-
-#: The prefix of a job log's CPU line (:func:`cpu_line`), which :mod:`qrerase.bench.run_profile` reads.
-CPU_LINE = "cpu seconds of rule"
-
-
-def cpu_line(rule: str, startup: float, totals: dict[str, float], total: float) -> str:
-    """The CPU line a finished job logs: ``cpu seconds of rule <rule>: startup=<s> load=<s>
-    record=<s> total=<s>``. ``startup`` is the process's CPU before the job began (the interpreter,
-    Snakemake's script preamble, the script's imports); ``load`` the model and tokenizer loads
-    (:func:`qrerase.bench.phases.cpu_phase`, lazy imports of transformers included); ``record`` the
-    provenance hashing; ``total`` the whole process's. The rest of ``total`` is the job's work."""
-    parts = {"startup": startup, "load": totals.get("load", 0.0), "record": totals.get("record", 0.0), "total": total}
-    return f"{CPU_LINE} {rule}: " + " ".join(f"{k}={v:.3f}" for k, v in parts.items())
 
 
 #: Set (to anything) to see a failed job's whole traceback on the terminal, not only its one line.
